@@ -1,0 +1,1 @@
+"""Cellsight api."""

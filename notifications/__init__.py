@@ -1,0 +1,1 @@
+"""The notification wire contract and the producer library."""

@@ -1,0 +1,196 @@
+"""The notification envelope: bare form and the oslo.messaging v2 wrapper."""
+
+from __future__ import annotations
+
+import json
+import uuid as uuidlib
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from notifications.base import Timestamp, VersionedObject, format_timestamp
+from notifications.errors import (
+    InvalidEnvelope,
+    InvalidEventType,
+    MalformedNotification,
+)
+from notifications.registry import decode_payload
+
+OSLO_VERSION = "2.0"
+PHASES = frozenset({"start", "end", "error", "progress"})
+
+
+class Priority(StrEnum):
+    AUDIT = "AUDIT"
+    CRITICAL = "CRITICAL"
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    ERROR = "ERROR"
+    SAMPLE = "SAMPLE"
+    WARN = "WARN"
+
+    @classmethod
+    def parse(cls, value: str) -> Priority:
+        upper = value.upper()
+        if upper == "WARNING":
+            return cls.WARN
+        try:
+            return cls(upper)
+        except ValueError:
+            raise InvalidEnvelope(
+                f"priority {value!r} is not one of {', '.join(p.value for p in cls)}"
+            ) from None
+
+    @property
+    def routing_key(self) -> str:
+        return f"versioned_notifications.{self.value.lower()}"
+
+
+class EventType(NamedTuple):
+    object: str
+    action: str
+    phase: str | None
+
+    @classmethod
+    def parse(cls, value: str) -> EventType:
+        parts = value.split(".") if isinstance(value, str) else []
+        if len(parts) == 3 and parts[2] not in PHASES:
+            raise InvalidEventType(
+                f"event_type {value!r}: phase {parts[2]!r} is not one of {', '.join(sorted(PHASES))}"
+            )
+        if len(parts) not in (2, 3) or not all(parts):
+            raise InvalidEventType(f"event_type {value!r} is not object.action[.phase]")
+        return cls(parts[0], parts[1], parts[2] if len(parts) == 3 else None)
+
+    def __str__(self) -> str:
+        return ".".join(p for p in self if p)
+
+
+class Notification(BaseModel):
+    """One versioned notification. ``timestamp`` and ``message_id`` are set when
+    published; files in the bare form may omit them."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    event_type: str
+    publisher_id: str
+    priority: Priority
+    payload: VersionedObject
+    timestamp: Timestamp | None = None
+    message_id: str | None = None
+
+    @field_validator("event_type")
+    @classmethod
+    def _event_type(cls, value: str) -> str:
+        EventType.parse(value)
+        return value
+
+    @property
+    def event(self) -> EventType:
+        return EventType.parse(self.event_type)
+
+    @classmethod
+    def create(
+        cls, event_type: str, publisher_id: str, payload: VersionedObject,
+        priority: Priority = Priority.INFO,
+    ) -> Notification:
+        return cls(
+            event_type=event_type,
+            publisher_id=publisher_id,
+            priority=priority,
+            payload=payload,
+            timestamp=datetime.now(UTC),
+            message_id=str(uuidlib.uuid4()),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The bare form; optional keys appear only when set, so samples round-trip."""
+        out: dict[str, Any] = {
+            "event_type": self.event_type,
+            "publisher_id": self.publisher_id,
+            "priority": self.priority.value,
+            "payload": self.payload.to_primitive(),
+        }
+        if self.timestamp is not None:
+            # oslo.messaging writes "2012-10-29 13:42:11.123456"; Nova's format is read too.
+            out["timestamp"] = format_timestamp(self.timestamp)
+        if self.message_id is not None:
+            out["message_id"] = self.message_id
+        return out
+
+    def to_oslo(self) -> dict[str, Any]:
+        """The oslo.messaging v2 wrapper that travels on the bus."""
+        return {"oslo.version": OSLO_VERSION, "oslo.message": json.dumps(self.to_dict())}
+
+
+ENVELOPE_KEYS = frozenset({"event_type", "publisher_id", "priority", "payload"})
+
+
+def unwrap(body: Any) -> dict[str, Any]:
+    """The bare notification dict from a bare or oslo-wrapped body (dict, str or bytes)."""
+    if isinstance(body, bytes | bytearray | memoryview):
+        try:
+            body = bytes(body).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MalformedNotification(f"body is not UTF-8: {exc}") from None
+    if isinstance(body, str):
+        try:
+            body = json.loads(body)
+        except json.JSONDecodeError as exc:
+            raise MalformedNotification(f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise InvalidEnvelope(f"a notification is a JSON object, got {type(body).__name__}")
+    if "oslo.message" in body:
+        version = body.get("oslo.version")
+        if version != OSLO_VERSION:
+            raise InvalidEnvelope(f"oslo.version {version!r} is not supported (need {OSLO_VERSION!r})")
+        inner = body["oslo.message"]
+        if not isinstance(inner, str):
+            raise InvalidEnvelope("oslo.message must be the notification as a JSON string")
+        try:
+            body = json.loads(inner)
+        except json.JSONDecodeError as exc:
+            raise MalformedNotification(f"oslo.message is not JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise InvalidEnvelope("oslo.message must hold a JSON object")
+    missing = ENVELOPE_KEYS - body.keys()
+    if missing:
+        raise InvalidEnvelope(f"notification lacks {', '.join(sorted(missing))}")
+    return body
+
+
+def decode(body: Any) -> Notification:
+    """Decode a notification from the bus or a file; raise a named error otherwise."""
+    raw = unwrap(body)
+    for key in ("event_type", "publisher_id", "priority"):
+        if not isinstance(raw[key], str):
+            raise InvalidEnvelope(f"{key} must be a string, got {raw[key]!r:.60}")
+    EventType.parse(raw["event_type"])
+    priority = Priority.parse(raw["priority"])
+    payload = decode_payload(raw["payload"])
+    try:
+        return Notification(
+            event_type=raw["event_type"],
+            publisher_id=raw["publisher_id"],
+            priority=priority,
+            payload=payload,
+            timestamp=_parse_timestamp(raw.get("timestamp")),
+            message_id=raw.get("message_id"),
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise InvalidEnvelope(f"{'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+def _parse_timestamp(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidEnvelope(f"timestamp must be a string, got {value!r:.40}")
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidEnvelope(f"timestamp {value!r} is not an ISO 8601 time") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

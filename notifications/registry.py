@@ -1,0 +1,60 @@
+"""Which payload class reads a wire object.
+
+Known classes are found by (namespace, name). Anything else is read by shape: a payload
+that carries the ``InstancePayload`` fields is an instance snapshot whatever its class
+name (Nova emits ~100 such classes); the rest is kept verbatim as a ``GenericPayload``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from notifications.base import DATA, NAME, NAMESPACE, VERSION, WIRE_KEYS, VersionedObject
+from notifications.errors import MalformedNotification, MissingField, NotificationError
+from notifications.objects import CELLSIGHT_OBJECTS
+from notifications.payloads import NOVA_PAYLOADS, GenericPayload, InstancePayload
+
+REGISTRY: dict[tuple[str, str], type[VersionedObject]] = {
+    (cls.OBJ_NAMESPACE, cls.OBJ_NAME): cls for cls in (*NOVA_PAYLOADS, *CELLSIGHT_OBJECTS)
+}
+
+
+def payload_class(obj: dict[str, Any]) -> type[VersionedObject]:
+    """The class that reads this wire object."""
+    known = REGISTRY.get((obj.get(NAMESPACE, ""), obj.get(NAME, "")))
+    if known is not None:
+        return known
+    data = obj.get(DATA)
+    if isinstance(data, dict) and InstancePayload.has_shape(data):
+        return InstancePayload
+    return GenericPayload
+
+
+def describe_location(loc: tuple[int | str, ...]) -> str:
+    # Drop pydantic's internal steps (function-wrap names) and keep field names.
+    parts = [str(p) for p in loc if not (isinstance(p, str) and "[" in p)]
+    return ".".join(parts) or "(object)"
+
+
+def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
+    """Decode one versioned object, raising a named error that says what and where."""
+    if not isinstance(obj, dict) or not WIRE_KEYS <= obj.keys():
+        raise MalformedNotification(
+            f"{where}: not a versioned object (needs {', '.join(sorted(WIRE_KEYS))})"
+        )
+    cls = payload_class(obj)
+    label = f"{obj[NAME]} {obj[VERSION]}"
+    try:
+        return cls.model_validate(obj)
+    except NotificationError:
+        raise
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = describe_location(err["loc"])
+        if err["type"] == "missing" or (field == "uuid" and err.get("input") is None):
+            raise MissingField(f"{where}: {label}: field {field} is required", field) from None
+        raise MalformedNotification(
+            f"{where}: {label}: field {field}: {err['msg']} (got {err.get('input')!r:.80})"
+        ) from None
