@@ -5,8 +5,8 @@ instance ``uuid`` has a default, so an older minor version fills defaults (the
 compatibility rule). Instance payloads allow extra fields: a newer minor, or a payload
 class this code has never seen, keeps its extra fields on ``model_extra``.
 
-Cellsight's producer adds three fields to the instance snapshot (``revision``,
-``cell_uuid``, ``forthcoming``). They are left out of the wire form when unset, so
+Cellsight's producer adds fields to the instance snapshot (``revision``,
+``cell_uuid``, ``forthcoming``, and ``tags`` on every class). They are left out of the wire form when unset, so
 Nova's own payloads round-trip unchanged.
 """
 
@@ -180,6 +180,9 @@ class InstancePayload(VersionedObject):
     revision: int | None = Field(default=None, ge=0, exclude_if=_omit_none)
     cell_uuid: str | None = Field(default=None, exclude_if=_omit_none)
     forthcoming: bool | None = Field(default=None, exclude_if=_omit_none)
+    # Nova sends tags only on create/update payloads; Cellsight's producer sends them on
+    # every payload so that an action event never makes the indexer forget them.
+    tags: list[str] | None = Field(default=None, exclude_if=_omit_none)
 
     @classmethod
     def accepts_name(cls, name: str) -> bool:

@@ -1,0 +1,158 @@
+"""The document field registry, derived from the payload objects.
+
+Every scalar field of ``InstancePayload`` (and ``ComputeNodePayload``) becomes a document
+field whose kind follows its Python type; nested Nova objects are flattened where the
+API filters or sorts on them (flavor) and stored verbatim where it only returns them
+(addresses, block devices). The engine mappings, the embedded engine's columns and
+(later) the API's field registry are all generated from these lists.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from notifications.base import VersionedObject
+from notifications.objects import ComputeNodePayload
+from notifications.payloads import InstancePayload
+
+
+class Kind(StrEnum):
+    KEYWORD = "keyword"
+    TEXT = "text"  # full text with a keyword sub-field, for names
+    LONG = "long"
+    DOUBLE = "double"
+    BOOLEAN = "boolean"
+    DATE = "date"
+    IP = "ip"
+    OBJECT = "object"  # stored and returned, never searched
+
+
+@dataclass(frozen=True)
+class DocField:
+    name: str
+    kind: Kind
+    many: bool = False
+    doc: str = ""
+
+    @property
+    def sortable(self) -> bool:
+        return self.kind is not Kind.OBJECT and not self.many
+
+
+# Names a person searches by words as well as exactly.
+TEXT_FIELDS = frozenset({"display_name", "display_description", "host_name"})
+# Nested objects kept whole for the detail view.
+OBJECT_FIELDS = frozenset({"ip_addresses", "block_devices", "metadata", "shares", "flavor_extra_specs"})
+# Payload fields that are not part of the instance's state.
+EVENT_ONLY_FIELDS = frozenset({"request_id", "action_initiator_project", "action_initiator_user", "revision"})
+
+
+def _unoptional(annotation: Any) -> tuple[Any, bool]:
+    """The inner type of ``X | None`` and whether it is a list."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0]
+        origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+        origin = typing.get_origin(annotation)
+    if origin is list:
+        return typing.get_args(annotation)[0], True
+    return annotation, False
+
+
+def _kind_of(name: str, annotation: Any) -> tuple[Kind, bool]:
+    inner, many = _unoptional(annotation)
+    if name in TEXT_FIELDS:
+        return Kind.TEXT, many
+    if name in OBJECT_FIELDS or typing.get_origin(inner) is dict:
+        return Kind.OBJECT, many
+    if isinstance(inner, type) and issubclass(inner, VersionedObject):
+        return Kind.OBJECT, many
+    if inner is bool:
+        return Kind.BOOLEAN, many
+    if inner is int:
+        return Kind.LONG, many
+    if inner is float:
+        return Kind.DOUBLE, many
+    if inner is datetime:
+        return Kind.DATE, many
+    return Kind.KEYWORD, many
+
+
+def fields_of(model: type[VersionedObject], skip: frozenset[str] = frozenset()) -> list[DocField]:
+    out = []
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        kind, many = _kind_of(name, info.annotation)
+        out.append(DocField(name, kind, many, info.description or ""))
+    return out
+
+
+def _flavor_fields() -> list[DocField]:
+    from notifications.payloads import FlavorPayload
+
+    return [
+        DocField(f"flavor_{f.name}", f.kind, f.many)
+        for f in fields_of(FlavorPayload, skip=frozenset({"projects", "description", "disabled", "is_public"}))
+    ]
+
+
+# Fields every document has besides the payload's: maintained by the indexer.
+BOOKKEEPING_FIELDS = [
+    DocField("cell_uuid", Kind.KEYWORD),
+    DocField("forthcoming", Kind.BOOLEAN),
+    DocField("deleted", Kind.BOOLEAN),
+    DocField("tags", Kind.KEYWORD, many=True),
+    DocField("ip4", Kind.KEYWORD, many=True),
+    DocField("ip6", Kind.KEYWORD, many=True),
+    DocField("version", Kind.LONG),
+    DocField("event_type", Kind.KEYWORD),
+    DocField("indexed_at", Kind.DATE),
+]
+
+INSTANCE_FIELDS: list[DocField] = [
+    *(
+        f
+        for f in fields_of(
+            InstancePayload,
+            skip=EVENT_ONLY_FIELDS | {"flavor", "cell_uuid", "forthcoming", "tags"},
+        )
+    ),
+    *_flavor_fields(),
+    *BOOKKEEPING_FIELDS,
+]
+
+NODE_FIELDS: list[DocField] = [
+    *fields_of(ComputeNodePayload, skip=frozenset({"revision"})),
+    DocField("version", Kind.LONG),
+    DocField("indexed_at", Kind.DATE),
+]
+
+FIELDS_BY_RESOURCE: dict[str, list[DocField]] = {"instance": INSTANCE_FIELDS, "node": NODE_FIELDS}
+
+
+def field_map(resource: str) -> dict[str, DocField]:
+    return {f.name: f for f in FIELDS_BY_RESOURCE[resource]}
+
+
+def search_mapping(resource: str) -> dict[str, Any]:
+    """The Elasticsearch/OpenSearch mapping; ``strict`` so a stray field cannot widen it."""
+    props: dict[str, Any] = {}
+    for f in FIELDS_BY_RESOURCE[resource]:
+        if f.kind is Kind.TEXT:
+            props[f.name] = {"type": "text", "fields": {"raw": {"type": "keyword", "ignore_above": 1024}}}
+        elif f.kind is Kind.OBJECT:
+            props[f.name] = {"type": "object", "enabled": False}
+        elif f.kind is Kind.KEYWORD:
+            props[f.name] = {"type": "keyword", "ignore_above": 1024}
+        else:
+            props[f.name] = {"type": f.kind.value}
+    return {"dynamic": "strict", "properties": props}
