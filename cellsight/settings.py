@@ -28,7 +28,9 @@ class ConfigError(Exception):
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CELLSIGHT_", extra="forbid")
 
-    data_dir: Path = Field(Path(".cellsight"), description="Holds the embedded databases, bus and index")
+    data_dir: Path = Field(
+        Path(".cellsight"), description="Holds the embedded databases, bus and index"
+    )
 
     # Databases: the API database (cell and instance mappings). Cell URLs live in it.
     api_db_url: str | None = Field(None, description="Default: SQLite file in data_dir")
@@ -51,8 +53,15 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(None, ge=0, le=65535)
 
     # Search index.
-    search_url: str | None = Field(None, description="http(s):// Elasticsearch/OpenSearch; default: embedded")
+    search_url: str | None = Field(
+        None, description="http(s):// Elasticsearch/OpenSearch; default: embedded"
+    )
     search_timeout: float = Field(5.0, gt=0)
+    index_prefix: str = Field(
+        "cellsight",
+        pattern=r"^[a-z0-9][a-z0-9_.-]*$",
+        description="Prefix of index, alias and meta names",
+    )
 
     # API.
     api_host: str = "127.0.0.1"
@@ -60,8 +69,12 @@ class Settings(BaseSettings):
     auth_mode: Literal["dev", "token"] = "dev"
     token_file: Path | None = None
     max_limit: int = Field(1000, ge=1)
-    safe_connect_cooldown: float = Field(30.0, ge=0, description="0 keeps the fallback until restart")
-    cell_timeout: float = Field(5.0, gt=0, description="Per-cell deadline on the fan-out path, seconds")
+    safe_connect_cooldown: float = Field(
+        30.0, ge=0, description="0 keeps the fallback until restart"
+    )
+    cell_timeout: float = Field(
+        5.0, gt=0, description="Per-cell deadline on the fan-out path, seconds"
+    )
 
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

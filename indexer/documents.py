@@ -23,18 +23,20 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from indexer.fields import BOOKKEEPING_FIELDS, INSTANCE_FIELDS, NODE_FIELDS, Kind
 from notifications.base import DATA, VersionedObject, format_timestamp
 from notifications.envelope import EventType
 from notifications.objects import ComputeNodePayload
 from notifications.payloads import InstancePayload
-from indexer.fields import INSTANCE_FIELDS, NODE_FIELDS, Kind
 
 TIE_BITS = 10
 _PHASE_RANK = {"start": 0, None: 1, "progress": 1, "error": 2, "end": 3}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _PAYLOAD_INSTANCE_FIELDS = [
-    f for f in INSTANCE_FIELDS if f.name in InstancePayload.model_fields
+    f
+    for f in INSTANCE_FIELDS
+    if f.name in InstancePayload.model_fields and f not in BOOKKEEPING_FIELDS
 ]
 _FLAVOR_FIELDS = [f for f in INSTANCE_FIELDS if f.name.startswith("flavor_")]
 
@@ -46,8 +48,13 @@ def _micros(value: datetime) -> int:
 def snapshot_time(payload: InstancePayload) -> datetime | None:
     times = [
         t
-        for t in (payload.updated_at, payload.deleted_at, payload.terminated_at,
-                  payload.launched_at, payload.created_at)
+        for t in (
+            payload.updated_at,
+            payload.deleted_at,
+            payload.terminated_at,
+            payload.launched_at,
+            payload.created_at,
+        )
         if t is not None
     ]
     return max(times) if times else None
@@ -101,10 +108,14 @@ def instance_document(
     """The instance document. ``tags`` is absent when the payload did not carry them
     (Nova's action payloads), so the writer keeps the stored tags."""
     event = EventType.parse(event_type)
-    doc: dict[str, Any] = {f.name: _plain(getattr(payload, f.name)) for f in _PAYLOAD_INSTANCE_FIELDS}
+    doc: dict[str, Any] = {
+        f.name: _plain(getattr(payload, f.name)) for f in _PAYLOAD_INSTANCE_FIELDS
+    }
     flavor = payload.flavor
     for f in _FLAVOR_FIELDS:
-        doc[f.name] = _plain(getattr(flavor, f.name[len("flavor_"):])) if flavor is not None else None
+        doc[f.name] = (
+            _plain(getattr(flavor, f.name[len("flavor_") :])) if flavor is not None else None
+        )
     doc["ip4"], doc["ip6"] = split_ips(payload.ip_addresses)
     doc["cell_uuid"] = payload.cell_uuid or cell_uuid
     doc["forthcoming"] = bool(payload.forthcoming)

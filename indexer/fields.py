@@ -47,9 +47,13 @@ class DocField:
 # Names a person searches by words as well as exactly.
 TEXT_FIELDS = frozenset({"display_name", "display_description", "host_name"})
 # Nested objects kept whole for the detail view.
-OBJECT_FIELDS = frozenset({"ip_addresses", "block_devices", "metadata", "shares", "flavor_extra_specs"})
+OBJECT_FIELDS = frozenset(
+    {"ip_addresses", "block_devices", "metadata", "shares", "flavor_extra_specs"}
+)
 # Payload fields that are not part of the instance's state.
-EVENT_ONLY_FIELDS = frozenset({"request_id", "action_initiator_project", "action_initiator_user", "revision"})
+EVENT_ONLY_FIELDS = frozenset(
+    {"request_id", "action_initiator_project", "action_initiator_user", "revision"}
+)
 
 
 def _unoptional(annotation: Any) -> tuple[Any, bool]:
@@ -101,7 +105,9 @@ def _flavor_fields() -> list[DocField]:
 
     return [
         DocField(f"flavor_{f.name}", f.kind, f.many)
-        for f in fields_of(FlavorPayload, skip=frozenset({"projects", "description", "disabled", "is_public"}))
+        for f in fields_of(
+            FlavorPayload, skip=frozenset({"projects", "description", "disabled", "is_public"})
+        )
     ]
 
 
@@ -148,7 +154,10 @@ def search_mapping(resource: str) -> dict[str, Any]:
     props: dict[str, Any] = {}
     for f in FIELDS_BY_RESOURCE[resource]:
         if f.kind is Kind.TEXT:
-            props[f.name] = {"type": "text", "fields": {"raw": {"type": "keyword", "ignore_above": 1024}}}
+            props[f.name] = {
+                "type": "text",
+                "fields": {"raw": {"type": "keyword", "ignore_above": 1024}},
+            }
         elif f.kind is Kind.OBJECT:
             props[f.name] = {"type": "object", "enabled": False}
         elif f.kind is Kind.KEYWORD:

@@ -81,7 +81,9 @@ UuidStr = Annotated[str, AfterValidator(_check_uuid)]
 
 def parse_version(version: Any, where: str) -> tuple[int, int]:
     if not isinstance(version, str):
-        raise MalformedNotification(f"{where}: {VERSION} must be a string like '1.9', got {version!r}")
+        raise MalformedNotification(
+            f"{where}: {VERSION} must be a string like '1.9', got {version!r}"
+        )
     major, sep, minor = version.partition(".")
     if not (sep and major.isdigit() and minor.isdigit()):
         raise MalformedNotification(f"{where}: {VERSION} {version!r} is not 'major.minor'")
@@ -162,7 +164,10 @@ class VersionedObject(BaseModel):
         unknown = sorted(set(inner) - set(cls.model_fields))
         log.info(
             "reading %s %s with the %s reader; fields kept out of documents: %s",
-            name, version, cls.OBJ_VERSION, ", ".join(unknown) or "none",
+            name,
+            version,
+            cls.OBJ_VERSION,
+            ", ".join(unknown) or "none",
         )
 
     @model_serializer(mode="wrap")

@@ -58,7 +58,8 @@ class EventType(NamedTuple):
         parts = value.split(".") if isinstance(value, str) else []
         if len(parts) == 3 and parts[2] not in PHASES:
             raise InvalidEventType(
-                f"event_type {value!r}: phase {parts[2]!r} is not one of {', '.join(sorted(PHASES))}"
+                f"event_type {value!r}: phase {parts[2]!r} is not one of "
+                f"{', '.join(sorted(PHASES))}"
             )
         if len(parts) not in (2, 3) or not all(parts):
             raise InvalidEventType(f"event_type {value!r} is not object.action[.phase]")
@@ -93,7 +94,10 @@ class Notification(BaseModel):
 
     @classmethod
     def create(
-        cls, event_type: str, publisher_id: str, payload: VersionedObject,
+        cls,
+        event_type: str,
+        publisher_id: str,
+        payload: VersionedObject,
         priority: Priority = Priority.INFO,
     ) -> Notification:
         return cls(
@@ -145,7 +149,9 @@ def unwrap(body: Any) -> dict[str, Any]:
     if "oslo.message" in body:
         version = body.get("oslo.version")
         if version != OSLO_VERSION:
-            raise InvalidEnvelope(f"oslo.version {version!r} is not supported (need {OSLO_VERSION!r})")
+            raise InvalidEnvelope(
+                f"oslo.version {version!r} is not supported (need {OSLO_VERSION!r})"
+            )
         inner = body["oslo.message"]
         if not isinstance(inner, str):
             raise InvalidEnvelope("oslo.message must be the notification as a JSON string")

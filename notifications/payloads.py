@@ -6,8 +6,8 @@ compatibility rule). Instance payloads allow extra fields: a newer minor, or a p
 class this code has never seen, keeps its extra fields on ``model_extra``.
 
 Cellsight's producer adds fields to the instance snapshot (``revision``,
-``cell_uuid``, ``forthcoming``, and ``tags`` on every class). They are left out of the wire form when unset, so
-Nova's own payloads round-trip unchanged.
+``cell_uuid``, ``forthcoming``, and ``tags`` on every class). They are left out of the
+wire form when unset, so Nova's own payloads round-trip unchanged.
 """
 
 from __future__ import annotations
@@ -131,11 +131,31 @@ class InstancePayload(VersionedObject):
     # name (decode by shape, not by a whitelist of names).
     SHAPE_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
-            "uuid", "user_id", "tenant_id", "reservation_id", "display_name",
-            "host_name", "host", "node", "os_type", "architecture",
-            "availability_zone", "flavor", "image_uuid", "kernel_id", "ramdisk_id",
-            "created_at", "launched_at", "terminated_at", "deleted_at", "state",
-            "power_state", "task_state", "progress", "ip_addresses", "metadata",
+            "uuid",
+            "user_id",
+            "tenant_id",
+            "reservation_id",
+            "display_name",
+            "host_name",
+            "host",
+            "node",
+            "os_type",
+            "architecture",
+            "availability_zone",
+            "flavor",
+            "image_uuid",
+            "kernel_id",
+            "ramdisk_id",
+            "created_at",
+            "launched_at",
+            "terminated_at",
+            "deleted_at",
+            "state",
+            "power_state",
+            "task_state",
+            "progress",
+            "ip_addresses",
+            "metadata",
         }
     )
 

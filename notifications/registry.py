@@ -40,7 +40,7 @@ def describe_location(loc: tuple[int | str, ...]) -> str:
 
 def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
     """Decode one versioned object, raising a named error that says what and where."""
-    if not isinstance(obj, dict) or not WIRE_KEYS <= obj.keys():
+    if not isinstance(obj, dict) or not obj.keys() >= WIRE_KEYS:
         raise MalformedNotification(
             f"{where}: not a versioned object (needs {', '.join(sorted(WIRE_KEYS))})"
         )

@@ -25,7 +25,9 @@ RABBITMQ_URL = os.environ.get("CELLSIGHT_TEST_AMQP_URL", "amqp://guest:guest@127
 POSTGRES_URL = os.environ.get(
     "CELLSIGHT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
-MARIADB_URL = os.environ.get("CELLSIGHT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+MARIADB_URL = os.environ.get(
+    "CELLSIGHT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
 
 DIALECTS = ("sqlite", "postgresql", "mariadb")
 

@@ -23,10 +23,12 @@ app = typer.Typer(
 def _root(
     ctx: typer.Context,
     config: Annotated[
-        Path | None, typer.Option("--config", help="TOML file of settings (CELLSIGHT_* keys, lowercase)")
+        Path | None,
+        typer.Option("--config", help="TOML file of settings (CELLSIGHT_* keys, lowercase)"),
     ] = None,
     data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="Embedded data directory (default ./.cellsight)")
+        Path | None,
+        typer.Option("--data-dir", help="Embedded data directory (default ./.cellsight)"),
     ] = None,
 ) -> None:
     overrides: dict[str, object] = {}

@@ -27,5 +27,5 @@ def settings_of(ctx: typer.Context) -> Settings:
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """A clear one-line error and a non-zero exit, instead of a traceback."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -6,4 +6,11 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    from cellsight.cli.notifications_cmd import app as notifications_app
+
+    app.add_typer(notifications_app, name="notifications")
+    from cellsight.cli.cells_cmd import app as cells_app
+    from cellsight.cli.ops_cmd import app as ops_app
+
+    app.add_typer(cells_app, name="cells")
+    app.add_typer(ops_app, name="ops")

@@ -1,0 +1,132 @@
+"""Search engines, and ``build_engine``, which picks one from a URL.
+
+No URL means the embedded engine (a SQLite file, no server). An ``http(s)://`` URL is
+asked what it is with a plain ``GET /``: the Elasticsearch client refuses servers that
+are not Elasticsearch, so it cannot be the one to ask.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import urllib.error
+import urllib.request
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
+from indexer.engines.http import redact_url
+
+if TYPE_CHECKING:
+    from email.message import Message
+
+__all__ = ["UnsupportedEngineURL", "build_engine", "detect_distribution"]
+
+SCHEMES = ("http", "https")
+
+
+class UnsupportedEngineURL(EngineError, ValueError):
+    """The search URL's scheme names no engine Cellsight has."""
+
+
+def build_engine(
+    url: str | None,
+    *,
+    embedded_path: str | os.PathLike[str],
+    prefix: str = "cellsight",
+    timeout: float = 5.0,
+) -> SearchEngine:
+    """The engine for ``url``: embedded at ``embedded_path`` when ``url`` is empty,
+    otherwise Elasticsearch or OpenSearch as the cluster at ``url`` reports itself."""
+    if not url:
+        from indexer.engines.embedded import EmbeddedEngine
+
+        return EmbeddedEngine(embedded_path, prefix=prefix)
+    distribution = detect_distribution(url, timeout=timeout)
+    if distribution == "opensearch":
+        from indexer.engines.opensearch import OpenSearchEngine
+
+        return OpenSearchEngine(url, prefix=prefix, timeout=timeout)
+    from indexer.engines.elasticsearch import ElasticsearchEngine
+
+    return ElasticsearchEngine(url, prefix=prefix, timeout=timeout)
+
+
+def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
+    """``"elasticsearch"`` or ``"opensearch"``, from the cluster's root endpoint.
+
+    Raises ``UnsupportedEngineURL`` for a scheme other than http(s),
+    ``EngineUnavailable`` when nothing answers there, and ``EngineError`` when what
+    answers is neither (or refuses to say).
+    """
+    shown = redact_url(url)
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in SCHEMES or not parts.hostname:
+        raise UnsupportedEngineURL(
+            f"search engine URL {shown!r}: expected http://host:port or https://host:port "
+            "of an Elasticsearch 8/9 or OpenSearch 2/3 cluster, or nothing for the "
+            "embedded engine"
+        )
+    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    root = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}/"
+    headers = {"Accept": "application/json"}
+    if parts.username is not None:
+        credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
+    request = urllib.request.Request(root, headers=headers, method="GET")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, response_headers, raw = response.status, response.headers, response.read()
+    except urllib.error.HTTPError as exc:
+        status, response_headers, raw = exc.code, exc.headers, exc.read()
+    except (OSError, ValueError) as exc:  # URLError, refused, timeout, bad TLS
+        reason = getattr(exc, "reason", exc)
+        raise EngineUnavailable(f"search engine at {shown} is unreachable: {reason}") from exc
+    return _distribution(shown, status, response_headers, raw)
+
+
+def _distribution(shown: str, status: int, headers: Message, raw: bytes) -> str:
+    if status == 429 or status >= 500:
+        raise EngineUnavailable(f"search engine at {shown} answered GET / with {status}")
+    try:
+        body: Any = json.loads(raw or b"{}")
+    except ValueError:
+        body = None
+    version = body.get("version") if isinstance(body, dict) else None
+    version = version if isinstance(version, dict) else {}
+    if version.get("distribution") == "opensearch":
+        return "opensearch"
+    # Elasticsearch names itself in this header on every answer (even a 401), and
+    # OpenSearch never does on its own; osmem sends it too but also says "opensearch".
+    if headers.get("X-Elastic-Product") == "Elasticsearch" or (
+        status < 300 and "number" in version and "distribution" not in version
+    ):
+        _check_client_supports(shown, str(version.get("number", "")))
+        return "elasticsearch"
+    if status in (401, 403):
+        raise EngineError(
+            f"search engine at {shown} refused GET / ({status}): give credentials in the "
+            "URL (https://user:password@host:port)"
+        )
+    raise EngineError(
+        f"{shown} answered GET / with {status} but is neither Elasticsearch nor OpenSearch"
+    )
+
+
+def _check_client_supports(shown: str, server_version: str) -> None:
+    """Refuse an Elasticsearch older than the client's major version.
+
+    The official client asks for its own major's REST compatibility, which a server one
+    major older rejects on every request; a newer server accepts it.
+    """
+    from elasticsearch import __versionstr__ as client_version
+
+    server_major = server_version.partition(".")[0]
+    client_major = client_version.partition(".")[0]
+    if server_major.isdigit() and int(server_major) < int(client_major):
+        raise EngineError(
+            f"Elasticsearch {server_version} at {shown} needs the elasticsearch "
+            f"{server_major}.x Python client; {client_version} is installed"
+        )

@@ -150,7 +150,9 @@ class SearchEngine(abc.ABC):
         """Atomically point the read alias at ``read`` and the write alias at ``write``."""
 
     @abc.abstractmethod
-    def bulk_index(self, name: str, docs: Iterator[WriteOp], chunk_size: int = 2000) -> Iterator[WriteResult]:
+    def bulk_index(
+        self, name: str, docs: Iterator[WriteOp], chunk_size: int = 2000
+    ) -> Iterator[WriteResult]:
         """Stream documents into one concrete index (bulk sync), external versions kept."""
 
     # Metadata (synced marker, purge floor) ---------------------------------------

@@ -1,0 +1,253 @@
+"""Engines for the API and cell databases: URL validation, timeouts, one cache.
+
+Supported: SQLite (default, files), PostgreSQL through psycopg 3, MariaDB/MySQL
+through PyMySQL. A URL naming only the backend (``postgresql://``, ``mysql://``,
+``mariadb://``) gets that driver, since SQLAlchemy's defaults (psycopg2, mysqlclient)
+are not installed.
+
+Timeouts: ``connect_timeout`` bounds each connect; ``statement_timeout`` (``None``: no
+limit) bounds each statement, enforced by the server or driver so a slow cell cannot
+hold a caller past its deadline: PostgreSQL ``statement_timeout``; MariaDB
+``max_statement_time`` (MySQL ``max_execution_time``, SELECTs only) plus PyMySQL's
+socket read/write timeouts; SQLite a progress handler that interrupts the statement.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from cells.errors import BadDatabaseURL, DatabaseUnavailable
+
+DRIVERS = {
+    "sqlite": "sqlite+pysqlite",
+    "postgresql": "postgresql+psycopg",
+    "mysql": "mysql+pymysql",
+    "mariadb": "mariadb+pymysql",
+}
+ALLOWED_DRIVERS = {
+    "sqlite": {"pysqlite"},
+    "postgresql": {"psycopg"},
+    "mysql": {"pymysql"},
+    "mariadb": {"pymysql"},
+}
+
+SQLITE_BUSY_MS = 10_000
+# The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
+SQLITE_PROGRESS_STEPS = 10_000
+
+
+def parse_url(url: str) -> sa.URL:
+    """Validate a database URL and pick our driver; raise ``BadDatabaseURL`` saying why."""
+    if not isinstance(url, str) or not url.strip():
+        raise BadDatabaseURL(str(url), "empty URL")
+    try:
+        parsed = sa.make_url(url.strip())
+    except sa.exc.ArgumentError:
+        raise BadDatabaseURL(url, "not a URL of the form dialect[+driver]://…") from None
+    backend = parsed.get_backend_name()
+    if backend not in DRIVERS:
+        raise BadDatabaseURL(
+            url, f"unsupported database {backend!r} (use sqlite, postgresql, mysql or mariadb)"
+        )
+    driver = parsed.get_driver_name() if "+" in parsed.drivername else None
+    if driver is None:
+        parsed = parsed.set(drivername=DRIVERS[backend])
+    elif driver not in ALLOWED_DRIVERS[backend]:
+        wanted = " or ".join(sorted(ALLOWED_DRIVERS[backend]))
+        raise BadDatabaseURL(
+            url, f"driver {driver!r} is not supported for {backend} (use {wanted})"
+        )
+    if backend == "sqlite":
+        if parsed.database in (None, "", ":memory:") or (parsed.database or "").startswith(
+            "file::memory:"
+        ):
+            raise BadDatabaseURL(
+                url,
+                "an in-memory SQLite database is private to one connection; "
+                "give a file path (sqlite:///path/to/cell.db)",
+            )
+        if not (parsed.database or "").startswith("file:"):
+            # Stored in the API database and used from any working directory later.
+            parsed = parsed.set(database=str(Path(parsed.database or "").resolve()))
+    elif not parsed.database:
+        raise BadDatabaseURL(url, "no database name (…/DBNAME at the end)")
+    if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
+        parsed = parsed.update_query_dict({"charset": "utf8mb4"})
+    return parsed
+
+
+def create_engine(
+    url: str | sa.URL, *, connect_timeout: float = 5.0, statement_timeout: float | None = None
+) -> sa.Engine:
+    """A new engine with the dialect's timeouts; see the module doc."""
+    parsed = parse_url(url) if isinstance(url, str) else url
+    backend = parsed.get_backend_name()
+    try:
+        if backend == "sqlite":
+            return _sqlite_engine(parsed, connect_timeout, statement_timeout)
+        if backend == "postgresql":
+            return _postgresql_engine(parsed, connect_timeout, statement_timeout)
+        return _mysql_engine(parsed, connect_timeout, statement_timeout)
+    except (ImportError, sa.exc.NoSuchModuleError) as exc:
+        raise BadDatabaseURL(str(url), f"its driver is not installed ({exc})") from None
+
+
+def _sqlite_engine(
+    url: sa.URL, connect_timeout: float, statement_timeout: float | None
+) -> sa.Engine:
+    parent = Path(url.database or "").parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(
+            url, f"cannot create directory {parent}: {exc.strerror}"
+        ) from None
+    engine = sa.create_engine(url, connect_args={"timeout": connect_timeout})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
+        # Take transaction control from the sqlite3 module so that BEGIN is ours
+        # (IMMEDIATE for writes, see write_transaction).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
+        cursor.close()
+        if statement_timeout is not None:
+            record.info["deadline"] = math.inf
+            dbapi_conn.set_progress_handler(
+                lambda: time.monotonic() > record.info["deadline"], SQLITE_PROGRESS_STEPS
+            )
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    if statement_timeout is not None:
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _arm(conn: sa.Connection, *args: Any) -> None:
+            conn.connection.info["deadline"] = time.monotonic() + statement_timeout
+
+        # Results are fetched lazily, so the deadline holds until the transaction ends;
+        # disarmed before COMMIT so that a commit is never interrupted.
+        for name in ("commit", "rollback"):
+
+            @event.listens_for(engine, name)
+            def _disarm(conn: sa.Connection, *args: Any) -> None:
+                conn.connection.info["deadline"] = math.inf
+
+    return engine
+
+
+def _postgresql_engine(
+    url: sa.URL, connect_timeout: float, statement_timeout: float | None
+) -> sa.Engine:
+    # libpq takes whole seconds and treats values below 2 as 2.
+    connect_args: dict[str, Any] = {"connect_timeout": max(2, math.ceil(connect_timeout))}
+    options = ["-c timezone=UTC"]
+    if statement_timeout is not None:
+        options.append(f"-c statement_timeout={max(1, int(statement_timeout * 1000))}")
+    connect_args["options"] = " ".join(options)
+    return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+def _mysql_engine(
+    url: sa.URL, connect_timeout: float, statement_timeout: float | None
+) -> sa.Engine:
+    connect_args: dict[str, Any] = {"connect_timeout": max(1, math.ceil(connect_timeout))}
+    if statement_timeout is not None:
+        # The socket timeout is the backstop; give the server a moment to cancel first.
+        socket_timeout = max(1, math.ceil(statement_timeout + 1))
+        connect_args["read_timeout"] = socket_timeout
+        connect_args["write_timeout"] = socket_timeout
+    engine = sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True, pool_recycle=3600)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SET SESSION time_zone = '+00:00'")
+        if statement_timeout is not None:
+            if "mariadb" in dbapi_conn.get_server_info().lower():
+                cursor.execute(f"SET SESSION max_statement_time = {statement_timeout:.3f}")
+            else:
+                cursor.execute(f"SET SESSION max_execution_time = {int(statement_timeout * 1000)}")
+        cursor.close()
+
+    return engine
+
+
+@contextmanager
+def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """A connection; a failure to connect becomes ``DatabaseUnavailable``."""
+    try:
+        conn = engine.connect()
+    except sa.exc.DBAPIError as exc:
+        raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
+    with conn:
+        yield conn
+
+
+@contextmanager
+def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
+    """One read-write transaction: committed on exit, rolled back on any exception.
+
+    On SQLite it starts with ``BEGIN IMMEDIATE``, taking the write lock up front, so a
+    read-then-write transaction cannot fail half-way on a lock upgrade.
+    """
+    with connect(engine) as conn:
+        if engine.dialect.name == "sqlite":
+            conn = conn.execution_options(sqlite_begin="IMMEDIATE")
+        with conn.begin():
+            yield conn
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip() if exc is not None else "unknown error"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Engines:
+    """The one cache of engines, keyed by normalised URL; all share the same timeouts."""
+
+    def __init__(
+        self, *, connect_timeout: float = 5.0, statement_timeout: float | None = None
+    ) -> None:
+        self.connect_timeout = connect_timeout
+        self.statement_timeout = statement_timeout
+        self._engines: dict[str, sa.Engine] = {}
+        self._lock = threading.Lock()
+
+    def get(self, url: str) -> sa.Engine:
+        parsed = parse_url(url)
+        key = parsed.render_as_string(hide_password=False)
+        with self._lock:
+            engine = self._engines.get(key)
+            if engine is None:
+                engine = create_engine(
+                    parsed,
+                    connect_timeout=self.connect_timeout,
+                    statement_timeout=self.statement_timeout,
+                )
+                self._engines[key] = engine
+            return engine
+
+    def dispose(self) -> None:
+        with self._lock:
+            for engine in self._engines.values():
+                engine.dispose()
+            self._engines.clear()

@@ -1,0 +1,132 @@
+"""Named errors of the cells package.
+
+Each message names the offending value and says why, so the CLI can print it as one
+line and an API can return it as is. ``reason`` is a short machine label.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+
+def safe_url(url: str | sa.URL) -> str:
+    """A database URL fit for messages and logs: the password is masked."""
+    if isinstance(url, sa.URL):
+        return url.render_as_string(hide_password=True)
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        # Unparseable URLs cannot be split reliably; cut anything after a colon+at.
+        return url.split("@", 1)[-1] if "@" in url else url
+
+
+class CellsError(Exception):
+    """Base of every cells error."""
+
+    reason = "cells_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadDatabaseURL(CellsError):
+    """A database URL that cannot be used: unparseable, unsupported backend, no driver."""
+
+    reason = "bad_database_url"
+
+    def __init__(self, url: str, why: str) -> None:
+        super().__init__(f"database URL {safe_url(url)!r}: {why}")
+        self.url = url
+        self.why = why
+
+
+class DatabaseUnavailable(CellsError):
+    """The database server could not be reached or refused the connection."""
+
+    reason = "database_unavailable"
+
+    def __init__(self, url: str | sa.URL, why: str) -> None:
+        super().__init__(f"database {safe_url(url)!r} is unavailable: {why}")
+        self.url = safe_url(url)
+        self.why = why
+
+
+class UnknownCell(CellsError):
+    reason = "unknown_cell"
+
+    def __init__(self, ref: str, known: list[str] | None = None) -> None:
+        hint = f" (known cells: {', '.join(known)})" if known else " (no cells registered)"
+        super().__init__(f"unknown cell {ref!r}{hint}")
+        self.ref = ref
+
+
+class DuplicateCell(CellsError):
+    reason = "duplicate_cell"
+
+    def __init__(self, field: str, value: str) -> None:
+        super().__init__(f"a cell with {field} {value!r} is already registered")
+        self.field = field
+        self.value = value
+
+
+class InstanceNotFound(CellsError):
+    reason = "instance_not_found"
+
+    def __init__(self, uuid: str, where: str = "") -> None:
+        super().__init__(f"instance {uuid!r} not found{' in ' + where if where else ''}")
+        self.uuid = uuid
+
+
+class InstanceLocked(CellsError):
+    reason = "instance_locked"
+
+    def __init__(self, uuid: str, action: str, locked_reason: str | None) -> None:
+        why = f" ({locked_reason})" if locked_reason else ""
+        super().__init__(f"instance {uuid!r} is locked{why}; {action} needs an admin")
+        self.uuid = uuid
+
+
+class InvalidInstanceState(CellsError):
+    reason = "invalid_instance_state"
+
+    def __init__(self, uuid: str, action: str, state: str | None, allowed: set[str]) -> None:
+        super().__init__(
+            f"cannot {action} instance {uuid!r} in state {state!r} "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+        self.uuid = uuid
+        self.state = state
+
+
+class UnknownFlavor(CellsError):
+    reason = "unknown_flavor"
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown flavor {name!r} (known: {', '.join(known)})")
+        self.name = name
+
+
+class NoValidHost(CellsError):
+    reason = "no_valid_host"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"no valid host: {why}")
+
+
+class ConcurrentUpdate(CellsError):
+    """Another writer changed the row between our read and our write; retry the action."""
+
+    reason = "concurrent_update"
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__(f"instance {uuid!r} changed concurrently; retry")
+        self.uuid = uuid
+
+
+class DuplicateInstance(CellsError):
+    reason = "duplicate_instance"
+
+    def __init__(self, uuid: str) -> None:
+        super().__init__(f"instance {uuid!r} already exists")
+        self.uuid = uuid

@@ -1,0 +1,240 @@
+"""The API database: the cells registry and the instance mappings.
+
+``CellRegistry`` is the one object the operations, the seeder and (later) the API
+receive: it owns the API engine and the cache of cell engines.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from cells.database import Engines, connect, parse_url, write_transaction
+from cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
+from cells.schema import (
+    cell_mappings,
+    create_api_schema,
+    create_cell_schema,
+    instance_mappings,
+    utcnow,
+)
+
+if TYPE_CHECKING:
+    from cellsight.settings import Settings
+
+
+@dataclass(frozen=True)
+class CellMapping:
+    uuid: str
+    name: str
+    database_url: str
+    disabled: bool = False
+    created_at: datetime | None = None
+
+    @property
+    def safe_url(self) -> str:
+        return safe_url(self.database_url)
+
+
+@dataclass(frozen=True)
+class InstanceMapping:
+    instance_uuid: str
+    cell_uuid: str | None
+    project_id: str
+    user_id: str | None
+    queued_for_delete: bool
+
+
+def _cell(row: sa.RowMapping) -> CellMapping:
+    return CellMapping(
+        uuid=row["uuid"],
+        name=row["name"],
+        database_url=row["database_connection"],
+        disabled=bool(row["disabled"]),
+        created_at=row["created_at"],
+    )
+
+
+def _instance_mapping(row: sa.RowMapping) -> InstanceMapping:
+    return InstanceMapping(
+        instance_uuid=row["instance_uuid"],
+        cell_uuid=row["cell_uuid"],
+        project_id=row["project_id"],
+        user_id=row["user_id"],
+        queued_for_delete=bool(row["queued_for_delete"]),
+    )
+
+
+class CellRegistry:
+    """Cells and instance mappings in the API database, and each cell's engine."""
+
+    def __init__(self, api_url: str, engines: Engines | None = None) -> None:
+        self.engines = engines or Engines()
+        self.api_url = api_url
+        self.api_engine = self.engines.get(api_url)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, create: bool = True) -> CellRegistry:
+        registry = cls(
+            settings.resolved_api_db_url, Engines(connect_timeout=settings.db_connect_timeout)
+        )
+        if create:
+            registry.create_schema()
+        return registry
+
+    def create_schema(self) -> None:
+        with connect(self.api_engine):
+            pass  # a clear DatabaseUnavailable before DDL, rather than a DDL error
+        create_api_schema(self.api_engine)
+
+    def close(self) -> None:
+        self.engines.dispose()
+
+    # ------------------------------------------------------------------ cells
+
+    def add_cell(
+        self, name: str, database_url: str, *, uuid: str | None = None, create_schema: bool = True
+    ) -> CellMapping:
+        """Register a cell; its database is checked (and its tables created) first."""
+        if not name or not name.strip():
+            raise ValueError("a cell needs a non-empty name")
+        parsed = parse_url(database_url)
+        url = parsed.render_as_string(hide_password=False)
+        cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())
+        engine = self.engines.get(url)
+        with connect(engine):
+            pass
+        if create_schema:
+            create_cell_schema(engine)
+        with write_transaction(self.api_engine) as conn:
+            for field, column, value in (("name", "name", name), ("uuid", "uuid", cell_uuid)):
+                taken = conn.execute(
+                    sa.select(cell_mappings.c.id).where(cell_mappings.c[column] == value)
+                ).first()
+                if taken is not None:
+                    raise DuplicateCell(field, value)
+            now = utcnow()
+            conn.execute(
+                cell_mappings.insert().values(
+                    uuid=cell_uuid,
+                    name=name,
+                    database_connection=url,
+                    disabled=False,
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+        return CellMapping(cell_uuid, name, url, False, now)
+
+    def list_cells(self, *, include_disabled: bool = True) -> list[CellMapping]:
+        query = sa.select(cell_mappings).order_by(cell_mappings.c.name)
+        if not include_disabled:
+            query = query.where(cell_mappings.c.disabled.is_(False))
+        with connect(self.api_engine) as conn:
+            return [_cell(row) for row in conn.execute(query).mappings()]
+
+    def get_cell(self, ref: str) -> CellMapping:
+        """A cell by uuid or name; ``UnknownCell`` names the known ones otherwise."""
+        query = sa.select(cell_mappings).where(
+            sa.or_(cell_mappings.c.uuid == ref.lower(), cell_mappings.c.name == ref)
+        )
+        with connect(self.api_engine) as conn:
+            row = conn.execute(query).mappings().first()
+        if row is None:
+            raise UnknownCell(ref, [c.name for c in self.list_cells()])
+        return _cell(row)
+
+    def cell_engine(self, cell: CellMapping | str) -> sa.Engine:
+        if isinstance(cell, str):
+            cell = self.get_cell(cell)
+        return self.engines.get(cell.database_url)
+
+    # ------------------------------------------------------ instance mappings
+
+    def map_instances(
+        self,
+        cell_uuid: str,
+        mappings: Sequence[tuple[str, str, str | None]],
+        conn: sa.Connection | None = None,
+    ) -> None:
+        """Insert mappings ``(instance_uuid, project_id, user_id)`` to one cell."""
+        if not mappings:
+            return
+        now = utcnow()
+        rows: list[dict[str, Any]] = [
+            {
+                "instance_uuid": i,
+                "cell_uuid": cell_uuid,
+                "project_id": p,
+                "user_id": u,
+                "queued_for_delete": False,
+                "created_at": now,
+                "updated_at": now,
+            }
+            for i, p, u in mappings
+        ]
+        if conn is not None:
+            conn.execute(instance_mappings.insert(), rows)
+            return
+        with write_transaction(self.api_engine) as own:
+            own.execute(instance_mappings.insert(), rows)
+
+    def unmap_instances(self, instance_uuids: Sequence[str]) -> None:
+        with write_transaction(self.api_engine) as conn:
+            conn.execute(
+                instance_mappings.delete().where(
+                    instance_mappings.c.instance_uuid.in_(list(instance_uuids))
+                )
+            )
+
+    def queue_for_delete(self, instance_uuid: str) -> None:
+        with write_transaction(self.api_engine) as conn:
+            conn.execute(
+                instance_mappings.update()
+                .where(instance_mappings.c.instance_uuid == instance_uuid)
+                .values(queued_for_delete=True, updated_at=utcnow())
+            )
+
+    def get_instance_mapping(self, instance_uuid: str) -> InstanceMapping:
+        query = sa.select(instance_mappings).where(
+            instance_mappings.c.instance_uuid == instance_uuid
+        )
+        with connect(self.api_engine) as conn:
+            row = conn.execute(query).mappings().first()
+        if row is None:
+            raise InstanceNotFound(instance_uuid, "the instance mappings")
+        return _instance_mapping(row)
+
+    def locate(self, instance_uuid: str) -> CellMapping:
+        """The cell holding an instance, from its mapping."""
+        mapping = self.get_instance_mapping(instance_uuid)
+        if mapping.cell_uuid is None:
+            raise InstanceNotFound(instance_uuid, "any cell (not yet scheduled)")
+        return self.get_cell(mapping.cell_uuid)
+
+    def cells_of(self, instance_uuids: Sequence[str]) -> dict[str, str]:
+        """Instance uuid → cell uuid for the mapped ones (one query per 500 uuids)."""
+        found: dict[str, str] = {}
+        m = instance_mappings.c
+        with connect(self.api_engine) as conn:
+            for start in range(0, len(instance_uuids), 500):
+                chunk = list(instance_uuids[start : start + 500])
+                rows = conn.execute(
+                    sa.select(m.instance_uuid, m.cell_uuid).where(
+                        m.instance_uuid.in_(chunk), m.cell_uuid.is_not(None)
+                    )
+                )
+                found.update({r.instance_uuid: r.cell_uuid for r in rows})
+        return found
+
+    def count_mappings(self, cell_uuid: str | None = None) -> int:
+        query = sa.select(sa.func.count()).select_from(instance_mappings)
+        if cell_uuid is not None:
+            query = query.where(instance_mappings.c.cell_uuid == cell_uuid)
+        with connect(self.api_engine) as conn:
+            return int(conn.execute(query).scalar_one())

@@ -1,0 +1,237 @@
+"""The scheduler step: pick a cell and hosts for a request, as Nova's ``Selection`` lists.
+
+For each instance of a request the answer is ``[chosen, alternate, …]``, the
+alternates in the chosen host's cell (a build that fails on its host is retried on an
+alternate without asking the scheduler again, and never crosses cells). All instances
+of one request go to one cell, so that the boot is a single cell transaction.
+
+Capacity is what the compute node rows say, with Nova's allocation ratios; the claim
+itself happens in the boot transaction, guarded by the same arithmetic (``claim``),
+so two concurrent boots cannot both take the last slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+from cells.database import connect
+from cells.errors import NoValidHost
+from cells.mappings import CellMapping, CellRegistry
+from cells.reads import list_compute_nodes
+from cells.schema import compute_nodes, utcnow
+from notifications.objects import SchedulerLimits, Selection
+
+ALLOCATION_REQUEST_VERSION = "1.36"
+
+
+@dataclass(frozen=True)
+class Resources:
+    vcpus: int
+    memory_mb: int
+    disk_gb: int
+
+    @classmethod
+    def of_flavor(cls, flavor: Mapping[str, Any]) -> Resources:
+        return cls(
+            vcpus=int(flavor.get("vcpus") or 0),
+            memory_mb=int(flavor.get("memory_mb") or 0),
+            disk_gb=int(flavor.get("root_gb") or 0) + int(flavor.get("ephemeral_gb") or 0),
+        )
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(
+            self.vcpus - other.vcpus, self.memory_mb - other.memory_mb, self.disk_gb - other.disk_gb
+        )
+
+
+@dataclass
+class HostState:
+    """A compute node as the scheduler sees it, with what this request already took."""
+
+    cell: CellMapping
+    node: dict[str, Any]
+    taken: Resources = field(default_factory=lambda: Resources(0, 0, 0))
+
+    @property
+    def limits(self) -> Resources:
+        n = self.node
+        return Resources(
+            int(n["vcpus"] * n["cpu_allocation_ratio"]),
+            int(n["memory_mb"] * n["ram_allocation_ratio"]),
+            int(n["local_gb"] * n["disk_allocation_ratio"]),
+        )
+
+    @property
+    def free(self) -> Resources:
+        n, limits = self.node, self.limits
+        return Resources(
+            limits.vcpus - n["vcpus_used"] - self.taken.vcpus,
+            limits.memory_mb - n["memory_mb_used"] - self.taken.memory_mb,
+            limits.disk_gb - n["local_gb_used"] - self.taken.disk_gb,
+        )
+
+    def fits(self, want: Resources) -> bool:
+        free = self.free
+        return (
+            free.vcpus >= want.vcpus
+            and free.memory_mb >= want.memory_mb
+            and free.disk_gb >= want.disk_gb
+        )
+
+    def weight(self) -> tuple[int, int]:
+        # Nova's default RAM weigher spreads by free memory. Fewer forthcoming
+        # reservations break ties (room for reserved builds), then the name: stable.
+        return (-self.free.memory_mb, self.node["forthcoming_reservations"])
+
+    def selection(self, want: Resources) -> Selection:
+        n, limits = self.node, self.limits
+        return Selection.from_allocation(
+            compute_node_uuid=n["uuid"],
+            service_host=n["host"],
+            nodename=n["hypervisor_hostname"],
+            cell_uuid=self.cell.uuid,
+            allocation={
+                "allocations": {
+                    n["uuid"]: {
+                        "resources": {
+                            "VCPU": want.vcpus,
+                            "MEMORY_MB": want.memory_mb,
+                            "DISK_GB": want.disk_gb,
+                        }
+                    }
+                }
+            },
+            allocation_request_version=ALLOCATION_REQUEST_VERSION,
+            limits=SchedulerLimits(
+                vcpu=limits.vcpus, memory_mb=limits.memory_mb, disk_gb=limits.disk_gb
+            ),
+            availability_zone=n.get("availability_zone"),
+        )
+
+
+class Scheduler:
+    def __init__(self, registry: CellRegistry, *, alternates: int = 2) -> None:
+        self.registry = registry
+        self.alternates = alternates
+
+    def host_states(self, cells: Iterable[CellMapping]) -> list[HostState]:
+        states: list[HostState] = []
+        for cell in cells:
+            with connect(self.registry.cell_engine(cell)) as conn:
+                for node in list_compute_nodes(conn):
+                    if not (node["disabled"] or node["offline"]):
+                        states.append(HostState(cell, node))
+        return states
+
+    def select_destinations(
+        self,
+        flavor: Mapping[str, Any],
+        *,
+        count: int = 1,
+        cell: str | None = None,
+        availability_zone: str | None = None,
+        exclude_hosts: Iterable[str] = (),
+    ) -> list[list[Selection]]:
+        """``count`` lists of ``[chosen, *alternates]``, all in one cell."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        want = Resources.of_flavor(flavor)
+        cells = (
+            [self.registry.get_cell(cell)]
+            if cell
+            else self.registry.list_cells(include_disabled=False)
+        )
+        if not cells:
+            raise NoValidHost("no enabled cells are registered")
+        excluded = set(exclude_hosts)
+        hosts = [
+            h
+            for h in self.host_states(cells)
+            if h.node["host"] not in excluded
+            and (availability_zone is None or h.node["availability_zone"] == availability_zone)
+        ]
+        by_cell: dict[str, list[HostState]] = {}
+        for host in sorted(hosts, key=lambda h: (h.weight(), h.node["host"])):
+            by_cell.setdefault(host.cell.uuid, []).append(host)
+        # The cell of the best host that can take the whole request.
+        for cell_hosts in sorted(
+            by_cell.values(), key=lambda hs: (hs[0].weight(), hs[0].node["host"])
+        ):
+            placed = self._place(cell_hosts, want, count)
+            if placed is not None:
+                return placed
+        where = f" in availability zone {availability_zone!r}" if availability_zone else ""
+        raise NoValidHost(
+            f"no cell has room for {count} x {flavor.get('name')} "
+            f"({want.vcpus} VCPU, {want.memory_mb} MB, {want.disk_gb} GB){where}"
+        )
+
+    def _place(
+        self, hosts: list[HostState], want: Resources, count: int
+    ) -> list[list[Selection]] | None:
+        result: list[list[Selection]] = []
+        for _ in range(count):
+            fitting = sorted(
+                (h for h in hosts if h.fits(want)), key=lambda h: (h.weight(), h.node["host"])
+            )
+            if not fitting:
+                return None
+            chosen = fitting[0]
+            chosen.taken = Resources(
+                chosen.taken.vcpus + want.vcpus,
+                chosen.taken.memory_mb + want.memory_mb,
+                chosen.taken.disk_gb + want.disk_gb,
+            )
+            result.append(
+                [chosen.selection(want)]
+                + [h.selection(want) for h in fitting[1 : 1 + self.alternates]]
+            )
+        return result
+
+
+def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:
+    """Take ``want`` on a node inside the caller's transaction; False if it no longer fits.
+
+    A negative ``want`` gives resources back (never below zero) and always succeeds.
+    """
+    c = compute_nodes.c
+    guards: list[sa.ColumnElement[bool]] = [c.uuid == node_uuid, c.deleted.is_(False)]
+    if want.vcpus > 0:
+        guards.append(c.vcpus_used + want.vcpus <= c.vcpus * c.cpu_allocation_ratio)
+    if want.memory_mb > 0:
+        guards.append(c.memory_mb_used + want.memory_mb <= c.memory_mb * c.ram_allocation_ratio)
+    if want.disk_gb > 0:
+        guards.append(c.local_gb_used + want.disk_gb <= c.local_gb * c.disk_allocation_ratio)
+    result = conn.execute(
+        compute_nodes.update()
+        .where(*guards)
+        .values(
+            vcpus_used=_not_below_zero(c.vcpus_used + want.vcpus),
+            memory_mb_used=_not_below_zero(c.memory_mb_used + want.memory_mb),
+            local_gb_used=_not_below_zero(c.local_gb_used + want.disk_gb),
+            revision=c.revision + 1,
+            updated_at=utcnow(),
+        )
+    )
+    return result.rowcount == 1
+
+
+def release(conn: sa.Connection, host: str | None, node: str | None, used: Resources) -> None:
+    """Give back what an instance used on its node (looked up by host and node name)."""
+    if host is None:
+        return
+    c = compute_nodes.c
+    query = sa.select(c.uuid).where(c.host == host)
+    if node is not None:
+        query = query.where(c.hypervisor_hostname == node)
+    node_uuid = conn.execute(query).scalar()
+    if node_uuid is not None:
+        claim(conn, node_uuid, Resources(-used.vcpus, -used.memory_mb, -used.disk_gb))
+
+
+def _not_below_zero(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    return sa.case((value < 0, 0), else_=value)

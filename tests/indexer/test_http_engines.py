@@ -1,0 +1,444 @@
+"""What the shared engine contract suite does not cover for the HTTP engines.
+
+``build_engine``'s detection and errors, bulk item classification through both clients,
+external versions above 2^53, bulk-load settings, and the engines' behaviour when the
+cluster stops answering or answers with overload errors. osmem (an in-memory
+OpenSearch-compatible server) is the peer; the Elasticsearch client reaches it through
+``tests.support.es_compat``. Canned answers come from a small local HTTP server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from osmem_server import OsmemServer
+
+from indexer.engines import UnsupportedEngineURL, build_engine, detect_distribution
+from indexer.engines.base import (
+    EngineError,
+    EngineUnavailable,
+    IndexMissing,
+    WriteOp,
+    WriteStatus,
+)
+from indexer.engines.elasticsearch import ElasticsearchEngine
+from indexer.engines.http import HttpEngine, redact_url
+from indexer.engines.opensearch import OpenSearchEngine
+from tests.support.es_compat import ES_CLIENT_OPTIONS, plain_mimetype
+
+pytestmark = pytest.mark.services
+
+KINDS = ("opensearch", "elasticsearch")
+BIG = 1_400_000_000_000_000_001  # a time-derived version: far above 2^53
+
+
+def make_engine(
+    kind: str, url: str, *, prefix: str = "t", timeout: float = 5.0, **kwargs: Any
+) -> HttpEngine:
+    if kind == "elasticsearch":
+        return ElasticsearchEngine(
+            url, prefix=prefix, timeout=timeout, **ES_CLIENT_OPTIONS, **kwargs
+        )
+    return OpenSearchEngine(url, prefix=prefix, timeout=timeout, **kwargs)
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def engine(kind: str, osmem_url: str) -> Iterator[HttpEngine]:
+    eng = make_engine(kind, osmem_url)
+    eng.ensure_ready("instance")
+    yield eng
+    eng.close()
+
+
+def closed_port() -> int:
+    """A local port with nothing listening (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def op(doc_id: str, version: int, **fields: Any) -> WriteOp:
+    return WriteOp("instance", doc_id, version, {"uuid": doc_id, "version": version, **fields})
+
+
+# A canned HTTP server ---------------------------------------------------------
+Reply = tuple[int, dict[str, str], Any]
+Handler = Callable[[str, str, Mapping[str, str], bytes], Reply]
+
+
+@pytest.fixture
+def canned() -> Iterator[Callable[[Handler], str]]:
+    """Serve ``handler(method, path, headers, body) -> (status, headers, json)``; gives
+    its URL."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(handler: Handler) -> str:
+        class Answer(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                status, headers, body = handler(
+                    self.command, self.path, dict(self.headers), self.rfile.read(length)
+                )
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(raw)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def root_reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Handler:
+    return lambda method, path, request_headers, raw: (status, headers or {}, body)
+
+
+ES9_ROOT = {
+    "name": "node-1",
+    "cluster_name": "prod",
+    "version": {"number": "9.1.0", "build_flavor": "default", "lucene_version": "10.2.2"},
+    "tagline": "You Know, for Search",
+}
+OS2_ROOT = {
+    "name": "node-1",
+    "version": {"distribution": "opensearch", "number": "2.19.0"},
+    "tagline": "The OpenSearch Project: https://opensearch.org/",
+}
+
+
+# build_engine -------------------------------------------------------------------
+def test_build_engine_detects_osmem_as_opensearch(osmem_url: str, tmp_path: Path) -> None:
+    eng = build_engine(osmem_url, embedded_path=tmp_path / "index.db", prefix="p", timeout=2)
+    try:
+        assert isinstance(eng, OpenSearchEngine)
+        assert eng.distribution == "opensearch" and eng.prefix == "p"
+        eng.ping()
+    finally:
+        eng.close()
+
+
+def test_build_engine_without_url_is_embedded(tmp_path: Path) -> None:
+    from indexer.engines.embedded import EmbeddedEngine
+
+    eng = build_engine(None, embedded_path=tmp_path / "index.db", prefix="p")
+    try:
+        assert isinstance(eng, EmbeddedEngine) and eng.prefix == "p"
+    finally:
+        eng.close()
+
+
+def test_build_engine_on_a_closed_port_is_unavailable_quickly(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailable, match=f"{url}.*unreachable"):
+        build_engine(url, embedded_path=tmp_path / "index.db", timeout=2)
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://guest@localhost//",
+        "elasticsearch://localhost:9200",
+        "localhost:9200",
+        "file:///tmp/index",
+        "http://",
+    ],
+)
+def test_other_schemes_are_refused_by_name(url: str, tmp_path: Path) -> None:
+    with pytest.raises(UnsupportedEngineURL, match="expected http://host:port"):
+        build_engine(url, embedded_path=tmp_path / "index.db")
+
+
+def test_elasticsearch_is_detected_by_its_answer(canned: Callable[[Handler], str]) -> None:
+    with_header = canned(root_reply(200, ES9_ROOT, {"X-Elastic-Product": "Elasticsearch"}))
+    assert detect_distribution(with_header) == "elasticsearch"
+    # a proxy may drop the header: the body still says Elasticsearch
+    assert detect_distribution(canned(root_reply(200, ES9_ROOT))) == "elasticsearch"
+    # a secured cluster without credentials still names itself in the header
+    locked = canned(root_reply(401, {"error": "auth"}, {"X-Elastic-Product": "Elasticsearch"}))
+    assert detect_distribution(locked) == "elasticsearch"
+
+
+def test_opensearch_is_detected_even_with_the_elastic_header(
+    canned: Callable[[Handler], str],
+) -> None:
+    assert detect_distribution(canned(root_reply(200, OS2_ROOT))) == "opensearch"
+    osmem_like = canned(root_reply(200, OS2_ROOT, {"X-Elastic-Product": "Elasticsearch"}))
+    assert detect_distribution(osmem_like) == "opensearch"
+
+
+def test_detection_errors_say_what_answered(canned: Callable[[Handler], str]) -> None:
+    old = dict(ES9_ROOT, version={"number": "7.17.0"})
+    with pytest.raises(EngineError, match=r"Elasticsearch 7\.17\.0 .* needs the elasticsearch 7"):
+        detect_distribution(canned(root_reply(200, old, {"X-Elastic-Product": "Elasticsearch"})))
+    with pytest.raises(EngineError, match="neither Elasticsearch nor OpenSearch"):
+        detect_distribution(canned(root_reply(200, {"hello": "world"})))
+    with pytest.raises(EngineError, match="refused GET / \\(401\\)"):
+        detect_distribution(canned(root_reply(401, {"error": "Unauthorized"})))
+    with pytest.raises(EngineUnavailable, match="503"):
+        detect_distribution(canned(root_reply(503, {"error": "starting"})))
+
+
+def test_credentials_are_sent_and_never_shown(canned: Callable[[Handler], str]) -> None:
+    seen: list[str | None] = []
+
+    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        seen.append(headers.get("Authorization"))
+        return 200, {}, OS2_ROOT
+
+    url = canned(handler)
+    authed = url.replace("http://", "http://admin:s%40cret@")
+    assert detect_distribution(authed) == "opensearch"
+    assert seen == ["Basic YWRtaW46c0BjcmV0"]  # admin:s@cret
+    assert redact_url(authed) == url.replace("http://", "http://admin:***@")
+    eng = OpenSearchEngine(authed)
+    assert "cret" not in repr(eng)
+    eng.close()
+
+
+# Item classification and versions, through both clients ---------------------------
+def test_item_results_are_classified(engine: HttpEngine) -> None:
+    results = engine.bulk(
+        [
+            op("a", BIG + 1),
+            op("a", BIG),  # older: 409 version conflict
+            op("a", BIG + 1),  # equal: also a conflict
+            op("b", 7, bogus=1),  # strict mapping
+            op("c", 7, flavor_vcpus="many"),  # not a long
+            op("d", 7, display_name="d"),
+        ]
+    )
+    statuses = [r.status for r in results]
+    assert statuses == [
+        WriteStatus.OK,
+        WriteStatus.STALE,
+        WriteStatus.STALE,
+        WriteStatus.REJECTED,
+        WriteStatus.REJECTED,
+        WriteStatus.OK,
+    ]
+    assert results[3].reason and "strict_dynamic_mapping_exception" in results[3].reason
+    assert "[bogus]" in results[3].reason
+    assert results[4].reason and "flavor_vcpus" in results[4].reason
+    assert engine.get("instance", "b") is None
+
+
+def test_versions_above_2_53_are_kept_exactly(engine: HttpEngine) -> None:
+    assert float(BIG) == float(BIG + 1)  # what a double would merge
+    assert engine.bulk([op("a", BIG), op("b", BIG + 2)])[0].status is WriteStatus.OK
+    # one more than stored, in the low bits a double cannot hold: still newer
+    assert engine.bulk([op("a", BIG + 1)])[0].status is WriteStatus.OK
+    assert engine.bulk([op("a", BIG)])[0].status is WriteStatus.STALE
+    stored = engine.get("instance", "a")
+    assert stored is not None and stored.version == BIG + 1
+    assert stored.document["version"] == BIG + 1
+    assert engine.get_many("instance", ["a", "b"])["b"].version == BIG + 2
+    engine.refresh("instance")
+    assert list(engine.iter_versions("instance", batch_size=1)) == [("a", BIG + 1), ("b", BIG + 2)]
+
+
+def test_bulk_load_settings_are_restored(engine: HttpEngine) -> None:
+    live = engine.indexes("instance")[0].name
+    engine._request("PUT", f"/{live}/_settings", body={"index": {"number_of_replicas": 2}})
+    name = engine.new_index_name("instance")
+    engine.create_index("instance", name, bulk_load=True)
+    settings = engine._request("GET", f"/{name}/_settings")[name]["settings"]["index"]
+    assert settings["refresh_interval"] == "-1" and settings["number_of_replicas"] == "0"
+    results = list(engine.bulk_index(name, iter([op("a", 3), op("a", 2), op("b", 1, bogus=1)])))
+    assert [r.status for r in results] == [WriteStatus.OK, WriteStatus.STALE, WriteStatus.REJECTED]
+    engine.finish_bulk_load(name)
+    settings = engine._request("GET", f"/{name}/_settings")[name]["settings"]["index"]
+    assert settings["refresh_interval"] == "1s" and settings["number_of_replicas"] == "2"
+
+
+def test_bulk_index_refuses_a_missing_index(engine: HttpEngine) -> None:
+    with pytest.raises(IndexMissing):
+        list(engine.bulk_index("t-instance-nosuch", iter([op("a", 1)])))
+    # and did not create it with a dynamic mapping on the way
+    assert engine.indexes("instance")[0].name != "t-instance-nosuch"
+    with pytest.raises(IndexMissing):
+        engine._request("GET", "/t-instance-nosuch")
+
+
+def test_meta_index_is_strict_and_created_on_demand(engine: HttpEngine) -> None:
+    assert engine.get_meta("purge_floor:instance") is None
+    engine.put_meta("purge_floor:instance", {"at": "2026-01-01T00:00:00Z", "n": BIG})
+    assert engine.get_meta("purge_floor:instance") == {"at": "2026-01-01T00:00:00Z", "n": BIG}
+    mappings = engine._request("GET", f"/{engine.meta_alias()}/_mapping")
+    (mapping,) = (m["mappings"] for m in mappings.values())
+    assert mapping["dynamic"] == "strict"
+    assert all("meta" not in i.name for i in engine.indexes("instance"))
+
+
+def test_missing_aliases_are_index_missing(kind: str, osmem_url: str) -> None:
+    eng = make_engine(kind, osmem_url, prefix="none")
+    try:
+        with pytest.raises(IndexMissing):
+            eng.bulk([op("a", 1)])
+        with pytest.raises(IndexMissing):
+            eng.get("instance", "a")
+        with pytest.raises(IndexMissing):
+            eng.count("instance")
+    finally:
+        eng.close()
+
+
+# An unavailable or overloaded cluster -----------------------------------------------
+@pytest.fixture
+def own_osmem() -> Iterator[OsmemServer]:
+    """A server of this test's own, to stop or pause without disturbing the others."""
+    server = OsmemServer.start(japanese=False)
+    try:
+        yield server
+    finally:
+        if server.process.poll() is None:
+            os.kill(server.pid, signal.SIGCONT)  # in case the test left it paused
+        server.close()
+
+
+def pause(pid: int) -> None:
+    """SIGSTOP ``pid`` and wait until it is stopped (the signal lands asynchronously)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        if state == "T":
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not stop")
+
+
+def test_a_paused_cluster_is_unavailable_within_the_timeout(
+    kind: str, own_osmem: OsmemServer
+) -> None:
+    eng = make_engine(kind, own_osmem.url, timeout=0.5, bulk_timeout=0.5)
+    eng.ensure_ready("instance")
+    pause(own_osmem.pid)
+    try:
+        for call in (eng.ping, lambda: eng.get("instance", "a"), lambda: eng.bulk([op("a", 1)])):
+            started = time.monotonic()
+            with pytest.raises(EngineUnavailable):
+                call()
+            assert time.monotonic() - started < 3
+    finally:
+        os.kill(own_osmem.pid, signal.SIGCONT)
+    eng.ping()  # and it comes back without a new engine
+    assert eng.bulk([op("a", 1)])[0].status is WriteStatus.OK
+    eng.close()
+
+
+def test_a_stopped_cluster_is_unavailable(kind: str, own_osmem: OsmemServer) -> None:
+    eng = make_engine(kind, own_osmem.url, timeout=1)
+    eng.ensure_ready("instance")
+    own_osmem.close()
+    for call in (
+        eng.ping,
+        lambda: eng.bulk([op("a", 1)]),
+        lambda: eng.get_many("instance", ["a"]),
+        lambda: list(eng.bulk_index("x", iter([op("a", 1)]))),
+    ):
+        with pytest.raises(EngineUnavailable):
+            call()
+    eng.close()
+
+
+def overloaded(status: int) -> Handler:
+    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        error = {"type": "es_rejected_execution_exception", "reason": "queue full"}
+        return status, {}, {"error": error, "status": status}
+
+    return handler
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_overload_answers_are_unavailable(
+    kind: str, status: int, canned: Callable[[Handler], str]
+) -> None:
+    eng = make_engine(kind, canned(overloaded(status)))
+    for call in (lambda: eng.get("instance", "a"), lambda: eng.bulk([op("a", 1)]), eng.ping):
+        with pytest.raises(EngineUnavailable, match=str(status)):
+            call()
+    eng.close()
+
+
+def test_item_overload_is_retry_and_whole_bulk_overload_is_unavailable(
+    kind: str, canned: Callable[[Handler], str]
+) -> None:
+    bulk_status = [200]
+
+    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        if path.startswith("/_alias/"):
+            return 200, {}, {"t-instance-1": {"aliases": {"t-instance-write": {}}}}
+        if path.startswith("/_bulk"):
+            if bulk_status[0] != 200:
+                return bulk_status[0], {}, {"error": {"type": "x", "reason": "busy"}}
+            lines = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+            ids = [h["index"]["_id"] for h in lines[::2]]
+            items = [
+                {
+                    "index": {
+                        "_id": ids[0],
+                        "status": 429,
+                        "error": {"type": "es_rejected_execution_exception", "reason": "full"},
+                    }
+                },
+                {
+                    "index": {
+                        "_id": ids[1],
+                        "status": 503,
+                        "error": {"type": "unavailable_shards_exception", "reason": "gone"},
+                    }
+                },
+                {"index": {"_id": ids[2], "status": 201, "result": "created"}},
+            ]
+            return 200, {}, {"took": 1, "errors": True, "items": items}
+        return 404, {}, {"error": "no handler", "status": 404}
+
+    eng = make_engine(kind, canned(handler))
+    results = eng.bulk([op("a", 1), op("b", 1), op("c", 1)])
+    assert [r.status for r in results] == [WriteStatus.RETRY, WriteStatus.RETRY, WriteStatus.OK]
+    bulk_status[0] = 502
+    with pytest.raises(EngineUnavailable):
+        eng.bulk([op("a", 1)])
+    eng.close()
+
+
+def test_es_compat_rewrites_only_the_compatibility_media_types() -> None:
+    assert plain_mimetype("application/vnd.elasticsearch+json; compatible-with=9") == (
+        "application/json"
+    )
+    assert plain_mimetype("application/vnd.elasticsearch+x-ndjson;compatible-with=8") == (
+        "application/x-ndjson"
+    )
+    assert plain_mimetype("application/json") == "application/json"

@@ -1,0 +1,308 @@
+"""The wire contract: round trips, decoding by shape, version rules, named errors."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notifications.envelope import Priority, decode
+from notifications.errors import (
+    InvalidEnvelope,
+    InvalidEventType,
+    MalformedNotification,
+    MissingField,
+    UnknownMajorVersion,
+)
+from notifications.objects import ComputeNodePayload, SchedulerLimits, Selection
+from notifications.payloads import (
+    FlavorPayload,
+    GenericPayload,
+    InstanceActionPayload,
+    InstancePayload,
+)
+from notifications.queues import routing_key
+from notifications.registry import decode_payload
+
+RESCUE_IMAGE = "a2459075-d96c-40d5-893e-577ff92e721c"
+
+
+def load(samples_dir: Path, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((samples_dir / f"{name}.json").read_text())
+    return data
+
+
+@pytest.fixture
+def pause_end(samples_dir: Path) -> dict[str, Any]:
+    return load(samples_dir, "instance-pause-end")
+
+
+def data_of(notification: dict[str, Any]) -> dict[str, Any]:
+    inner: dict[str, Any] = notification["payload"]["nova_object.data"]
+    return inner
+
+
+def wrap(notification: dict[str, Any]) -> dict[str, Any]:
+    return {"oslo.version": "2.0", "oslo.message": json.dumps(notification)}
+
+
+# Round trips ------------------------------------------------------------------------
+
+
+def test_every_sample_round_trips(sample_paths: list[Path]) -> None:
+    for path in sample_paths:
+        original = json.loads(path.read_text())
+        notification = decode(original)
+        assert notification.to_dict() == original, path.name
+        assert decode(path.read_bytes()).to_dict() == original, path.name
+        # Through the oslo.messaging wrapper, as a dict and as the bytes on the bus.
+        assert decode(wrap(original)).to_dict() == original, path.name
+        on_bus = json.dumps(notification.to_oslo()).encode()
+        assert decode(on_bus).to_dict() == original, path.name
+
+
+def test_routing_keys_follow_the_priority(samples_dir: Path) -> None:
+    assert decode(load(samples_dir, "instance-create-error")).priority is Priority.ERROR
+    assert routing_key(Priority.ERROR) == "versioned_notifications.error"
+    assert routing_key("info") == "versioned_notifications.info"
+    assert routing_key("warning") == "versioned_notifications.warn"
+
+
+def test_unknown_instance_class_decodes_by_shape(pause_end: dict[str, Any]) -> None:
+    pause_end["payload"]["nova_object.name"] = "InstanceActionRescuePayload"
+    data_of(pause_end)["rescue_image_ref"] = RESCUE_IMAGE
+    notification = decode(pause_end)
+    payload = notification.payload
+    assert type(payload) is InstancePayload
+    assert payload.obj_name == "InstanceActionRescuePayload"
+    assert payload.extra_fields["rescue_image_ref"] == RESCUE_IMAGE
+    assert "rescue_image_ref" not in InstancePayload.model_fields
+    assert payload.uuid == "178b0921-8f85-4257-88b6-2e743b5a975c"
+    assert notification.to_dict() == pause_end  # under its own name, extras included
+    assert decode(wrap(pause_end)).to_dict() == pause_end
+
+
+def test_other_objects_are_kept_verbatim(samples_dir: Path) -> None:
+    original = load(samples_dir, "service-update")
+    payload = decode(original).payload
+    assert type(payload) is GenericPayload
+    assert payload.to_primitive() == original["payload"]
+
+
+# Version rules ----------------------------------------------------------------------
+
+
+def test_newer_minor_is_accepted_and_unknown_fields_kept_aside(pause_end: dict[str, Any]) -> None:
+    pause_end["payload"]["nova_object.version"] = "1.42"
+    data_of(pause_end)["shiny_new_field"] = {"nested": True}
+    payload = decode(pause_end).payload
+    assert type(payload) is InstanceActionPayload
+    assert payload.obj_version == "1.42"
+    assert "shiny_new_field" not in type(payload).model_fields
+    assert payload.extra_fields == {"shiny_new_field": {"nested": True}}
+    assert decode(pause_end).to_dict() == pause_end
+
+
+def test_older_minor_fills_defaults(pause_end: dict[str, Any]) -> None:
+    pause_end["payload"]["nova_object.version"] = "1.0"
+    absent = (
+        "locked",
+        "locked_reason",
+        "block_devices",
+        "shares",
+        "request_id",
+        "action_initiator_project",
+        "action_initiator_user",
+        "metadata",
+        "ip_addresses",
+    )
+    for name in absent:
+        del data_of(pause_end)[name]
+    payload = decode(pause_end).payload
+    assert isinstance(payload, InstanceActionPayload)
+    assert payload.obj_version == "1.0"
+    assert payload.locked is False
+    assert payload.block_devices is None and payload.shares is None
+    assert payload.request_id is None and payload.locked_reason is None
+    assert payload.metadata == {} and payload.ip_addresses == []
+    assert payload.extra_fields == {}
+
+
+@pytest.mark.parametrize("version", ["2.0", "0.9"])
+def test_other_major_is_rejected(pause_end: dict[str, Any], version: str) -> None:
+    pause_end["payload"]["nova_object.version"] = version
+    with pytest.raises(UnknownMajorVersion) as caught:
+        decode(pause_end)
+    error = caught.value
+    assert (error.name, error.version, error.supported) == ("InstanceActionPayload", version, "1.9")
+    assert f"InstanceActionPayload version {version}" in str(error)
+    assert "supports InstanceActionPayload 1.9" in str(error)
+    assert error.reason == "unknown_major_version"
+
+
+def test_other_major_of_a_nested_object_is_rejected(pause_end: dict[str, Any]) -> None:
+    data_of(pause_end)["flavor"]["nova_object.version"] = "2.0"
+    with pytest.raises(UnknownMajorVersion) as caught:
+        decode(pause_end)
+    assert (caught.value.name, caught.value.version) == ("FlavorPayload", "2.0")
+    assert caught.value.supported == FlavorPayload.OBJ_VERSION
+    assert "FlavorPayload version 2.0" in str(caught.value)
+
+
+def test_newer_minor_of_a_nested_object_is_accepted(pause_end: dict[str, Any]) -> None:
+    flavor = data_of(pause_end)["flavor"]
+    flavor["nova_object.version"] = "1.7"
+    flavor["nova_object.data"]["new_flavor_field"] = 1
+    payload = decode(pause_end).payload
+    assert isinstance(payload, InstancePayload) and payload.flavor is not None
+    assert payload.flavor.obj_version == "1.7"
+    assert payload.flavor.memory_mb == 512
+    assert "new_flavor_field" not in payload.flavor.model_dump()["nova_object.data"]
+
+
+# Bad input --------------------------------------------------------------------------
+
+
+def test_not_json() -> None:
+    with pytest.raises(MalformedNotification, match="not JSON"):
+        decode(b"{'event_type': 'instance.create.end'")
+    with pytest.raises(MalformedNotification, match="not UTF-8"):
+        decode(b"\xff\xfe")
+
+
+@pytest.mark.parametrize("missing", ["event_type", "publisher_id", "priority", "payload"])
+def test_wrong_envelope_missing_key(pause_end: dict[str, Any], missing: str) -> None:
+    del pause_end[missing]
+    with pytest.raises(InvalidEnvelope, match=f"lacks {missing}"):
+        decode(pause_end)
+
+
+def test_wrong_envelope_shapes(pause_end: dict[str, Any]) -> None:
+    with pytest.raises(InvalidEnvelope, match=r"oslo\.version '1\.0' is not supported"):
+        decode({"oslo.version": "1.0", "oslo.message": json.dumps(pause_end)})
+    with pytest.raises(InvalidEnvelope, match=r"oslo\.message must be the notification"):
+        decode({"oslo.version": "2.0", "oslo.message": pause_end})
+    with pytest.raises(InvalidEnvelope, match="JSON object"):
+        decode([pause_end])
+    with pytest.raises(InvalidEnvelope, match="priority 'LOUD'"):
+        decode(pause_end | {"priority": "LOUD"})
+    with pytest.raises(InvalidEnvelope, match="timestamp"):
+        decode(pause_end | {"timestamp": "yesterday"})
+
+
+@pytest.mark.parametrize(
+    "event_type", ["instance", "instance.pause.finish", "instance..end", "a.b.c.d"]
+)
+def test_invalid_event_type(pause_end: dict[str, Any], event_type: str) -> None:
+    with pytest.raises(InvalidEventType, match="event_type"):
+        decode(pause_end | {"event_type": event_type})
+
+
+def test_wrong_field_type_names_the_field(pause_end: dict[str, Any]) -> None:
+    data_of(pause_end)["progress"] = "lots"
+    with pytest.raises(MalformedNotification, match="field progress") as caught:
+        decode(pause_end)
+    assert "InstanceActionPayload 1.9" in str(caught.value)
+    assert "'lots'" in str(caught.value)
+
+
+def test_wrong_nested_field_type_names_the_path(pause_end: dict[str, Any]) -> None:
+    data_of(pause_end)["flavor"]["nova_object.data"]["vcpus"] = "one"
+    with pytest.raises(MalformedNotification, match=r"field flavor\.vcpus"):
+        decode(pause_end)
+
+
+@pytest.mark.parametrize("how", ["absent", "null"])
+def test_missing_uuid(pause_end: dict[str, Any], how: str) -> None:
+    if how == "absent":
+        del data_of(pause_end)["uuid"]
+    else:
+        data_of(pause_end)["uuid"] = None
+    with pytest.raises(MissingField) as caught:
+        decode(pause_end)
+    assert caught.value.field == "uuid"
+    assert caught.value.reason == "missing_field"
+
+
+def test_not_a_versioned_object(pause_end: dict[str, Any]) -> None:
+    pause_end["payload"] = {"uuid": "178b0921-8f85-4257-88b6-2e743b5a975c"}
+    with pytest.raises(MalformedNotification, match="not a versioned object"):
+        decode(pause_end)
+
+
+# Cellsight's own objects ------------------------------------------------------------
+
+
+def _selection(allocation: dict[str, Any] | None) -> Selection:
+    return Selection.from_allocation(
+        compute_node_uuid="0f3b8a2e-6d5c-4c1a-9a7e-3b2f1d0c9e8a",
+        service_host="compute-1",
+        nodename="node-1",
+        cell_uuid="5a1c2b3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+        allocation=allocation,
+        allocation_request_version="1.36",
+        limits=SchedulerLimits(vcpu=16, memory_mb=None, disk_gb=100),
+    )
+
+
+def test_selection_legacy_dict_and_allocation_string() -> None:
+    allocation = {"allocations": {"rp-1": {"resources": {"VCPU": 2, "MEMORY_MB": 2048}}}}
+    selection = _selection(allocation)
+    assert isinstance(selection.allocation_request, str)
+    assert json.loads(selection.allocation_request) == allocation
+    assert selection.to_dict() == {
+        "host": "compute-1",
+        "nodename": "node-1",
+        "limits": {"vcpu": 16, "disk_gb": 100},
+    }
+    assert _selection(None).allocation_request is None
+
+    wire = selection.to_primitive()
+    assert wire["nova_object.name"] == "Selection"
+    assert wire["nova_object.version"] == "1.1"
+    assert wire["nova_object.namespace"] == "cellsight"
+    assert isinstance(wire["nova_object.data"]["allocation_request"], str)
+    assert wire["nova_object.data"]["limits"]["nova_object.name"] == "SchedulerLimits"
+    back = decode_payload(wire)
+    # Fields compared, not models: a decoded object also remembers its wire name/version.
+    assert isinstance(back, Selection) and back.model_dump() == selection.model_dump()
+    assert back.to_primitive() == wire
+
+
+def test_selection_without_limits() -> None:
+    selection = Selection(
+        compute_node_uuid="0f3b8a2e-6d5c-4c1a-9a7e-3b2f1d0c9e8a",
+        service_host="h",
+        nodename="n",
+        cell_uuid="5a1c2b3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d",
+    )
+    assert selection.to_dict() == {"host": "h", "nodename": "n", "limits": {}}
+
+
+def test_compute_node_round_trip() -> None:
+    node = ComputeNodePayload(
+        uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        host="compute-1",
+        hypervisor_hostname="compute-1.example",
+        cell_uuid="cell1",
+        memory_mb=65536,
+        memory_mb_used=2048,
+        vcpus=32,
+        vcpus_used=4,
+        local_gb=500,
+        local_gb_used=20,
+        forthcoming_reservations=1,
+        updated_at="2024-05-01T10:00:00.123456Z",
+        revision=7,
+    )
+    wire = node.to_primitive()
+    assert wire["nova_object.namespace"] == "cellsight"
+    assert wire["nova_object.data"]["updated_at"] == "2024-05-01T10:00:00.123456Z"
+    back = decode_payload(copy.deepcopy(wire))
+    assert isinstance(back, ComputeNodePayload) and back.model_dump() == node.model_dump()
+    assert back.to_primitive() == wire
+    with pytest.raises(MalformedNotification, match="memory_mb"):
+        decode_payload(wire | {"nova_object.data": wire["nova_object.data"] | {"memory_mb": -1}})

@@ -1,0 +1,330 @@
+"""``cellsight notifications schema | validate | publish``."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import socket
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from cellsight.cli import app
+from cellsight.cli.groups import register
+from notifications import queues
+from notifications.bus import open_bus
+from notifications.envelope import decode
+
+Invoke = Callable[..., Result]
+
+
+@pytest.fixture(scope="module")
+def cli() -> Invoke:
+    if not any(group.name == "notifications" for group in app.registered_groups):
+        register(app)
+    runner = CliRunner()
+
+    def invoke(*args: str | Path, env: dict[str, str] | None = None) -> Result:
+        return runner.invoke(app, [str(a) for a in args], env=env)
+
+    return invoke
+
+
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def write_json(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.fixture
+def pause_end(samples_dir: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((samples_dir / "instance-pause-end.json").read_text())
+    return data
+
+
+# validate ---------------------------------------------------------------------------
+
+
+def test_validate_every_sample(cli: Invoke, sample_paths: list[Path]) -> None:
+    result = cli("notifications", "validate", *sample_paths)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(sample_paths)
+    for path, line in zip(sample_paths, lines, strict=True):
+        notification = decode(path.read_bytes())
+        payload = notification.payload
+        assert line == (
+            f"ok   {path}: {notification.event_type} {payload.obj_name} {payload.obj_version}"
+        )
+    assert any(line.endswith("instance.pause.end InstanceActionPayload 1.9") for line in lines)
+    assert any(line.endswith("service.update ServiceStatusPayload 1.1") for line in lines)
+
+
+def test_validate_accepts_the_oslo_wrapper(cli: Invoke, tmp_path: Path, pause_end: dict) -> None:
+    wrapped = {"oslo.version": "2.0", "oslo.message": json.dumps(pause_end)}
+    result = cli("notifications", "validate", write_json(tmp_path / "wrapped.json", wrapped))
+    assert result.exit_code == 0, result.output
+    assert "instance.pause.end InstanceActionPayload 1.9" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "error"),
+    [
+        ("truncated.json", '{"event_type": "instance.create.end",', "MalformedNotification"),
+        (
+            "no-payload.json",
+            {"event_type": "instance.create.end", "priority": "INFO", "publisher_id": "x"},
+            "InvalidEnvelope: notification lacks payload",
+        ),
+        ("old-oslo.json", {"oslo.version": "1.0", "oslo.message": "{}"}, "InvalidEnvelope"),
+    ],
+)
+def test_validate_names_the_error(
+    cli: Invoke, tmp_path: Path, name: str, content: Any, error: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    result = cli("notifications", "validate", path)
+    assert result.exit_code == 1
+    assert f"FAIL {path}: {error}" in one_line(result.stderr)
+    assert "1 of 1 files failed validation" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_validate_unknown_major_version(cli: Invoke, tmp_path: Path, pause_end: dict) -> None:
+    pause_end["payload"]["nova_object.version"] = "2.0"
+    path = write_json(tmp_path / "v2.json", pause_end)
+    result = cli("notifications", "validate", path)
+    assert result.exit_code == 1
+    assert (
+        f"FAIL {path}: UnknownMajorVersion: payload: InstanceActionPayload version 2.0"
+        in one_line(result.stderr)
+    )
+
+
+def test_validate_reports_every_file(cli: Invoke, tmp_path: Path, sample_paths: list[Path]) -> None:
+    missing = tmp_path / "missing.json"
+    result = cli("notifications", "validate", sample_paths[0], missing, sample_paths[1])
+    assert result.exit_code == 1
+    assert result.stdout.count("ok   ") == 2
+    assert f"FAIL {missing}: cannot read: No such file or directory" in one_line(result.stderr)
+    assert "1 of 3 files failed validation" in result.stderr
+
+
+# schema -----------------------------------------------------------------------------
+
+ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description", "default"}
+
+
+def schema_errors(schema: dict, value: Any, root: dict, where: str = "$") -> list[str]:
+    """A small JSON Schema checker for the keywords pydantic emits here (no dependency);
+    an unknown keyword fails the test rather than being ignored."""
+    unknown = set(schema) - ANNOTATIONS - set(CHECKS)
+    assert not unknown, f"{where}: checker lacks {unknown}"
+    errors: list[str] = []
+    for keyword, check in CHECKS.items():
+        if keyword in schema:
+            errors += check(schema[keyword], value, root, where, schema)
+    return errors
+
+
+def _type(expected: str | list[str], value: Any, *_: Any) -> list[str]:
+    kinds: dict[str, type | tuple[type, ...]] = {
+        "string": str,
+        "integer": int,
+        "number": (int, float),
+        "boolean": bool,
+        "null": type(None),
+        "object": dict,
+        "array": list,
+    }
+    options = [expected] if isinstance(expected, str) else expected
+    ok = any(
+        isinstance(value, kinds[kind])
+        and not (kind in ("integer", "number") and isinstance(value, bool))
+        for kind in options
+    )
+    return [] if ok else [f"{_[1]}: {value!r:.40} is not {expected}"]
+
+
+def _properties(props: dict, value: Any, root: dict, where: str, _: dict) -> list[str]:
+    if not isinstance(value, dict):
+        return []
+    return [
+        e
+        for key, sub in props.items()
+        if key in value
+        for e in schema_errors(sub, value[key], root, f"{where}.{key}")
+    ]
+
+
+def _required(keys: list[str], value: Any, root: dict, where: str, _: dict) -> list[str]:
+    if not isinstance(value, dict):
+        return []
+    return [f"{where}: {key} is required" for key in keys if key not in value]
+
+
+def _additional(rule: Any, value: Any, root: dict, where: str, schema: dict) -> list[str]:
+    if not isinstance(value, dict) or rule is True:
+        return []
+    extra = [k for k in value if k not in schema.get("properties", {})]
+    if rule is False:
+        return [f"{where}: unexpected {k}" for k in extra]
+    return [e for k in extra for e in schema_errors(rule, value[k], root, f"{where}.{k}")]
+
+
+def _ref(ref: str, value: Any, root: dict, where: str, _: dict) -> list[str]:
+    assert ref.startswith("#/$defs/")
+    return schema_errors(root["$defs"][ref.removeprefix("#/$defs/")], value, root, where)
+
+
+def _any_of(options: list, value: Any, root: dict, where: str, _: dict) -> list[str]:
+    if any(not schema_errors(o, value, root, where) for o in options):
+        return []
+    return [f"{where}: {value!r:.40} matches no option"]
+
+
+def _items(sub: dict, value: Any, root: dict, where: str, _: dict) -> list[str]:
+    if not isinstance(value, list):
+        return []
+    return [
+        e for i, item in enumerate(value) for e in schema_errors(sub, item, root, f"{where}[{i}]")
+    ]
+
+
+def _format(fmt: str, value: Any, root: dict, where: str, _: dict) -> list[str]:
+    if fmt != "date-time" or not isinstance(value, str):
+        return []
+    try:
+        datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return [f"{where}: {value!r} is not a date-time"]
+    return []
+
+
+CHECKS: dict[str, Callable[..., list[str]]] = {
+    "type": _type,
+    "properties": _properties,
+    "required": _required,
+    "additionalProperties": _additional,
+    "$ref": _ref,
+    "anyOf": _any_of,
+    "items": _items,
+    "format": _format,
+    "const": lambda c, v, r, w, s: [] if v == c else [f"{w}: {v!r} is not {c!r}"],
+    "pattern": lambda p, v, r, w, s: (
+        [] if not isinstance(v, str) or re.search(p, v) else [f"{w}: {v!r} !~ {p}"]
+    ),
+    "minimum": lambda m, v, r, w, s: (
+        [] if not isinstance(v, int | float) or v >= m else [f"{w}: {v} < {m}"]
+    ),
+}
+
+
+def test_schema_writes_one_valid_file_per_class(
+    cli: Invoke, tmp_path: Path, sample_paths: list[Path], pause_end: dict
+) -> None:
+    out = tmp_path / "schemas"
+    result = cli("notifications", "schema", "--out", out)
+    assert result.exit_code == 0, result.output
+    files = {path.name: json.loads(path.read_text()) for path in out.glob("*.json")}
+    assert {
+        "InstanceActionPayload-1.9.json",
+        "InstanceCreatePayload-1.13.json",
+        "InstanceUpdatePayload-2.1.json",
+        "FlavorPayload-1.4.json",
+        "ComputeNodePayload-1.0.json",
+        "Selection-1.1.json",
+    } <= set(files)
+    assert f"wrote {len(files)} schema files to {out}" in result.stdout
+    for name, schema in files.items():
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+        assert schema["$id"] == name
+        assert schema["required"] == sorted(schema["properties"])
+
+    checked = 0
+    for path in sample_paths:
+        payload = json.loads(path.read_text())["payload"]
+        schema = files.get(f"{payload['nova_object.name']}-{payload['nova_object.version']}.json")
+        if schema is not None:
+            assert schema_errors(schema, payload, schema) == [], path.name
+            checked += 1
+    assert checked == 14  # every instance.* sample; service.update has no schema here
+
+    schema = files["InstanceActionPayload-1.9.json"]
+    bad = copy.deepcopy(pause_end["payload"])
+    bad["nova_object.version"] = "2.0"
+    bad["nova_object.data"]["progress"] = "lots"
+    bad["nova_object.data"]["flavor"]["nova_object.data"]["vcpus"] = "one"
+    del bad["nova_object.data"]["uuid"]
+    errors = " | ".join(schema_errors(schema, bad, schema))
+    for fragment in ("nova_object.version", "progress", "flavor", "uuid is required"):
+        assert fragment in errors
+
+
+def test_schema_unwritable_out_dir(cli: Invoke, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = cli("notifications", "schema", "--out", blocker / "sub")
+    assert result.exit_code == 2
+    assert f"--out {blocker / 'sub'}" in one_line(result.stderr)
+    assert "Traceback" not in result.output
+
+
+# publish ----------------------------------------------------------------------------
+
+
+def test_publish_onto_the_embedded_bus(
+    cli: Invoke, tmp_path: Path, sample_paths: list[Path], drain: Callable[..., list]
+) -> None:
+    data_dir = tmp_path / "data"
+    files = sample_paths[:3]
+    result = cli("--data-dir", data_dir, "notifications", "publish", *files)
+    assert result.exit_code == 0, result.output
+    assert "published 3 notifications to exchange 'nova' on redis+socket://" in result.stdout
+
+    # The CLI process is gone; the indexer queue it declared kept the messages.
+    with open_bus(None, data_dir / "bus", timeout=5) as bus, bus.connection() as connection:
+        received = drain(connection, queues.indexer_queue(), 3)
+    assert [
+        decode(body).to_dict() | {"message_id": None, "timestamp": None} for _, body in received
+    ] == [json.loads(f.read_text()) | {"message_id": None, "timestamp": None} for f in files]
+    assert all(decode(body).message_id for _, body in received)
+
+
+def test_publish_validates_every_file_first(
+    cli: Invoke, tmp_path: Path, sample_paths: list[Path]
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    result = cli("--data-dir", tmp_path / "data", "notifications", "publish", sample_paths[0], bad)
+    assert result.exit_code == 2
+    assert f"{bad}: MalformedNotification" in one_line(result.stderr)
+    assert "nothing published" in one_line(result.stderr)
+    assert not (tmp_path / "data" / "bus").exists()  # the bus was never opened
+
+
+def test_publish_to_a_dead_broker_fails_cleanly(
+    cli: Invoke, tmp_path: Path, sample_paths: list[Path]
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        "CELLSIGHT_BUS_URL": f"amqp://guest:guest@127.0.0.1:{port}//",
+        "CELLSIGHT_PUBLISH_TIMEOUT": "1",
+    }
+    result = cli(
+        "--data-dir", tmp_path / "data", "notifications", "publish", sample_paths[0], env=env
+    )
+    assert result.exit_code == 2
+    assert "not delivered to exchange 'nova'" in one_line(result.stderr)
+    assert "Traceback" not in result.output
