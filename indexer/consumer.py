@@ -39,6 +39,7 @@ class ConsumerConfig:
     batch_bytes: int = 10 * 1024 * 1024
     batch_age: float = 0.2
     prefetch: int = 2000
+    max_backoff: float = 30.0  # seconds between write retries while the engine is down
 
 
 class IndexerConsumer:
@@ -54,7 +55,9 @@ class IndexerConsumer:
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
-        self.writer = BatchWriter(engine, stop=self.stop, cell_resolver=cell_resolver)
+        self.writer = BatchWriter(
+            engine, stop=self.stop, cell_resolver=cell_resolver, max_backoff=config.max_backoff
+        )
         self.exchange = queues.notifications_exchange(config.exchange)
         self.queue = queues.indexer_queue(config.queue, self.exchange)
         self.dlx = queues.dead_letter_exchange(config.dead_letter_exchange)
@@ -63,6 +66,7 @@ class IndexerConsumer:
         self._bytes = 0
         self._oldest = 0.0
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
+        self.acked = 0
 
     # Run loop ---------------------------------------------------------------
     def run(self, max_batches: int | None = None) -> None:
@@ -170,6 +174,7 @@ class IndexerConsumer:
             self.totals[outcome.verdict.value] += 1
         for message in batch:
             message.ack()
+        self.acked += len(batch)
         metrics.BATCH_SIZE.observe(len(batch))
         metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
         log.debug(

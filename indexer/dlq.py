@@ -67,6 +67,8 @@ def replay(
     with connection.channel() as channel, connection.channel() as pub_channel:
         bound = dlq(channel)
         bound.declare()
+        # kombu's Redis transport keeps exchange types per process: declare before use.
+        exchange(pub_channel).declare()
         producer = Producer(pub_channel)
         held = []
         while limit is None or replayed < limit:

@@ -14,3 +14,11 @@ def register(app: typer.Typer) -> None:
 
     app.add_typer(cells_app, name="cells")
     app.add_typer(ops_app, name="ops")
+    from cellsight.cli.indexer_cmd import dlq_app, index_app, run_indexer
+
+    app.command("indexer")(run_indexer)
+    app.add_typer(dlq_app, name="dlq")
+    app.add_typer(index_app, name="index")
+    from cellsight.cli.api_cmd import serve
+
+    app.command("api")(serve)

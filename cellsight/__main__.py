@@ -1,0 +1,5 @@
+"""``python -m cellsight`` runs the CLI."""
+
+from cellsight.cli import main
+
+main()

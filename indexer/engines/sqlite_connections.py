@@ -1,0 +1,119 @@
+"""Connections and transactions of the embedded index: one connection per thread.
+
+The API reads from a thread pool; a connection per thread (``threading.local``) lets
+those reads run in parallel under WAL, and never shares a connection's transaction
+state between threads. ``transaction`` maps SQLite's errors onto the engine's.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from indexer.engines.base import EngineError, EngineUnavailable, IndexMissing
+from indexer.engines.sqlite_catalog import Catalog
+
+# SQLite's primary result codes that mean "try again later" rather than "bug".
+_TRANSIENT = {
+    5: "busy",
+    6: "locked",
+    7: "out of memory",
+    10: "I/O error",
+    13: "disk full",
+    14: "cannot open",
+    15: "lock protocol",
+}
+SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+
+
+def translate(exc: sqlite3.Error) -> EngineError:
+    if "no such table" in str(exc):
+        return IndexMissing(str(exc))
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _TRANSIENT:
+        return EngineUnavailable(f"index database {_TRANSIENT[code & 0xFF]}: {exc}")
+    return EngineError(f"index database: {exc}")
+
+
+class Connections:
+    def __init__(
+        self, path: Path, prefix: str, *, timeout: float, synchronous: str, cache_mb: int
+    ) -> None:
+        self.path = path
+        self.prefix = prefix
+        self.timeout = timeout
+        self._pragmas = (
+            # 8 KiB pages hold five ~1.5 KB documents where 4 KiB pages hold two, wasting
+            # a quarter; measured ~30% faster loads. Only takes effect on a new file.
+            "PRAGMA page_size=8192",
+            "PRAGMA journal_mode=WAL",
+            f"PRAGMA synchronous={synchronous}",
+            f"PRAGMA cache_size=-{cache_mb * 1024}",
+            "PRAGMA temp_store=MEMORY",
+        )
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._catalog_ready = False
+
+    def get(self) -> sqlite3.Connection:
+        # The pid check: a forked child must not reuse its parent's connection.
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            return conn
+        conn = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.timeout,
+                isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE to write
+                check_same_thread=False,  # only so close() can close every thread's one
+                cached_statements=512,
+            )
+            for pragma in self._pragmas:
+                conn.execute(pragma)
+            if not self._catalog_ready:
+                Catalog(conn, self.prefix).create()
+                self._catalog_ready = True
+        except (sqlite3.Error, OSError) as exc:
+            if conn is not None:
+                conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc) from exc
+            raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
+        self._local.conn, self._local.pid = conn, os.getpid()
+        with self._lock:
+            self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def transaction(self, *, write: bool) -> Iterator[Catalog]:
+        """One transaction: IMMEDIATE takes the write lock up front, so versions read in
+        it stay true; a read transaction pins one snapshot (alias and table agree)."""
+        conn = self.get()
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield Catalog(conn, self.prefix)
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise translate(exc) from exc
+
+    def close(self) -> None:
+        """Close every thread's connection; call it when no thread is using the engine."""
+        with self._lock:
+            connections, self._all = self._all, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()

@@ -1,0 +1,240 @@
+"""Document → row for the embedded index, checked against the strict mapping.
+
+Bulk sync pushes every instance through here, so the common case runs on C-level
+builtins: the row is ``map(doc.get, columns)``, and since columns are grouped by kind,
+each kind's values are type-checked as one slice. Anything unusual (a wrong type, a
+coercion Elasticsearch would make, an unknown field) takes the per-field path, which
+is the authority: it either builds the row or names the field in ``InvalidDocument``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import json
+import json.encoder
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from indexer.engines.base import WriteOp
+from indexer.engines.sqlite_schema import LONG_MAX, LONG_MIN, Schema, date_to_micros
+from indexer.fields import DocField, Kind
+
+_NONE = type(None)
+_STR = frozenset({str, _NONE})
+_INT = frozenset({int, _NONE})
+_BOOL = frozenset({bool, _NONE})
+_NUMBER = frozenset({float, int, _NONE})
+_OBJECT = frozenset({dict, list, _NONE})
+_LIST = frozenset({list, _NONE})
+_STRINGS = frozenset({str})
+_STR_KINDS = (Kind.KEYWORD, Kind.TEXT, Kind.IP)
+
+
+class InvalidDocument(ValueError):
+    """The document does not fit the strict mapping; the message names the field."""
+
+
+class Prepared(NamedTuple):
+    op: WriteOp
+    row: tuple[Any, ...]  # id, version, columns: everything but rid
+    doc: str
+    side: list[tuple[str, str]]  # (field, value) of the multi-valued fields
+
+    def bindable(self) -> bool:
+        """Whether sqlite3 can bind it: a lone surrogate in a string cannot be encoded."""
+        try:
+            for value in (*self.row, *(v for pair in self.side for v in pair)):
+                if type(value) is str:
+                    value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+
+
+def _unserializable(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _json_encoder() -> Callable[[Any], str]:
+    """msgspec's encoder when installed (3-4x faster: JSON is the largest cost of a bulk
+    load), else the stdlib's C encoder made once (json.dumps builds one per call)."""
+    try:
+        msgspec: Any = importlib.import_module("msgspec")
+    except ImportError:
+        msgspec = None
+    if msgspec is not None:
+        fast = msgspec.json.Encoder()
+
+        def msgspec_json(value: Any) -> str:
+            return str(fast.encode(value).decode())
+
+        return msgspec_json
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        encoder = json.JSONEncoder(separators=(",", ":"), allow_nan=False, check_circular=False)
+        return encoder.encode
+    # Documents are trees, so no circular check (a cycle still ends in RecursionError).
+    c_encode = make(
+        None,  # markers: no circular check
+        _unserializable,  # default
+        json.encoder.encode_basestring_ascii,
+        None,  # indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+
+    def stdlib_json(value: Any) -> str:
+        return "".join(c_encode(value, 0))
+
+    return stdlib_json
+
+
+encode_json = _json_encoder()
+
+
+def _bad(f: DocField, value: Any) -> InvalidDocument:
+    return InvalidDocument(
+        f"field [{f.name}] of type [{f.kind.value}{'[]' if f.many else ''}] cannot take "
+        f"{type(value).__name__} {value!r:.60}"
+    )
+
+
+def check_value(f: DocField, value: Any) -> Any:
+    """The column (or side) value of one non-null field value, as Elasticsearch would
+    take it: an integral number for a long and a lone value for a list are accepted."""
+    kind, t = f.kind, type(value)
+    if kind is Kind.OBJECT:
+        if t is list or (t is dict and not f.many):
+            return value
+    elif f.many:
+        items = [value] if t is str else value if t is list else None
+        if items is not None:
+            for item in items:
+                if type(item) is not str:
+                    raise _bad(f, item)
+            return items
+    elif kind is Kind.IP:
+        if t is str:
+            try:
+                ipaddress.ip_address(value)
+                return value
+            except ValueError:
+                pass
+    elif kind in _STR_KINDS:
+        if t is str:
+            return value
+    elif kind is Kind.LONG:
+        if t is float and value.is_integer():
+            value, t = int(value), int
+        if t is int:
+            if LONG_MIN <= value <= LONG_MAX:
+                return value
+            raise InvalidDocument(f"field [{f.name}] of type [long]: {value} is out of range")
+    elif kind is Kind.DOUBLE:
+        if t is float or t is int:
+            if math.isfinite(value):
+                return value
+            raise InvalidDocument(f"field [{f.name}] of type [double]: {value} is not finite")
+    elif kind is Kind.BOOLEAN:
+        if t is bool:
+            return value
+    elif kind is Kind.DATE and t is str:
+        try:
+            return date_to_micros(value)
+        except ValueError:
+            pass
+    raise _bad(f, value)
+
+
+class RowBuilder:
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self._known = frozenset(schema.fields)
+        self._names = tuple(schema.row_names[2:])
+        self._positions = {name: i for i, name in enumerate(schema.row_names)}
+        self._strs = schema.row_slice(*_STR_KINDS)
+        self._longs = schema.row_slice(Kind.LONG)
+        self._bools = schema.row_slice(Kind.BOOLEAN)
+        self._doubles = schema.row_slice(Kind.DOUBLE)
+        self._dates = range(*schema.row_slice(Kind.DATE).indices(len(schema.row_names)))
+        self._objects = tuple(f.name for f in schema.object_fields if not f.many)
+        self._object_lists = tuple(f.name for f in schema.object_fields if f.many)
+        self._many = tuple(f.name for f in schema.many_fields)
+        # Elasticsearch checks the IP syntax; no field has that kind yet, so no fast path.
+        self._fast = not any(f.kind is Kind.IP for f in schema.columns)
+
+    def prepare(self, op: WriteOp) -> Prepared:
+        if type(op.id) is not str or not 0 < len(op.id) <= 512:
+            raise InvalidDocument(f"id {op.id!r:.60} must be a string of 1 to 512 characters")
+        if type(op.version) is not int or not 0 <= op.version <= LONG_MAX:
+            raise InvalidDocument(f"version {op.version!r:.30} must be an integer in [0, 2^63)")
+        doc = op.document
+        if not self._fast or not self._known.issuperset(doc):
+            return self._checked(op)
+        row: list[Any] = [op.id, op.version, *map(doc.get, self._names)]
+        get = doc.get
+        if not (
+            _STR.issuperset(map(type, row[self._strs]))
+            and _INT.issuperset(map(type, row[self._longs]))
+            and _BOOL.issuperset(map(type, row[self._bools]))
+            and _NUMBER.issuperset(map(type, row[self._doubles]))
+            and _OBJECT.issuperset(map(type, map(get, self._objects)))
+            and _LIST.issuperset(map(type, map(get, self._object_lists)))
+            and type(get("version")) in _INT
+        ):
+            return self._checked(op)
+        longs = [v for v in row[self._longs] if v]
+        if (longs and (min(longs) < LONG_MIN or max(longs) > LONG_MAX)) or (
+            (get("version") or 0) > LONG_MAX
+        ):
+            return self._checked(op)
+        for value in row[self._doubles]:
+            if value is not None and not math.isfinite(value):
+                return self._checked(op)
+        try:
+            for i in self._dates:
+                if row[i] is not None:
+                    row[i] = date_to_micros(row[i])
+        except (TypeError, ValueError):
+            return self._checked(op)
+        side: list[tuple[str, str]] = []
+        for name in self._many:
+            values = get(name)
+            if values:
+                if type(values) is not list or not _STRINGS.issuperset(map(type, values)):
+                    return self._checked(op)
+                side.extend([(name, v) for v in values])
+        return Prepared(op, tuple(row), _encode(doc), side)
+
+    def _checked(self, op: WriteOp) -> Prepared:
+        """Field by field: the row, or ``InvalidDocument`` naming the first bad field."""
+        row: list[Any] = [None] * len(self._positions)
+        row[0], row[1] = op.id, op.version
+        side: list[tuple[str, str]] = []
+        fields = self.schema.fields
+        for name, value in op.document.items():
+            f = fields.get(name)
+            if f is None:
+                raise InvalidDocument(
+                    f"unknown field [{name}]: the {self.schema.resource} mapping is strict"
+                )
+            if value is None:
+                continue
+            value = check_value(f, value)
+            if f.many and f.kind is not Kind.OBJECT:
+                side.extend((name, v) for v in value)
+            elif name in self._positions and name != "version":
+                row[self._positions[name]] = value
+        return Prepared(op, tuple(row), _encode(op.document), side)
+
+
+def _encode(doc: dict[str, Any]) -> str:
+    try:
+        return encode_json(doc)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidDocument(f"document is not JSON: {exc}") from None

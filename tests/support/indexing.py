@@ -1,0 +1,95 @@
+"""Helpers for indexer tests: a consumer on a thread, and index-vs-cells comparison."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cells import reads, rows
+from cells.mappings import CellRegistry
+from cellsight.clients import build_bus
+from cellsight.settings import Settings, load_settings
+from indexer.consumer import ConsumerConfig, IndexerConsumer
+from indexer.documents import comparable, instance_document
+from indexer.engines.base import SearchEngine
+
+RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
+    """Settings on RabbitMQ (unique exchange and queues, so tests never share a stream)
+    or on the embedded Redis bus in ``data_dir``."""
+    if bus == "embedded":
+        return load_settings(data_dir=data_dir, **extra)
+    tag = uuid.uuid4().hex[:10]
+    return load_settings(
+        data_dir=data_dir,
+        bus_url=RABBITMQ,
+        exchange=f"t-nova-{tag}",
+        indexer_queue=f"t-idx-{tag}",
+        dead_letter_exchange=f"t-dlx-{tag}",
+        dead_letter_queue=f"t-dlq-{tag}",
+        **extra,
+    )
+
+
+def consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfig:
+    values: dict[str, Any] = dict(
+        exchange=settings.exchange,
+        queue=settings.indexer_queue,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_queue=settings.dead_letter_queue,
+        batch_age=0.05,
+    )
+    values.update(overrides)
+    return ConsumerConfig(**values)
+
+
+@contextmanager
+def running_indexer(
+    settings: Settings, engine: SearchEngine, **overrides: Any
+) -> Iterator[IndexerConsumer]:
+    """An indexer consuming on a thread; stopped (flush, ack, close) on exit."""
+    with build_bus(settings) as bus, bus.connection() as connection:
+        consumer = IndexerConsumer(connection, engine, consumer_config(settings, **overrides))
+        thread = threading.Thread(target=consumer.run, daemon=True)
+        thread.start()
+        try:
+            yield consumer
+        finally:
+            consumer.stop.set()
+            thread.join(30)
+            assert not thread.is_alive(), "indexer did not stop"
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str, str]:
+    """uuid → what differs between each cell row and its document (empty: equal)."""
+    engine.refresh("instance")
+    diffs: dict[str, str] = {}
+    for cell in registry.list_cells():
+        with registry.cell_engine(cell).connect() as conn:
+            for row in reads.iter_instances(conn):
+                payload = rows.row_to_payload(row, cell.uuid)
+                want = comparable(instance_document(payload, "instance.update", row["revision"]))
+                stored = engine.get("instance", row["uuid"])
+                if stored is None:
+                    diffs[row["uuid"]] = "missing"
+                    continue
+                got = comparable(stored.document)
+                bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+                if bad or stored.version != row["revision"]:
+                    diffs[row["uuid"]] = f"fields {bad}, version {stored.version} vs {row['revision']}"
+    return diffs

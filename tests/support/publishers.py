@@ -1,0 +1,37 @@
+"""Real ``Publisher`` implementations for tests: collect, or count while delegating."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from notifications.envelope import Notification
+from notifications.publisher import Publisher
+
+
+class CollectingPublisher:
+    """Keeps what it is given, in order."""
+
+    def __init__(self) -> None:
+        self.sent: list[Notification] = []
+
+    def publish(self, notification: Notification) -> None:
+        self.sent.append(notification)
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        self.sent.extend(notifications)
+
+
+class CountingPublisher:
+    """Delegates to a real publisher and counts what it delivered."""
+
+    def __init__(self, inner: Publisher) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def publish(self, notification: Notification) -> None:
+        self.inner.publish(notification)
+        self.count += 1
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        self.inner.publish_many(notifications)
+        self.count += len(notifications)
