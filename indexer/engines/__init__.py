@@ -42,7 +42,7 @@ def build_engine(
     if not url:
         from indexer.engines.embedded import EmbeddedEngine
 
-        return EmbeddedEngine(embedded_path, prefix=prefix)
+        return EmbeddedEngine(embedded_path, prefix=prefix, timeout=timeout)
     distribution = detect_distribution(url, timeout=timeout)
     if distribution == "opensearch":
         from indexer.engines.opensearch import OpenSearchEngine
