@@ -110,7 +110,7 @@ def test_mapping_is_strict_and_typed_from_the_payload_schema() -> None:
     mapping = search_mapping("instance")
     assert mapping["dynamic"] == "strict"
     props = mapping["properties"]
-    assert props["created_at"]["type"] == "date"
+    assert props["created_at"]["type"] == "date_nanos"  # microseconds must not tie
     assert props["locked"]["type"] == "boolean"
     assert props["progress"]["type"] == "long"
     assert props["display_name"]["type"] == "text" and "raw" in props["display_name"]["fields"]

@@ -24,6 +24,7 @@ from cellsight.clients import build_bus, build_notifier
 from cellsight.settings import Settings
 from indexer.dlq import peek
 from indexer.engines.embedded import EmbeddedEngine
+from indexer.engines.base import IndexMissing
 from indexer.engines.opensearch import OpenSearchEngine
 from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
@@ -94,10 +95,22 @@ def _indexer_process(settings: Settings) -> subprocess.Popen[bytes]:
         "CELLSIGHT_BATCH_AGE_MS": "100",
         "CELLSIGHT_BATCH_COUNT": "50",
     })
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "cellsight", "--data-dir", str(settings.data_dir), "indexer"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
+    # It prints one line once its signal handlers are in place and it is consuming.
+    assert proc.stdout is not None
+    line = proc.stdout.readline().decode()
+    assert line.startswith("indexer:"), line + (proc.stderr.read().decode() if proc.stderr else "")
+    return proc
+
+
+def _index_matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
+    try:
+        return not index_differences(registry, engine)
+    except IndexMissing:
+        return False
 
 
 def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> None:
@@ -112,7 +125,7 @@ def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> N
     try:
         for _ in range(4):
             proc = _indexer_process(settings)
-            time.sleep(rng.uniform(1.0, 2.5))
+            time.sleep(rng.uniform(0.3, 1.5))
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             proc.send_signal(signal.SIGKILL)
             proc.wait(10)
@@ -125,7 +138,7 @@ def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> N
     final = _indexer_process(settings)
     engine = EmbeddedEngine(settings.index_path)
     try:
-        wait_for(lambda: not index_differences(registry, engine), timeout=60, what="index == cells")
+        wait_for(lambda: _index_matches(registry, engine), timeout=90, what="index == cells")
     finally:
         final.send_signal(signal.SIGTERM)
         assert final.wait(30) == 0  # graceful: flush, ack, close
