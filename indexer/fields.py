@@ -149,19 +149,33 @@ def field_map(resource: str) -> dict[str, DocField]:
     return {f.name: f for f in FIELDS_BY_RESOURCE[resource]}
 
 
+# Lucene refuses terms over 32766 bytes; 8191 characters of up to 4 UTF-8 bytes fit.
+# A longer value would be stored but not indexed, so filters and sorts on it would
+# disagree with the SQL paths, which see every value.
+KEYWORD_IGNORE_ABOVE = 8191
+
+
 def search_mapping(resource: str) -> dict[str, Any]:
-    """The Elasticsearch/OpenSearch mapping; ``strict`` so a stray field cannot widen it."""
+    """The Elasticsearch/OpenSearch mapping; ``strict`` so a stray field cannot widen it.
+
+    Dates are ``date_nanos``, not ``date``: documents carry microseconds, and ``date``
+    keeps milliseconds, so instants 1 µs apart would compare equal and sort as ties in
+    the index while the SQL paths (cells, embedded) tell them apart. The price is
+    ``date_nanos``'s range, 1970 to 2262, which every instance timestamp is in.
+    """
     props: dict[str, Any] = {}
     for f in FIELDS_BY_RESOURCE[resource]:
         if f.kind is Kind.TEXT:
             props[f.name] = {
                 "type": "text",
-                "fields": {"raw": {"type": "keyword", "ignore_above": 1024}},
+                "fields": {"raw": {"type": "keyword", "ignore_above": KEYWORD_IGNORE_ABOVE}},
             }
         elif f.kind is Kind.OBJECT:
             props[f.name] = {"type": "object", "enabled": False}
         elif f.kind is Kind.KEYWORD:
-            props[f.name] = {"type": "keyword", "ignore_above": 1024}
+            props[f.name] = {"type": "keyword", "ignore_above": KEYWORD_IGNORE_ABOVE}
+        elif f.kind is Kind.DATE:
+            props[f.name] = {"type": "date_nanos"}
         else:
             props[f.name] = {"type": f.kind.value}
     return {"dynamic": "strict", "properties": props}

@@ -22,3 +22,6 @@ def register(app: typer.Typer) -> None:
     from cellsight.cli.api_cmd import serve
 
     app.command("api")(serve)
+    from cellsight.cli.demo_cmd import demo
+
+    app.command("demo")(demo)

@@ -11,8 +11,12 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from indexer.query.tree import SearchRequest
 
 RESOURCES = ("instance", "node")
 
@@ -129,6 +133,20 @@ class SearchEngine(abc.ABC):
     ) -> Iterator[tuple[str, int]]:
         """(id, version) of the read alias's documents in ascending id order, streamed."""
 
+    @abc.abstractmethod
+    def search(self, resource: str, request: SearchRequest) -> list[StoredDocument]:
+        """One page from the read alias: the documents matching
+        ``request.effective_filter()`` in ``request.order`` (a total order), at most
+        ``request.limit``. Every engine returns the same ids in the same order for the
+        same request (``indexer.query.tree`` defines the semantics). Raises
+        ``indexer.query.prepare.QueryError`` for a request that does not fit the fields.
+        """
+
+    @abc.abstractmethod
+    def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
+        """Ids of the read alias's documents with ``deleted`` true and ``deleted_at``
+        before ``deleted_before``, in ascending id order, streamed (tombstone purge)."""
+
     # Index management (bulk sync) -------------------------------------------
     @abc.abstractmethod
     def create_index(self, resource: str, name: str, *, bulk_load: bool = False) -> None:
@@ -161,3 +179,20 @@ class SearchEngine(abc.ABC):
 
     @abc.abstractmethod
     def put_meta(self, key: str, value: dict[str, Any]) -> None: ...
+
+    # Bulk sync and anti-entropy: one concrete index before it serves; the sync lock ----
+    def count_index(self, name: str, cell_uuid: str | None = None) -> int:
+        """Documents in the concrete index ``name`` (of one cell), current as of the call
+        (the HTTP engines refresh it first)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement count_index")
+
+    def iter_index_versions(
+        self, name: str, cell_uuid: str | None = None, batch_size: int = 5000
+    ) -> Iterator[tuple[str, int]]:
+        """``iter_versions`` over the concrete index ``name`` instead of the read alias."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement iter_index_versions")
+
+    def swap_meta(self, key: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        """Set ``key`` to ``value`` only if it holds ``expected`` now (``None``: absent),
+        atomically against every other writer; False when it held something else."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement swap_meta")

@@ -18,6 +18,7 @@ index is created with its strict mapping instead of being auto-created dynamic.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,9 @@ from indexer.engines.base import (
     WriteStatus,
 )
 from indexer.fields import search_mapping
+from indexer.query.dsl import search_body, value
+from indexer.query.prepare import keyset
+from indexer.query.tree import SearchRequest, total_order
 
 # A bulk header line and its optional source line, as the clients' helpers take them.
 BulkAction = tuple[dict[str, Any], dict[str, Any] | None]
@@ -398,6 +402,50 @@ class HttpEngine(SearchEngine):
                 return
             query["search_after"] = hits[-1]["sort"]
 
+    def search(self, resource: str, request: SearchRequest) -> list[StoredDocument]:
+        # The keyset is part of the query (see indexer.query.dsl), so a page larger than
+        # MAX_PAGE is fetched as further keyset pages of the same total order.
+        path = f"/{self.read_alias(resource)}/_search"
+        order = total_order(request.order)
+        out: list[StoredDocument] = []
+        after = request.after
+        while len(out) < request.limit:
+            want = min(request.limit - len(out), MAX_PAGE)
+            page = SearchRequest(request.filter, order, want, after)
+            hits = self._request("POST", path, body=search_body(page, resource))["hits"]["hits"]
+            out.extend(self._stored(hit) for hit in hits)
+            if len(hits) < want:
+                break
+            after = keyset(order, out[-1].document)
+        return out
+
+    def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
+        if deleted_before.tzinfo is None:
+            deleted_before = deleted_before.replace(tzinfo=UTC)
+        query: dict[str, Any] = {
+            "query": {
+                "bool": {
+                    "filter": [
+                        {"term": {"deleted": True}},
+                        {"range": {"deleted_at": {"lt": value(deleted_before)}}},
+                    ]
+                }
+            },
+            # a keyword sort value (the id itself) is exact in search_after
+            "sort": [{"uuid": "asc"}],
+            "size": 1000,
+            "_source": False,
+            "track_total_hits": False,
+        }
+        path = f"/{self.read_alias(resource)}/_search"
+        while True:
+            hits = self._request("POST", path, body=query)["hits"]["hits"]
+            for hit in hits:
+                yield str(hit["_id"])
+            if len(hits) < query["size"]:
+                return
+            query["search_after"] = hits[-1]["sort"]
+
     # Index management -------------------------------------------------------------
     def _live_replicas(self, resource: str) -> int | None:
         """The explicit replica count of the index behind the read alias, if any."""
@@ -552,3 +600,71 @@ class HttpEngine(SearchEngine):
             oldest = min(dates, key=lambda n: (dates[n], n))
             if name != oldest:
                 self.drop_index(name)
+
+    # Bulk sync and anti-entropy ------------------------------------------------------
+    def count_index(self, name: str, cell_uuid: str | None = None) -> int:
+        # A bulk-loaded index is only searchable as of its last refresh.
+        self._request("POST", f"/{name}/_refresh")
+        query = {"query": self._cell_query(cell_uuid)}
+        return int(self._request("POST", f"/{name}/_count", body=query)["count"])
+
+    def iter_index_versions(
+        self, name: str, cell_uuid: str | None = None, batch_size: int = 5000
+    ) -> Iterator[tuple[str, int]]:
+        self._request("POST", f"/{name}/_refresh")
+        query: dict[str, Any] = {
+            "query": self._cell_query(cell_uuid),
+            "sort": [{"uuid": "asc"}],  # as iter_versions: not _id, which needs fielddata
+            "size": max(1, min(batch_size, MAX_PAGE)),
+            "_source": False,
+            "version": True,
+            "track_total_hits": False,
+        }
+        while True:
+            hits = self._request("POST", f"/{name}/_search", body=query)["hits"]["hits"]
+            for hit in hits:
+                yield str(hit["_id"]), int(hit["_version"])
+            if len(hits) < query["size"]:
+                return
+            query["search_after"] = hits[-1]["sort"]
+
+    def swap_meta(self, key: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
+        path = _doc_path(self.meta_alias(), key)
+        doc = {"value": value, "updated_at": datetime.now(UTC).isoformat()}
+        for _attempt in range(20):
+            try:
+                current: dict[str, Any] | None = self._send("GET", path)
+            except HttpError as exc:
+                if exc.status == 400 and "more than one index" in exc.reason:
+                    time.sleep(0.05)  # racers creating the meta index: see below
+                    continue
+                if exc.status != 404:  # 404: no such key, or no meta index yet
+                    raise self._translate("GET", path, exc) from exc
+                current = None
+            found = bool(current and current.get("found"))
+            stored = (current or {}).get("_source", {}).get("value") if found else None
+            if stored != expected:
+                return False
+            # Optimistic concurrency: the write fails (409) if anyone wrote in between.
+            params = {"require_alias": "true"}
+            if found and current is not None:
+                params["if_seq_no"] = str(current["_seq_no"])
+                params["if_primary_term"] = str(current["_primary_term"])
+            else:
+                params["op_type"] = "create"
+            try:
+                self._send("PUT", path, params=params, body=doc)
+                return True
+            except HttpError as exc:
+                if exc.status == 409:
+                    return False
+                if exc.status == 404 and not found:
+                    self._create_meta_index()  # then compare again from the start
+                    continue
+                if exc.status == 400 and "write index" in exc.reason:
+                    # Racers creating the meta index at once: for a moment the alias
+                    # spans two; all but the oldest are being dropped. Start over.
+                    time.sleep(0.05)
+                    continue
+                raise self._translate("PUT", path, exc) from exc
+        raise EngineUnavailable(f"{self.distribution}: could not settle meta key {key!r}")

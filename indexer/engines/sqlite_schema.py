@@ -155,4 +155,3 @@ class Schema:
 
 
 SCHEMAS: dict[str, Schema] = {r: Schema(r, fs) for r, fs in FIELDS_BY_RESOURCE.items()}
-

@@ -93,7 +93,8 @@ class EmbeddedColumns:
 
 
 def _sql(statement: sa.Select[Any]) -> tuple[str, list[Any]]:
-    compiled = statement.compile(dialect=_DIALECT)
+    # IN lists expanded in place, so the SQL and its positional parameters are final
+    compiled = statement.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
     params = compiled.construct_params()
     return str(compiled), [params[name] for name in compiled.positiontup or ()]
 

@@ -1,0 +1,153 @@
+"""Every search path, loaded once per session with the same instances.
+
+``paths`` maps a name to a function from a ``SearchRequest`` to result documents:
+the cells' ``instances`` table on SQLite, PostgreSQL and MariaDB (rows written by the
+cells' own ``payload_to_row``), the embedded engine, and osmem through both HTTP
+clients (each loading its own index through ``bulk``). A missing server skips, or
+fails under ``CELLSIGHT_REQUIRE_SERVICES=1``.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cells.database import create_engine
+from cells.rows import payload_to_row
+from cells.schema import create_cell_schema, instances
+from indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteStatus
+from indexer.engines.embedded import EmbeddedEngine
+from indexer.query.cells import search_cell
+from indexer.query.sqlite_regexp import install_on_engine
+from indexer.query.tree import SearchRequest
+from tests.support import query_dataset as data
+
+REQUIRE_SERVICES = os.environ.get("CELLSIGHT_REQUIRE_SERVICES") == "1"
+Search = Callable[[SearchRequest], list[StoredDocument]]
+
+
+def _unavailable(what: str) -> None:
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{what} is required (CELLSIGHT_REQUIRE_SERVICES=1) but unavailable")
+    pytest.skip(f"{what} unavailable")
+
+
+@pytest.fixture(scope="session")
+def query_payloads() -> list[Any]:
+    return data.payloads()
+
+
+@pytest.fixture(scope="session")
+def query_documents(query_payloads: list[Any]) -> list[dict[str, Any]]:
+    return data.documents(query_payloads)
+
+
+def _server_database(server: sa.URL) -> tuple[str, Callable[[], None]]:
+    name = f"cs_q_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+
+    def drop() -> None:
+        with admin.connect() as conn:
+            force = " WITH (FORCE)" if server.get_backend_name() == "postgresql" else ""
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
+        admin.dispose()
+
+    return server.set(database=name).render_as_string(hide_password=False), drop
+
+
+def _cell(url: str, payloads: list[Any]) -> sa.Engine:
+    engine = create_engine(url)
+    install_on_engine(engine)
+    create_cell_schema(engine)
+    with engine.begin() as conn:
+        conn.execute(sa.insert(instances), [payload_to_row(p) for p in payloads])
+    return engine
+
+
+def _load(engine: SearchEngine, documents: list[dict[str, Any]]) -> SearchEngine:
+    engine.ensure_ready("instance")
+    ops = [WriteOp("instance", d["uuid"], d["version"], d) for d in documents]
+    results = engine.bulk(ops)
+    assert all(r.status is WriteStatus.OK for r in results), results
+    engine.refresh("instance")
+    return engine
+
+
+def _cell_search(engine: sa.Engine) -> Search:
+    def search(request: SearchRequest) -> list[StoredDocument]:
+        with engine.connect() as conn:
+            return search_cell(conn, request, cell_uuid=data.CELL_UUID)
+
+    return search
+
+
+def _osmem_url(request: pytest.FixtureRequest) -> str:
+    try:
+        server: Any = request.getfixturevalue("osmem_server")
+    except Exception as exc:  # the plugin raises OsmemError when it cannot start
+        _unavailable(f"osmem-server ({exc})")
+    clone = server.clone()
+    request.addfinalizer(clone.close)
+    return str(clone.url)
+
+
+@pytest.fixture(scope="session")
+def query_cells(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    query_payloads: list[Any],
+) -> Iterator[dict[str, sa.Engine]]:
+    """The cell database of every dialect, holding the data set."""
+    root: Path = tmp_path_factory.mktemp("query-cells")
+    cells = {"sqlite": _cell(f"sqlite:///{root / 'cell.db'}", query_payloads)}
+    drops: list[Callable[[], None]] = []
+    for dialect, fixture in (("postgresql", "postgres_server"), ("mariadb", "mariadb_server")):
+        url, drop = _server_database(request.getfixturevalue(fixture))
+        drops.append(drop)
+        cells[dialect] = _cell(url, query_payloads)
+    yield cells
+    for engine in cells.values():
+        engine.dispose()
+    for drop in drops:
+        drop()
+
+
+@pytest.fixture(scope="session")
+def query_engines(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    query_documents: list[dict[str, Any]],
+) -> Iterator[dict[str, SearchEngine]]:
+    """The embedded engine and osmem through both HTTP clients, holding the data set."""
+    from indexer.engines.elasticsearch import ElasticsearchEngine
+    from indexer.engines.opensearch import OpenSearchEngine
+    from tests.support.es_compat import ES_CLIENT_OPTIONS
+
+    root: Path = tmp_path_factory.mktemp("query-index")
+    engines: list[SearchEngine] = [EmbeddedEngine(root / "index.db", prefix="q")]
+    osmem = _osmem_url(request)
+    engines.append(OpenSearchEngine(osmem, prefix="qos", timeout=30.0))
+    engines.append(ElasticsearchEngine(osmem, prefix="qes", timeout=30.0, **ES_CLIENT_OPTIONS))
+    for engine in engines:
+        _load(engine, query_documents)
+    yield {engine.distribution: engine for engine in engines}
+    for engine in engines:
+        engine.close()
+
+
+@pytest.fixture(scope="session")
+def paths(
+    query_cells: dict[str, sa.Engine], query_engines: dict[str, SearchEngine]
+) -> dict[str, Search]:
+    out: dict[str, Search] = {f"cell-{d}": _cell_search(e) for d, e in query_cells.items()}
+    for name, engine in query_engines.items():
+        out[name] = lambda req, e=engine: e.search("instance", req)
+    return out

@@ -1,0 +1,217 @@
+"""The portable regex subset: what it rejects and why, how it translates, and that
+Python, SQLite, PostgreSQL, MariaDB and osmem (Lucene syntax) agree on every match."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from cells.schema import TABLE_OPTIONS, Str
+from indexer.engines.base import SearchEngine
+from indexer.fields import DocField, Kind
+from indexer.query import regex
+from indexer.query.dsl import compile_filter
+from indexer.query.sql import regex_match
+from indexer.query.sqlite_regexp import Deadline, install
+from indexer.query.tree import Regex
+
+
+@pytest.mark.parametrize(
+    ("pattern", "why"),
+    [
+        ("", "empty"),
+        ("^$", "empty"),
+        ("a" * 257, "at most 256"),
+        ("(a+)+", "nested quantifiers"),
+        ("(a*b?)*", "nested quantifiers"),
+        ("(a|ab)*", "different characters"),
+        ("(.|x)+", "different characters"),
+        ("a*b*c*", "too many variable quantifiers"),
+        ("(a)\\1", "backreferences"),
+        ("a(?=b)", "lookarounds"),
+        ("a(?<!b)", "lookarounds"),
+        ("(?i)a", "inline flags"),
+        ("a*?", "lazy"),
+        ("a++", "possessive"),
+        ("a{2,40}", "repetition"),
+        ("a{3,2}", "repetition"),
+        ("\\bword", "escape \\b"),
+        ("a^b", "only allowed at the very start/end"),
+        ("^a|b$", "top-level '|'"),
+        ("[a", "unterminated"),
+        ("a)", "unbalanced"),
+        ("(a", "unbalanced"),
+        ("*a", "nothing to repeat"),
+        ("[z-a]", "bad range"),
+        ("[\\D]", "escape \\D"),
+        ("a|", "empty alternative"),
+        ("\\", "trailing backslash"),
+    ],
+)
+def test_patterns_outside_the_subset_are_rejected_saying_why(pattern: str, why: str) -> None:
+    with pytest.raises(regex.InvalidRegex, match=re.escape(why)):
+        regex.validate(pattern)
+
+
+def test_invalid_regex_is_a_value_error() -> None:
+    assert issubclass(regex.InvalidRegex, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "lucene"),
+    [
+        ("web", ".*(web).*"),
+        ("^web", "(web).*"),
+        ("web$", ".*(web)"),
+        ('^a@b&c<d>e~f#g"h$', '(a\\@b\\&c\\<d\\>e\\~f\\#g\\"h)'),
+        ("\\d+\\.\\w", ".*([0-9]+\\.[0-9A-Z\\_a-z]).*"),
+        ("(?:ab|cd){1,2}", ".*((ab|cd){1,2}).*"),
+    ],
+)
+def test_lucene_translation_anchors_and_escapes(pattern: str, lucene: str) -> None:
+    assert regex.to_lucene(pattern) == lucene
+
+
+def test_translations_pin_down_dot_end_and_case() -> None:
+    assert regex.to_python("a.$") == "(?s)(?:a.)\\Z"
+    assert regex.to_mariadb("^a") == "(?s-imx)^(a)"
+    assert regex.to_postgresql("a$") == "(a)$"
+    search = re.compile(regex.to_python("a.$")).search
+    assert search("x\na\n") and not search("a\nb\n") and not search("A\n")
+
+
+# Differential property ---------------------------------------------------------------
+
+LITERALS = [
+    "a", "b", "A", "1", "-", "é", "日", " ", ":", "_", "@", "&", "~", "#", '"', "<", ">",
+    "\\.", "\\+", "\\*", "\\\\", "\\t", "\\n", "\\(", "\\[", "\\]", "\\^", "\\$", "\\|",
+]  # fmt: skip
+CLASSES = [
+    "[ab]", "[^a]", "[a-c]", "[A-Za-z]", "[\\d.]", "[^\\s]", "[é日]", "[-a]", "[a\\]]",
+    "[\\^b]", "[^-]", "\\d", "\\w", "\\s", "\\D", "\\W", "\\S", ".",
+]  # fmt: skip
+QUANTIFIERS = ["", "", "", "*", "+", "?", "{2}", "{1,3}", "{0,2}", "{2,}"]
+ALPHABET = 'abA1-é日 :_@&~#"<>.+*\\\t\n()[]^$|xÉ'
+
+atoms = st.sampled_from(LITERALS + CLASSES)
+pieces = st.builds(lambda a, q: a + q, atoms, st.sampled_from(QUANTIFIERS))
+plain = st.lists(atoms, min_size=1, max_size=3).map("".join)
+groups = st.one_of(
+    st.builds(lambda x, q: f"({x}){q}", plain, st.sampled_from(QUANTIFIERS)),
+    st.builds(lambda x, y, q: f"(?:{x}|{y}){q}", plain, plain, st.sampled_from(QUANTIFIERS)),
+    st.builds(lambda x, y: f"({x}|{y})", pieces.map(str), plain),
+)
+bodies = st.lists(st.one_of(pieces, groups), min_size=1, max_size=4).map("".join)
+patterns = st.builds(
+    lambda start, body, end: ("^" if start else "") + body + ("$" if end else ""),
+    st.booleans(),
+    bodies,
+    st.booleans(),
+)
+CORPUS = ["", "a", "ab", "aab", "A", "b1", "é", "日本", "a b", "a\nb", "x.y", "-", "@&~#", "ab\n"]
+
+
+@pytest.fixture(scope="module")
+def regex_tables(
+    query_cells: dict[str, sa.Engine],
+) -> Iterator[dict[str, tuple[sa.Engine, sa.Table]]]:
+    out = {}
+    for dialect, engine in query_cells.items():
+        meta = sa.MetaData()
+        table = sa.Table(
+            "rx_strings", meta, sa.Column("i", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("s", Str(255)), **TABLE_OPTIONS,
+        )  # fmt: skip
+        meta.drop_all(engine)
+        meta.create_all(engine)
+        out[dialect] = (engine, table)
+    yield out
+    for engine, table in out.values():
+        table.drop(engine)
+
+
+@pytest.fixture(scope="module")
+def osmem_client(query_engines: dict[str, SearchEngine]) -> Any:
+    client = query_engines["opensearch"].client  # type: ignore[attr-defined]
+    mapping = {"properties": {"s": {"type": "keyword"}, "batch": {"type": "keyword"}}}
+    client.indices.create(index="rx-strings", body={"mappings": mapping})
+    return client
+
+
+def _sql_matches(
+    engine: sa.Engine, table: sa.Table, pattern: str, strings: list[str]
+) -> list[bool]:
+    with engine.begin() as conn:
+        conn.execute(table.delete())
+        conn.execute(table.insert(), [{"i": i, "s": s} for i, s in enumerate(strings)])
+        hits = set(
+            conn.scalars(
+                sa.select(table.c.i).where(regex_match(table.c.s, pattern, conn.dialect.name))
+            )
+        )
+    return [i in hits for i in range(len(strings))]
+
+
+def _osmem_matches(client: Any, batch: str, pattern: str, strings: list[str]) -> list[bool]:
+    lines: list[Any] = []
+    for i, s in enumerate(strings):
+        lines += [
+            {"index": {"_index": "rx-strings", "_id": f"{batch}-{i}"}},
+            {"s": s, "batch": batch},
+        ]
+    client.bulk(body=lines, refresh=True)
+    query = compile_filter(Regex("s", pattern), {"s": DocField("s", Kind.KEYWORD)})
+    body = {"query": {"bool": {"filter": [{"term": {"batch": batch}}, query]}}, "size": 100}
+    hits = {h["_id"] for h in client.search(index="rx-strings", body=body)["hits"]["hits"]}
+    return [f"{batch}-{i}" in hits for i in range(len(strings))]
+
+
+def _sqlite_matches(pattern: str, strings: list[str]) -> list[bool]:
+    conn = sqlite3.connect(":memory:")
+    install(conn, Deadline())
+    rows = conn.execute(
+        "SELECT value REGEXP ? FROM json_each(?) ORDER BY key",
+        (regex.to_python(pattern), json.dumps(strings)),
+    )
+    return [bool(r[0]) for r in rows]
+
+
+_batches = iter(range(10**9))
+
+
+@pytest.mark.services
+@settings(
+    max_examples=200, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+@given(pattern=patterns, extra=st.lists(st.text(ALPHABET, max_size=6), max_size=6), data=st.data())
+def test_every_engine_agrees_on_every_match(
+    regex_tables: dict[str, tuple[sa.Engine, sa.Table]],
+    osmem_client: Any,
+    pattern: str,
+    extra: list[str],
+    data: Any,
+) -> None:
+    try:
+        python = re.compile(regex.to_python(pattern))
+    except regex.InvalidRegex:
+        assume(False)
+        return
+    alphabet = st.characters(codec="utf-8", exclude_characters="\x00")
+    matching = data.draw(st.lists(st.from_regex(python, alphabet=alphabet), max_size=3))
+    strings = list(dict.fromkeys([s for s in CORPUS + extra + matching if len(s) < 60]))
+    want = [python.search(s) is not None for s in strings]
+    got = {"sqlite-fn": _sqlite_matches(pattern, strings)}
+    for dialect, (engine, table) in regex_tables.items():
+        got[dialect] = _sql_matches(engine, table, pattern, strings)
+    got["osmem"] = _osmem_matches(osmem_client, str(next(_batches)), pattern, strings)
+    for name, answer in got.items():
+        wrong = [s for s, w, g in zip(strings, want, answer, strict=True) if w != g]
+        assert not wrong, f"{name} disagrees with Python on {pattern!r} for {wrong!r}"
