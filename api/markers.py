@@ -1,0 +1,60 @@
+"""A marker (the last uuid of a page) → the sort values the next page starts after.
+
+Both paths resolve a marker the same way, from the cells: the instance mapping names
+the cell, the cell's row gives the values. So a marker issued by one path pages the
+other without skipping or repeating rows. An unknown marker and a marker the caller
+may not see (another project's instance, for a non-administrator) get the same 400,
+with the same message, so a marker reveals nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.auth import Principal
+from api.celldocs import row_document
+from api.errors import BadRequest, ServiceUnavailable
+from api.fanout import FanOut
+from cells.database import connect
+from cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cells.mappings import CellRegistry
+from cells.reads import get_instance
+
+
+def marker_not_found(marker: str) -> BadRequest:
+    # Nova's wording; the marker is echoed as given (bounded by the parameter parser).
+    return BadRequest(f"marker [{marker}] not found", parameter="marker")
+
+
+def marker_document(
+    registry: CellRegistry, fanout: FanOut, marker: str, principal: Principal
+) -> dict[str, Any]:
+    """The marker instance's document, read from its cell (deleted ones included)."""
+    try:
+        mapping = registry.get_instance_mapping(marker)
+    except InstanceNotFound:
+        raise marker_not_found(marker) from None
+    except DatabaseUnavailable as exc:
+        raise ServiceUnavailable(f"The API database is unavailable: {exc.why}") from None
+    if mapping.cell_uuid is None:
+        raise marker_not_found(marker)
+    if not principal.is_admin and mapping.project_id != principal.project_id:
+        raise marker_not_found(marker)
+    try:
+        cell = registry.get_cell(mapping.cell_uuid)
+    except UnknownCell:
+        raise marker_not_found(marker) from None
+    try:
+        with connect(fanout.engine(cell)) as conn:
+            row = get_instance(conn, marker)
+    except Exception as exc:
+        # Only reached for an instance the caller may see: naming its cell leaks nothing.
+        raise ServiceUnavailable(
+            f"The cell holding marker [{marker}] ({cell.name}) is unavailable; "
+            "retry, or list without the marker"
+        ) from exc
+    if row is None:
+        raise marker_not_found(marker)
+    if not principal.is_admin and row.get("project_id") != principal.project_id:
+        raise marker_not_found(marker)
+    return row_document(row, cell.uuid)

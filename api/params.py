@@ -1,0 +1,324 @@
+"""Query parameters of ``GET /servers[/detail]`` → one validated ``ListQuery``.
+
+Everything a client can send is checked here, before any cell or index is touched:
+an unknown parameter or a bad value is a 400 naming the parameter, an administrator's
+parameter from a non-administrator a 403, as Nova words it. Semantics follow Nova's
+compute API (see the README's API section for the few deliberate differences).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from api import status as st
+from api.auth import Principal
+from api.errors import BadRequest, Forbidden
+from api.microversion import Version
+from api.sorting import parse_order
+from indexer.query.tree import (
+    Compare,
+    Contains,
+    In,
+    MatchNone,
+    Node,
+    Not,
+    Op,
+    Regex,
+    SortKey,
+    conjunction,
+    disjunction,
+)
+
+MAX_REGEX_LENGTH = 255
+MAX_VALUE_LENGTH = 255
+
+REGEX_FILTERS = {  # parameter → document field; Nova matches these as regexes
+    "name": "display_name",
+    "ip": "ip4",
+    "ip6": "ip6",
+    "node": "node",
+    "availability_zone": "availability_zone",
+    "key_name": "key_name",
+}
+EXACT_FILTERS = {"host": "host", "user_id": "user_id", "uuid": "uuid", "flavor": "flavor_flavorid"}
+MULTI = frozenset({"status", "vm_state", "task_state", "power_state", "sort_key", "sort_dir"})
+TAG_FILTERS = ("tags", "tags-any", "not-tags", "not-tags-any")
+ADMIN_ONLY = frozenset({"all_tenants", "project_id", "tenant_id", "host", "node", "deleted"})
+KNOWN = frozenset(
+    {
+        "limit",
+        "marker",
+        "sort_key",
+        "sort_dir",
+        "status",
+        "vm_state",
+        "task_state",
+        "power_state",
+        "project_id",
+        "tenant_id",
+        "image",
+        "locked",
+        "changes-since",
+        "changes-before",
+        "deleted",
+        "all_tenants",
+        *REGEX_FILTERS,
+        *EXACT_FILTERS,
+        *TAG_FILTERS,
+    }
+)
+_TRUE = frozenset({"1", "t", "true", "on", "y", "yes"})
+_FALSE = frozenset({"0", "f", "false", "off", "n", "no"})
+_ALL_TENANTS_POLICY = "os_compute_api:servers:index:get_all_tenants"
+_FILTERS_POLICY = "os_compute_api:servers:allow_all_filters"
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """One page request, validated. ``filter`` already holds the project scope."""
+
+    filter: Node
+    order: tuple[SortKey, ...]
+    limit: int
+    marker: str | None
+    project_scope: str | None  # the one project listed, None for all projects
+    filtered: bool  # a filter beyond the scope and the default "not deleted"
+
+
+def _bad(param: str, value: str, why: str) -> BadRequest:
+    shown = value if len(value) <= 80 else value[:77] + "..."
+    return BadRequest(
+        f"Invalid input for query parameters {param}. Value: {shown}. {why}", parameter=param
+    )
+
+
+def parse_bool(param: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise _bad(
+        param, value, "Expected a boolean: one of 0, 1, f, false, n, no, off, on, t, true, y, yes."
+    )
+
+
+def parse_time(param: str, value: str) -> datetime:
+    text = value.strip()
+    try:
+        if text[-1:] in ("z", "Z"):
+            text = text[:-1] + "+00:00"
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise _bad(param, value, "Expected an ISO 8601 date-time.") from None
+    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def check_regex(param: str, pattern: str) -> str:
+    """Bounded and portable, or a 400: the same pattern runs in every cell and engine."""
+    if len(pattern) > MAX_REGEX_LENGTH:
+        raise _bad(param, pattern, f"A pattern is at most {MAX_REGEX_LENGTH} characters.")
+    try:
+        from indexer.query.regex import validate
+    except ImportError:  # the portable-subset checker is not installed yet
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise _bad(param, pattern, f"Invalid regular expression: {exc}.") from None
+        return pattern
+    try:
+        validate(pattern)
+    except ValueError as exc:
+        raise _bad(param, pattern, f"Invalid regular expression: {exc}") from None
+    return pattern
+
+
+def _one(param: str, values: list[str]) -> str:
+    # Like Nova (webob's MultiDict), the last of a repeated single-valued parameter wins.
+    value = values[-1]
+    if len(value) > MAX_VALUE_LENGTH and param not in REGEX_FILTERS:
+        raise _bad(param, value, f"At most {MAX_VALUE_LENGTH} characters.")
+    if "\x00" in value:
+        raise _bad(param, value, "NUL characters are not allowed.")
+    return value
+
+
+def _tags(param: str, value: str) -> list[str]:
+    tags = [t.strip() for t in value.split(",")]
+    if not all(tags):
+        raise _bad(param, value, "Expected a comma-separated list of non-empty tags.")
+    return tags
+
+
+def parse_limit(values: list[str] | None, max_limit: int) -> int:
+    if values is None:
+        return max_limit
+    value = values[-1].strip()
+    if not value.isdigit() or not value.isascii():
+        raise _bad("limit", values[-1], "limit must be a non-negative integer.")
+    return min(int(value), max_limit)
+
+
+def _power_states(values: list[str]) -> Node:
+    names: list[str] = []
+    for value in values:
+        text = value.strip().lower()
+        if text.isdigit() and text.isascii():
+            name = st.POWER_STATES.get(int(text))
+            if name is not None:
+                names.append(name)
+        elif text in st.POWER_STATE_NUMBERS:
+            names.append(text)
+        else:
+            raise _bad("power_state", value, "Expected a power state number (0-7) or name.")
+    return In("power_state", tuple(dict.fromkeys(names))) if names else MatchNone()
+
+
+def parse_list_query(
+    items: Sequence[tuple[str, str]],
+    principal: Principal,
+    *,
+    max_limit: int,
+    version: Version,
+) -> ListQuery:
+    params: dict[str, list[str]] = {}
+    for key, value in items:
+        params.setdefault(key, []).append(value)
+    for key in params:
+        if key not in KNOWN:
+            raise BadRequest(
+                "Invalid input for query parameters: Additional properties are not allowed "
+                f"({key[:80]!r} was unexpected)",
+                parameter=key,
+            )
+    admin = principal.is_admin
+    for key in sorted(ADMIN_ONLY & params.keys()):
+        if admin:
+            continue
+        if key == "all_tenants":
+            if _all_tenants(params["all_tenants"]):
+                raise Forbidden(f"Policy doesn't allow {_ALL_TENANTS_POLICY} to be performed.")
+        else:
+            raise Forbidden(
+                f"Policy doesn't allow {_FILTERS_POLICY} to be performed. "
+                f"(Only administrators may filter servers by {key}.)"
+            )
+
+    limit = parse_limit(params.get("limit"), max_limit)
+    marker = _one("marker", params["marker"]).strip() if "marker" in params else None
+    if marker == "":
+        raise _bad("marker", "", "marker must not be empty.")
+    order = parse_order(params.get("sort_key", []), params.get("sort_dir", []), principal)
+
+    clauses: list[Node] = []
+    for param, field in REGEX_FILTERS.items():
+        if param in params:
+            clauses.append(Regex(field, check_regex(param, _one(param, params[param]))))
+    for param, field in EXACT_FILTERS.items():
+        if param in params:
+            clauses.append(Compare(field, Op.EQ, _one(param, params[param])))
+    if "image" in params:
+        # A URL to the image is accepted, as in Nova: its last path segment is the id.
+        image = _one("image", params["image"]).split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        clauses.append(Compare("image_uuid", Op.EQ, image))
+    if "vm_state" in params:
+        clauses.append(In("state", tuple(v.strip() for v in params["vm_state"])))
+    if "task_state" in params:
+        clauses.append(In("task_state", tuple(v.strip() for v in params["task_state"])))
+    if "power_state" in params:
+        clauses.append(_power_states(params["power_state"]))
+    if "locked" in params:
+        locked = parse_bool("locked", _one("locked", params["locked"]))
+        clauses.append(Compare("locked", Op.EQ, locked))
+    clauses.extend(_tag_clauses(params))
+
+    deleted: bool | None = None
+    if "status" in params:
+        statuses = [s.strip().upper() for s in params["status"]]
+        for s in statuses:
+            if s not in st.STATUSES:
+                raise _bad("status", s, "Invalid status value.")
+        if set(statuses) == {"DELETED"}:
+            # Nova: listing by the deleted status lists deleted servers, admins only.
+            if not admin:
+                raise Forbidden("Only administrators may list deleted instances")
+            deleted = True
+        clauses.append(st.status_filter(statuses))
+
+    since = before = None
+    if "changes-since" in params:
+        since = parse_time("changes-since", _one("changes-since", params["changes-since"]))
+        clauses.append(Compare("updated_at", Op.GE, since))
+    if "changes-before" in params:
+        before = parse_time("changes-before", _one("changes-before", params["changes-before"]))
+        clauses.append(Compare("updated_at", Op.LE, before))
+    if since is not None and before is not None and since > before:
+        raise _bad(
+            "changes-since",
+            params["changes-since"][-1],
+            "The value of changes-since must be less than or equal to changes-before.",
+        )
+    if "deleted" in params:
+        deleted = parse_bool("deleted", _one("deleted", params["deleted"]))
+    elif deleted is None and since is None and before is None:
+        # Deleted servers are listed only on request, or as changes (as in Nova).
+        deleted = False
+    filtered = bool(clauses) or "deleted" in params
+    if deleted is not None:
+        clauses.append(Compare("deleted", Op.EQ, deleted))
+
+    scope = _scope(params, principal)
+    if scope is not None:
+        clauses.append(Compare("tenant_id", Op.EQ, scope))
+    return ListQuery(conjunction(*clauses), order, limit, marker, scope, filtered)
+
+
+def _tag_clauses(params: dict[str, list[str]]) -> list[Node]:
+    out: list[Node] = []
+    if "tags" in params:
+        tags = _tags("tags", _one("tags", params["tags"]))
+        out.append(conjunction(*(Contains("tags", t) for t in tags)))
+    if "tags-any" in params:
+        tags = _tags("tags-any", _one("tags-any", params["tags-any"]))
+        out.append(disjunction(*(Contains("tags", t) for t in tags)))
+    if "not-tags" in params:
+        tags = _tags("not-tags", _one("not-tags", params["not-tags"]))
+        out.append(Not(conjunction(*(Contains("tags", t) for t in tags))))
+    if "not-tags-any" in params:
+        tags = _tags("not-tags-any", _one("not-tags-any", params["not-tags-any"]))
+        out.append(Not(disjunction(*(Contains("tags", t) for t in tags))))
+    return out
+
+
+def _all_tenants(values: list[str]) -> bool:
+    """Nova's ``is_all_tenants``: present and empty, or a true boolean."""
+    value = values[-1]
+    if value == "":
+        return True
+    return parse_bool("all_tenants", value)
+
+
+def _scope(params: dict[str, list[str]], principal: Principal) -> str | None:
+    """The one project a request lists, or None for all.
+
+    Non-administrators: their own project, always. Administrators: their own project
+    too (Nova's default) unless ``all_tenants`` is true or they filter by a project,
+    which implies all tenants (what Nova's bug 1185290 asks for).
+    """
+    if not principal.is_admin:
+        return principal.project_id
+    for param in ("project_id", "tenant_id"):
+        if param in params:
+            value = _one(param, params[param]).strip()
+            if not value:
+                raise _bad(param, value, f"{param} must not be empty.")
+            other = "tenant_id" if param == "project_id" else "project_id"
+            if other in params and _one(other, params[other]).strip() != value:
+                raise _bad(param, value, "project_id and tenant_id name different projects.")
+            return value
+    if "all_tenants" in params and _all_tenants(params["all_tenants"]):
+        return None
+    return principal.project_id

@@ -1,0 +1,221 @@
+"""Which path answers a listing, and the index path itself.
+
+``InstanceSearch.search`` scopes the request (a non-administrator sees only their
+project), then asks the index when it may (a completed bulk sync marked the serving
+index synced, ``indexer.layout.is_synced``, and the safe-connect flag is clear), and
+otherwise, or when the index fails, fans out over the cells. Both paths return
+documents in the same form (``comparable``), so what is rendered from them is the same.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import sqlalchemy as sa
+
+from api.auth import Principal
+from api.errors import ServiceUnavailable
+from api.fanout import FanOut, SkippedCell
+from api.markers import marker_document
+from api.order import sort_values
+from api.render import Unreachable
+from api.safe_connect import SafeConnect
+from cells.database import connect
+from cells.errors import DatabaseUnavailable
+from cells.mappings import CellMapping, CellRegistry
+from cells.schema import instance_mappings
+from indexer.documents import comparable
+from indexer.engines.base import EngineError, SearchEngine
+from indexer.layout import is_synced
+from indexer.query.tree import Compare, Op, Scalar, SearchRequest, SortKey, conjunction
+
+log = logging.getLogger(__name__)
+
+# How long a "not synced yet" answer is trusted before the marker is read again.
+UNSYNCED_RECHECK_S = 5.0
+
+
+@dataclass
+class Page:
+    documents: list[dict[str, Any]]
+    path: str  # "index" or "fanout"
+    reason: str
+    skipped: list[SkippedCell] = field(default_factory=list)
+    rows_read: dict[str, int] = field(default_factory=dict)
+
+
+def scope(request: SearchRequest, principal: Principal, project: str | None) -> SearchRequest:
+    """``request`` restricted to the one project a principal may list."""
+    if not principal.is_admin:
+        project = principal.project_id
+    if project is None:
+        return request
+    only = Compare("tenant_id", Op.EQ, project)
+    return replace(request, filter=conjunction(request.filter, only))
+
+
+class InstanceSearch:
+    def __init__(
+        self,
+        registry: CellRegistry,
+        engine: SearchEngine,
+        fanout: FanOut,
+        safe_connect: SafeConnect,
+    ) -> None:
+        self.registry = registry
+        self.engine = engine
+        self.fanout = fanout
+        self.safe_connect = safe_connect
+        self._synced = False
+        self._unsynced_at: float | None = None
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ the decision
+
+    def _is_synced(self) -> bool:
+        """Whether bulk sync has completed; raises ``EngineError`` if the engine fails."""
+        if self._synced:
+            return True
+        with self._lock:
+            if self._unsynced_at is not None and (
+                time.monotonic() - self._unsynced_at < UNSYNCED_RECHECK_S
+            ):
+                return False
+        synced = is_synced(self.engine, "instance")
+        with self._lock:
+            self._synced = synced
+            self._unsynced_at = None if synced else time.monotonic()
+        return synced
+
+    def mark_unsynced(self) -> None:
+        """Forget the synced marker (a new sync is starting, or tests)."""
+        with self._lock:
+            self._synced = False
+            self._unsynced_at = None
+
+    def choose(self) -> tuple[str, str]:
+        """(path, why) for the next request; a probe's failure sets the flag."""
+        if not self.safe_connect.use_index():
+            return "fanout", "safe-connect flag set: " + self.safe_connect.status().get(
+                "reason", ""
+            )
+        try:
+            synced = self._is_synced()
+        except EngineError as exc:
+            self.safe_connect.failed(exc)
+            return "fanout", f"index failed: {exc}"
+        if not synced:
+            self.safe_connect.release_probe()
+            return "fanout", "index not marked synced by a completed bulk sync"
+        return "index", "index synced and answering"
+
+    # -------------------------------------------------------------- listing
+
+    def search(
+        self,
+        request: SearchRequest,
+        principal: Principal,
+        *,
+        project: str | None = None,
+        prefer_index: bool = True,
+    ) -> Page:
+        request = scope(request, principal, project)
+        if not principal.is_admin:
+            project = principal.project_id
+        if request.limit < 1:
+            return Page([], "none", "limit is 0")
+        path, reason = self.choose() if prefer_index else ("fanout", "fan-out requested")
+        if path == "index":
+            try:
+                stored = self.engine.search("instance", request)
+            except EngineError as exc:
+                self.safe_connect.failed(exc)
+                reason = f"index failed, answered from the cells: {exc}"
+            except Exception as exc:
+                # Not the engine's failure but ours (a query it cannot take): answer
+                # from the cells without flagging the index, and log it loudly.
+                log.exception("index search failed; answering from the cells")
+                self.safe_connect.release_probe()
+                reason = f"index search error, answered from the cells: {exc}"
+            else:
+                self.safe_connect.succeeded()
+                return Page([comparable(s.document) for s in stored], "index", reason)
+        result = self.fanout.search(request, self.cells_for(project))
+        return Page(result.documents, "fanout", reason, result.skipped, result.rows_read)
+
+    def marker_values(
+        self, marker: str, order: tuple[SortKey, ...], principal: Principal
+    ) -> tuple[Scalar, ...]:
+        """A marker's sort values in ``order``, read from its cell (both paths use
+        these); a 400 for an unknown marker or one ``principal`` may not see."""
+        return sort_values(marker_document(self.registry, self.fanout, marker, principal), order)
+
+    def cells_for(self, project: str | None) -> list[CellMapping]:
+        """Every cell, or for one project only the cells holding its instances."""
+        try:
+            cells = self.registry.list_cells()
+            if project is None:
+                return cells
+            m = instance_mappings.c
+            query = sa.select(m.cell_uuid).where(m.project_id == project).distinct()
+            with connect(self.registry.api_engine) as conn:
+                held = {row[0] for row in conn.execute(query)}
+        except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+            raise ServiceUnavailable(f"The API database is unavailable: {exc}") from None
+        return [c for c in cells if c.uuid in held]
+
+    def unreachable(
+        self, skipped: list[SkippedCell], project: str | None, limit: int
+    ) -> list[Unreachable]:
+        """Instances of cells that did not answer, from their mappings (Nova's
+        minimal constructs), newest first."""
+        if not skipped or limit < 1:
+            return []
+        m = instance_mappings.c
+        query = (
+            sa.select(m.instance_uuid, m.project_id, m.created_at)
+            .where(
+                m.cell_uuid.in_([s.uuid for s in skipped]),
+                m.queued_for_delete.is_(False),
+            )
+            .order_by(m.created_at.desc(), m.instance_uuid)
+            .limit(limit)
+        )
+        if project is not None:
+            query = query.where(m.project_id == project)
+        try:
+            with connect(self.registry.api_engine) as conn:
+                rows = conn.execute(query).all()
+        except (DatabaseUnavailable, sa.exc.SQLAlchemyError):
+            log.warning("could not list the instances of unreachable cells", exc_info=True)
+            return []
+        return [Unreachable(r.instance_uuid, r.project_id, r.created_at) for r in rows]
+
+    def status(self) -> dict[str, Any]:
+        """What ``/healthz`` shows; never takes the one re-probe a request would."""
+        if self.safe_connect.flagged:
+            flag = self.safe_connect.status()
+            path, reason = "fanout", f"safe-connect flag set: {flag.get('reason', '')}"
+        else:
+            try:
+                synced = self._is_synced()
+            except EngineError as exc:
+                self.safe_connect.failed(exc)
+                synced, path, reason = False, "fanout", f"index failed: {exc}"
+            else:
+                path, reason = (
+                    ("index", "index synced and answering")
+                    if synced
+                    else ("fanout", "index not marked synced by a completed bulk sync")
+                )
+        return {
+            "path": path,
+            "reason": reason,
+            "synced": self._synced,
+            "engine": self.engine.distribution,
+            "safe_connect": self.safe_connect.status(),
+        }

@@ -1,0 +1,121 @@
+"""The filter tree evaluated in Python, on documents, with the tree's semantics.
+
+Used where the data is already in memory: node queries (the node state cache holds
+every node document) and the placeholder rows of instances whose cell did not answer,
+of which only the mapping's fields are known. Three-valued (Kleene) logic: a predicate
+on an unknown field is ``None``, and ``None`` survives ``&``/``|``/``!`` unless the
+known part decides; callers keep a row when the result is not ``False`` ("may match").
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from indexer.query.regex import to_python
+from indexer.query.tree import (
+    And,
+    Compare,
+    Contains,
+    Exists,
+    In,
+    MatchAll,
+    MatchNone,
+    Node,
+    Not,
+    Op,
+    Or,
+    Regex,
+    Scalar,
+)
+
+Truth = bool | None
+_OPS: dict[Op, Callable[[Any, Any], bool]] = {
+    Op.EQ: operator.eq,
+    Op.NE: operator.ne,
+    Op.LT: operator.lt,
+    Op.LE: operator.le,
+    Op.GT: operator.gt,
+    Op.GE: operator.ge,
+}
+
+
+def evaluate(node: Node, doc: Mapping[str, Any], known: Collection[str] | None = None) -> Truth:
+    """Whether ``doc`` matches; ``known`` limits the fields whose values are known."""
+    if isinstance(node, MatchAll):
+        return True
+    if isinstance(node, MatchNone):
+        return False
+    if isinstance(node, And):
+        results = [evaluate(child, doc, known) for child in node.children]
+        if any(r is False for r in results):
+            return False
+        return None if any(r is None for r in results) else True
+    if isinstance(node, Or):
+        results = [evaluate(child, doc, known) for child in node.children]
+        if any(r is True for r in results):
+            return True
+        return None if any(r is None for r in results) else False
+    if isinstance(node, Not):
+        inner = evaluate(node.child, doc, known)
+        return None if inner is None else not inner
+    if known is not None and node.field not in known:
+        return None
+    values = _values(doc.get(node.field))
+    if isinstance(node, Exists):
+        return bool(values)
+    if isinstance(node, Compare):
+        return any(_compare(v, node.op, node.value) for v in values)
+    if isinstance(node, In):
+        return any(_compare(v, Op.EQ, want) for v in values for want in node.values)
+    if isinstance(node, Contains):
+        return node.value in values
+    if isinstance(node, Regex):
+        pattern = _compiled(node.pattern)
+        return any(isinstance(v, str) and pattern.search(v) is not None for v in values)
+    raise TypeError(f"not a filter node: {node!r}")
+
+
+def _values(value: Any) -> list[Any]:
+    """The values of a field: a missing value (null, empty list) has none."""
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [v for v in value if v is not None]
+    return [value]
+
+
+def _compare(have: Any, op: Op, want: Scalar) -> bool:
+    if isinstance(want, datetime):
+        have = _instant(have)
+        if have is None:
+            return False
+    elif isinstance(want, bool) != isinstance(have, bool):
+        return False  # True is not 1 in a document
+    try:
+        return _OPS[op](have, want)
+    except TypeError:
+        return False  # values of another type match no comparison
+
+
+def _instant(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return None
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    # The subset's meaning in Python (dot-all, end anchors), as the SQLite path uses it;
+    # the subset excludes the patterns that backtrack catastrophically.
+    return re.compile(to_python(pattern))

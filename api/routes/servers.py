@@ -1,0 +1,163 @@
+"""``GET /v2.1[/{project_id}]/servers``, ``…/servers/detail``, ``…/servers/{id}``.
+
+Handlers are plain functions (FastAPI runs them in its thread pool): the fan-out path
+blocks on databases, and the event loop must stay free for other requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+
+from api import headers, microversion
+from api.auth import Principal, current_principal
+from api.celldocs import row_document
+from api.errors import BadRequest, NotFound, ServiceUnavailable
+from api.params import parse_list_query
+from api.paths import InstanceSearch
+from api.render import LinkContext, Unreachable, detail, summary, unknown
+from cells.database import connect
+from cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cells.mappings import CellRegistry
+from cells.reads import get_instance
+from indexer.query.tree import SearchRequest
+
+router = APIRouter(tags=["servers"])
+
+# Nova answers a down cell with minimal records from this microversion on.
+DOWN_CELL_VERSION = "2.69"
+
+
+def _context(request: Request, principal: Principal, project_id: str | None) -> LinkContext:
+    version = microversion.requested(request)
+    if project_id is not None and project_id != principal.project_id:
+        raise BadRequest(
+            f"Malformed request URL: URL's project_id '{project_id}' doesn't match "
+            f"Context's project_id '{principal.project_id}'"
+        )
+    base = str(request.base_url).rstrip("/")
+    return LinkContext(base, project_id, version, principal.is_admin)
+
+
+def list_servers(
+    request: Request, principal: Principal, project_id: str | None, *, detailed: bool
+) -> JSONResponse:
+    ctx = _context(request, principal, project_id)
+    state = request.app.state
+    search: InstanceSearch = state.search
+    items = request.query_params.multi_items()
+    query = parse_list_query(
+        items, principal, max_limit=state.settings.max_limit, version=ctx.version
+    )
+    after = None
+    if query.marker is not None:
+        after = search.marker_values(query.marker, query.order, principal)
+    page = search.search(
+        SearchRequest(query.filter, query.order, query.limit, after),
+        principal,
+        project=query.project_scope,
+    )
+    render = detail if detailed else summary
+    servers: list[dict[str, Any]] = [render(doc, ctx) for doc in page.documents]
+    if (
+        page.skipped
+        and ctx.version.at_least(DOWN_CELL_VERSION)
+        and query.marker is None
+        and not query.filtered
+    ):
+        # Nova's down-cell records: prefixed, filling what the page has room for. Only
+        # on an unfiltered first page: a mapping cannot be filtered, and repeating the
+        # records on every page would break paging.
+        missing = search.unreachable(page.skipped, query.project_scope, query.limit - len(servers))
+        servers = [unknown(entry, ctx, detailed=detailed) for entry in missing] + servers
+    body: dict[str, Any] = {"servers": servers}
+    if query.limit and len(servers) == query.limit:
+        collection = "servers/detail" if detailed else "servers"
+        next_href = ctx.next_link(collection, items, servers[-1]["id"])
+        body["servers_links"] = [{"rel": "next", "href": next_href}]
+    out = microversion.response_headers(ctx.version)
+    out[headers.PATH] = page.path
+    if page.skipped:
+        out[headers.SKIPPED_CELLS] = headers.skipped_cells(page.skipped)
+    return JSONResponse(body, headers=out)
+
+
+def show_server(
+    request: Request, principal: Principal, project_id: str | None, server_id: str
+) -> JSONResponse:
+    """From the instance's cell, never the index (it must be current)."""
+    ctx = _context(request, principal, project_id)
+    state = request.app.state
+    registry: CellRegistry = state.registry
+    not_found = NotFound(f"Instance {server_id[:80]} could not be found.")
+    try:
+        mapping = registry.get_instance_mapping(server_id)
+        if mapping.cell_uuid is None:
+            raise not_found
+        cell = registry.get_cell(mapping.cell_uuid)
+    except (InstanceNotFound, UnknownCell):
+        raise not_found from None
+    except DatabaseUnavailable as exc:
+        raise ServiceUnavailable(f"The API database is unavailable: {exc.why}") from None
+    if not principal.is_admin and mapping.project_id != principal.project_id:
+        raise not_found
+    out = microversion.response_headers(ctx.version)
+    try:
+        with connect(state.fanout.engine(cell)) as conn:
+            row = get_instance(conn, server_id)
+    except Exception as exc:
+        if not ctx.version.at_least(DOWN_CELL_VERSION):
+            raise ServiceUnavailable(
+                f"The cell holding instance {server_id} ({cell.name}) is unavailable"
+            ) from exc
+        entry = Unreachable(server_id, mapping.project_id, None)
+        out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason=error"
+        return JSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
+    if row is None or row.get("deleted"):
+        raise not_found
+    if not principal.is_admin and row.get("project_id") != principal.project_id:
+        raise not_found
+    return JSONResponse({"server": detail(row_document(row, cell.uuid), ctx)}, headers=out)
+
+
+@router.get("/v2.1/servers", summary="List servers")
+def servers_index(request: Request, principal: Principal = Depends(current_principal)) -> Any:
+    return list_servers(request, principal, None, detailed=False)
+
+
+@router.get("/v2.1/servers/detail", summary="List servers with details")
+def servers_detail(request: Request, principal: Principal = Depends(current_principal)) -> Any:
+    return list_servers(request, principal, None, detailed=True)
+
+
+@router.get("/v2.1/servers/{server_id}", summary="Show a server")
+def servers_show(
+    request: Request, server_id: str, principal: Principal = Depends(current_principal)
+) -> Any:
+    return show_server(request, principal, None, server_id)
+
+
+@router.get("/v2.1/{project_id}/servers", summary="List servers (project in the URL)")
+def project_servers_index(
+    request: Request, project_id: str, principal: Principal = Depends(current_principal)
+) -> Any:
+    return list_servers(request, principal, project_id, detailed=False)
+
+
+@router.get("/v2.1/{project_id}/servers/detail", summary="List servers with details")
+def project_servers_detail(
+    request: Request, project_id: str, principal: Principal = Depends(current_principal)
+) -> Any:
+    return list_servers(request, principal, project_id, detailed=True)
+
+
+@router.get("/v2.1/{project_id}/servers/{server_id}", summary="Show a server")
+def project_servers_show(
+    request: Request,
+    project_id: str,
+    server_id: str,
+    principal: Principal = Depends(current_principal),
+) -> Any:
+    return show_server(request, principal, project_id, server_id)

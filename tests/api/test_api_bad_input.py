@@ -1,0 +1,158 @@
+"""Bad input anywhere gets a 4xx naming what was wrong, in Nova's fault shape; never 500."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, urlencode
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from api.params import KNOWN
+from cellsight.settings import load_settings
+from tests.api.conftest import ADMIN, World, make_client
+
+MEMBER = {"X-Auth-Token": "someone:some-project"}
+
+
+@pytest.fixture(scope="module")
+def client(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    with make_client(tmp_path_factory.mktemp("bad"), sqlite_world) as c:
+        yield c
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ("limit=-1", "limit"),
+        ("limit=abc", "limit"),
+        ("limit=1.5", "limit"),
+        ("limit=", "limit"),
+        ("limit=%D9%A3", "limit"),  # an Arabic-Indic digit is not a limit
+        ("marker=", "marker"),
+        ("sort_key=bogus", "sort_key"),
+        ("sort_dir=up", "sort_dir"),
+        ("sort_key=display_name&sort_dir=asc&sort_dir=desc", "sort_dir"),
+        ("status=RUNNING", "status"),
+        ("power_state=on", "power_state"),
+        ("locked=maybe", "locked"),
+        ("changes-since=yesterday", "changes-since"),
+        ("changes-before=2020-13-01", "changes-before"),
+        ("changes-since=2021-01-01T00:00:00Z&changes-before=2020-01-01T00:00:00Z", "changes-since"),
+        ("name=(a", "name"),
+        ("name=(a%2B)%2B", "name"),  # nested quantifiers: a ReDoS pattern
+        ("name=" + "a" * 300, "name"),
+        ("ip=[", "ip"),
+        ("tags=a,,b", "tags"),
+        ("not-tags-any=", "not-tags-any"),
+        ("frobnicate=1", "frobnicate"),
+        ("deleted=perhaps", "deleted"),
+        ("all_tenants=perhaps", "all_tenants"),
+        ("user_id=" + "u" * 300, "user_id"),
+    ],
+)
+def test_bad_values_are_400_naming_the_parameter(
+    client: TestClient, query: str, parameter: str
+) -> None:
+    response = client.get(f"/v2.1/servers?{query}", headers=ADMIN)
+    assert response.status_code == 400, response.text
+    message = response.json()["badRequest"]["message"]
+    assert parameter in message
+    assert response.json()["badRequest"]["code"] == 400
+
+
+def test_unknown_marker_is_400(client: TestClient) -> None:
+    response = client.get("/v2.1/servers?marker=not-a-uuid", headers=ADMIN)
+    assert response.status_code == 400
+    assert response.json() == {
+        "badRequest": {"code": 400, "message": "marker [not-a-uuid] not found"}
+    }
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-Auth-Token": ""}, {"X-Auth-Token": ":"}])
+def test_missing_token_is_401(client: TestClient, headers: dict[str, str]) -> None:
+    response = client.get("/v2.1/servers", headers=headers)
+    assert response.status_code == 401
+    assert response.json()["unauthorized"]["code"] == 401
+
+
+def test_token_file_mode(sqlite_world: World, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(
+        json.dumps({"s3cret": {"user_id": "ops", "project_id": "ops", "roles": ["admin"]}})
+    )
+    with make_client(tmp_path, sqlite_world, auth_mode="token", token_file=tokens) as c:
+        assert (
+            c.get("/v2.1/servers?all_tenants=1", headers={"X-Auth-Token": "s3cret"}).status_code
+            == 200
+        )
+        assert c.get("/v2.1/servers", headers={"X-Auth-Token": "root:admin"}).status_code == 401
+
+
+def test_token_mode_without_a_file_is_a_config_error(tmp_path: Path) -> None:
+    from api.auth import Authenticator
+    from cellsight.settings import ConfigError
+
+    with pytest.raises(ConfigError, match="token_file"):
+        Authenticator.from_settings(load_settings(data_dir=tmp_path, auth_mode="token"))
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"OpenStack-API-Version": "compute 3.0"}, 406),
+        ({"OpenStack-API-Version": "compute 2.1000"}, 406),
+        ({"OpenStack-API-Version": "compute two"}, 400),
+        ({"X-OpenStack-Nova-API-Version": "2.97"}, 406),
+        ({"OpenStack-API-Version": "compute latest"}, 200),
+        ({"OpenStack-API-Version": "compute 2.47"}, 200),
+    ],
+)
+def test_microversions(client: TestClient, headers: dict[str, str], status: int) -> None:
+    response = client.get("/v2.1/servers", headers={**ADMIN, **headers})
+    assert response.status_code == status, response.text
+    if status == 200:
+        assert response.headers["OpenStack-API-Version"].startswith("compute 2.")
+
+
+def test_unknown_routes_and_methods(client: TestClient) -> None:
+    assert (
+        client.get("/v2.1/nothing/here/at/all", headers=ADMIN).json()["itemNotFound"]["code"] == 404
+    )
+    response = client.post("/v2.1/servers/detail", headers=ADMIN)
+    assert response.status_code == 405 and response.json()["badMethod"]["code"] == 405
+
+
+JUNK = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=40)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    params=st.lists(st.tuples(st.one_of(st.sampled_from(sorted(KNOWN)), JUNK), JUNK), max_size=4),
+    admin=st.booleans(),
+    detail=st.booleans(),
+)
+def test_junk_never_gets_a_500(
+    client: TestClient, params: list[tuple[str, str]], admin: bool, detail: bool
+) -> None:
+    path = "/v2.1/servers/detail" if detail else "/v2.1/servers"
+    response = client.get(f"{path}?{urlencode(params)}", headers=ADMIN if admin else MEMBER)
+    assert response.status_code in (200, 400, 403), (params, response.text)
+    if response.status_code != 200:
+        (fault,) = response.json().values()
+        assert fault["code"] == response.status_code and fault["message"]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(server_id=JUNK.filter(lambda s: s not in ("", ".", "..", "detail")))
+def test_junk_server_ids_are_404(client: TestClient, server_id: str) -> None:
+    response = client.get(f"/v2.1/servers/{quote(server_id, safe='')}", headers=ADMIN)
+    assert response.status_code == 404, response.text

@@ -1,0 +1,212 @@
+"""Tenant isolation: a project member never sees, nor learns of, another project's
+instances, on either path: not in results, not through a marker, not through 404
+versus 400, not through counts."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer.engines.embedded import EmbeddedEngine
+from tests.api.conftest import World, load_index, make_client, project_tokens
+
+
+@pytest.fixture(scope="module")
+def paths(
+    sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, TestClient]]:
+    tmp = tmp_path_factory.mktemp("isolation")
+    engine = EmbeddedEngine(tmp / "index.db", prefix="iso")
+    load_index(engine, sqlite_world)
+    clients = {
+        "index": make_client(tmp / "i", sqlite_world, engine),
+        "fanout": make_client(tmp / "f", sqlite_world),
+    }
+    yield clients
+    for client in clients.values():
+        client.close()
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def tenants(sqlite_world: World) -> dict[str, Any]:
+    rows = [row for _, row in sqlite_world.rows()]
+    token = project_tokens(sqlite_world)[0]
+    project = token["X-Auth-Token"].split(":")[1]
+    mine = [r for r in rows if r["project_id"] == project]
+    theirs = [r for r in rows if r["project_id"] != project]
+    return {
+        "token": token,
+        "project": project,
+        "mine": {r["uuid"] for r in mine},
+        "mine_live": {r["uuid"] for r in mine if not r["deleted"]},
+        "theirs": [r["uuid"] for r in theirs],
+        "theirs_deleted": [r["uuid"] for r in theirs if r["deleted"]],
+        "other_project": theirs[0]["project_id"],
+        "other_user": theirs[0]["user_id"],
+    }
+
+
+def listed(
+    client: TestClient, token: dict[str, str], params: list[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    response = client.get(f"/v2.1/servers/detail?{urlencode(params)}", headers=token)
+    assert response.status_code == 200, response.text
+    return response.json()["servers"]
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+def test_a_member_lists_exactly_their_own_project(
+    paths: dict[str, TestClient], tenants: dict[str, Any], path: str
+) -> None:
+    servers = listed(paths[path], tenants["token"], [])
+    assert {s["id"] for s in servers} == tenants["mine_live"]
+    assert {s["tenant_id"] for s in servers} == {tenants["project"]}
+    since = listed(paths[path], tenants["token"], [("changes-since", "2000-01-01T00:00:00Z")])
+    assert {s["id"] for s in since} <= tenants["mine"]
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+def test_filters_never_reach_another_project(
+    paths: dict[str, TestClient], tenants: dict[str, Any], path: str
+) -> None:
+    client, token = paths[path], tenants["token"]
+    for params in (
+        [("uuid", tenants["theirs"][0])],
+        [("user_id", tenants["other_user"])],
+        [("name", ".*")],
+        [("changes-since", "1970-01-01T00:00:00Z"), ("uuid", tenants["theirs_deleted"][0])],
+    ):
+        assert {s["id"] for s in listed(client, token, params)} <= tenants["mine"], params
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+def test_a_foreign_marker_is_answered_like_an_unknown_one(
+    paths: dict[str, TestClient], tenants: dict[str, Any], path: str
+) -> None:
+    client, token = paths[path], tenants["token"]
+    foreign, unknown = tenants["theirs"][0], str(uuid.uuid4())
+    a = client.get(f"/v2.1/servers?marker={foreign}", headers=token)
+    b = client.get(f"/v2.1/servers?marker={unknown}", headers=token)
+    assert a.status_code == b.status_code == 400
+    assert a.json()["badRequest"]["message"].replace(foreign, "X") == b.json()["badRequest"][
+        "message"
+    ].replace(unknown, "X")
+    assert a.headers.keys() == b.headers.keys() or set(a.headers) ^ set(b.headers) <= {
+        "content-length"
+    }
+
+
+def test_show_of_a_foreign_server_is_a_plain_404(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    client, token = paths["fanout"], tenants["token"]
+    foreign, unknown = tenants["theirs"][0], str(uuid.uuid4())
+    a = client.get(f"/v2.1/servers/{foreign}", headers=token)
+    b = client.get(f"/v2.1/servers/{unknown}", headers=token)
+    assert a.status_code == b.status_code == 404
+    assert a.json()["itemNotFound"]["message"].replace(foreign, "X") == b.json()["itemNotFound"][
+        "message"
+    ].replace(unknown, "X")
+    mine = sorted(tenants["mine_live"])[0]
+    shown = client.get(f"/v2.1/servers/{mine}", headers=token)
+    assert shown.status_code == 200 and shown.json()["server"]["id"] == mine
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        [("all_tenants", "1")],
+        [("all_tenants", "")],
+        [("project_id", "x")],
+        [("tenant_id", "x")],
+        [("host", "h")],
+        [("node", "n")],
+        [("deleted", "true")],
+        [("sort_key", "host")],
+        [("sort_key", "node")],
+        [("status", "DELETED")],
+    ],
+)
+def test_administrator_parameters_are_forbidden_to_members(
+    paths: dict[str, TestClient], tenants: dict[str, Any], params: list[tuple[str, str]]
+) -> None:
+    response = paths["fanout"].get(f"/v2.1/servers?{urlencode(params)}", headers=tenants["token"])
+    assert response.status_code == 403, response.text
+    assert response.json()["forbidden"]["message"]
+
+
+def test_all_tenants_false_is_allowed_and_still_scoped(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    servers = listed(paths["fanout"], tenants["token"], [("all_tenants", "0")])
+    assert {s["id"] for s in servers} == tenants["mine_live"]
+
+
+def test_another_projects_url_is_rejected(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    client, token = paths["fanout"], tenants["token"]
+    bad = client.get(f"/v2.1/{tenants['other_project']}/servers", headers=token)
+    assert bad.status_code == 400
+    good = client.get(f"/v2.1/{tenants['project']}/servers/detail", headers=token)
+    assert good.status_code == 200
+    assert all(
+        f"/v2.1/{tenants['project']}/servers/" in s["links"][0]["href"]
+        for s in good.json()["servers"]
+    )
+
+
+def test_members_detail_has_no_admin_attributes(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    servers = listed(paths["index"], tenants["token"], [])
+    assert servers
+    for server in servers:
+        assert not [k for k in server if k.startswith("OS-EXT-SRV-ATTR:")]
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    params=st.lists(
+        st.sampled_from(
+            [
+                ("name", "."),
+                ("status", "ACTIVE"),
+                ("status", "SHUTOFF"),
+                ("changes-since", "2000-01-01T00:00:00Z"),
+                ("changes-before", "2100-01-01T00:00:00Z"),
+                ("sort_key", "display_name"),
+                ("sort_key", "project_id"),
+                ("sort_dir", "asc"),
+                ("limit", "3"),
+                ("tags-any", "prod,dev"),
+                ("not-tags", "prod"),
+                ("locked", "false"),
+            ]
+        ),
+        max_size=4,
+    ),
+    path=st.sampled_from(["index", "fanout"]),
+)
+def test_no_request_of_a_member_returns_anything_foreign(
+    paths: dict[str, TestClient], tenants: dict[str, Any], params: list[tuple[str, str]], path: str
+) -> None:
+    response = paths[path].get(
+        f"/v2.1/servers/detail?{urlencode(params)}", headers=tenants["token"]
+    )
+    if response.status_code == 400:  # more sort_dir than sort_key: nothing to leak
+        assert "sort_dir" in response.json()["badRequest"]["message"]
+        return
+    assert response.status_code == 200
+    for server in response.json()["servers"]:
+        assert server["id"] in tenants["mine"] and server["tenant_id"] == tenants["project"]

@@ -1,0 +1,207 @@
+"""Safe-connect: the engine goes away, listings keep answering from the cells, the
+index is not asked again until the cool-down passes, then serves again.
+
+The engine is a real OpenSearch-compatible server (osmem) behind a TCP proxy the test
+can stop (connections refused) and start again on the same port. "Pays nothing for the
+index" is measured as the count of HTTP requests the engine client sends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from api.headers import PATH
+from api.safe_connect import SafeConnect
+from indexer.engines.opensearch import OpenSearchEngine
+from tests.api.conftest import ADMIN, World, load_index, make_client
+
+
+class Proxy:
+    """127.0.0.1:port → target; ``stop`` refuses connections, ``start`` resumes."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._server: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self.port = server.getsockname()[1]
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._server is not None:
+                # shutdown wakes the thread blocked in accept(); close alone may not.
+                with contextlib.suppress(OSError):
+                    self._server.shutdown(socket.SHUT_RDWR)
+                self._server.close()
+                self._server = None
+            for conn in self._conns:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self._conns.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+
+@pytest.fixture
+def proxied(request: pytest.FixtureRequest) -> Iterator[tuple[Proxy, str]]:
+    try:
+        server: Any = request.getfixturevalue("osmem_server")
+    except Exception as exc:
+        pytest.skip(f"osmem-server unavailable: {exc}")
+    clone = server.clone()
+    host, port = str(clone.url).split("//", 1)[1].rstrip("/").split(":")
+    proxy = Proxy((host, int(port)))
+    proxy.start()
+    yield proxy, f"http://127.0.0.1:{proxy.port}"
+    proxy.stop()
+    clone.close()
+
+
+class Counting(OpenSearchEngine):
+    """Counts every request the engine client sends."""
+
+    calls = 0
+
+    def _send(self, *args: Any, **kwargs: Any) -> Any:
+        type(self).calls += 1
+        return super()._send(*args, **kwargs)
+
+
+def test_engine_down_then_back(
+    proxied: tuple[Proxy, str], sqlite_world: World, tmp_path: Path
+) -> None:
+    proxy, url = proxied
+
+    class Engine(Counting):
+        calls = 0
+
+    engine = Engine(url, prefix=f"s{uuid.uuid4().hex[:8]}", timeout=2.0)
+    load_index(engine, sqlite_world)
+    client = make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=1.0)
+    listing = "/v2.1/servers/detail?all_tenants=1&limit=20"
+    first = client.get(listing, headers=ADMIN)
+    assert first.status_code == 200 and first.headers[PATH] == "index"
+    expected = first.json()
+
+    proxy.stop()
+    before = Engine.calls
+    started = time.monotonic()
+    failed_over = client.get(listing, headers=ADMIN)
+    assert failed_over.status_code == 200 and failed_over.headers[PATH] == "fanout"
+    assert failed_over.json() == expected
+    assert Engine.calls - before == 1, "the first request tries the index once"
+    assert time.monotonic() - started < 2.0 + 1.0  # at most one connect timeout
+    health = client.get("/healthz").json()
+    assert health["path"] == "fanout" and health["safe_connect"]["flag"] is True
+
+    before = Engine.calls
+    for _ in range(5):
+        again = client.get(listing, headers=ADMIN)
+        assert again.status_code == 200 and again.headers[PATH] == "fanout"
+    assert Engine.calls == before, "while the flag is set the index is not asked"
+
+    proxy.start()
+    time.sleep(1.2)  # the cool-down
+    back = client.get(listing, headers=ADMIN)
+    assert back.status_code == 200 and back.headers[PATH] == "index"
+    assert back.json() == expected
+    assert client.get("/healthz").json()["safe_connect"] == {"flag": False}
+    client.close()
+    engine.close()
+
+
+def test_cooldown_zero_keeps_the_cells_until_restart(
+    proxied: tuple[Proxy, str], sqlite_world: World, tmp_path: Path
+) -> None:
+    proxy, url = proxied
+
+    class Engine(Counting):
+        calls = 0
+
+    engine = Engine(url, prefix=f"z{uuid.uuid4().hex[:8]}", timeout=2.0)
+    load_index(engine, sqlite_world)
+    client = make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=0)
+    assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "index"
+    proxy.stop()
+    assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "fanout"
+    proxy.start()
+    time.sleep(0.3)
+    before = Engine.calls
+    assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "fanout"
+    assert Engine.calls == before
+    assert client.get("/healthz").json()["safe_connect"]["next_probe_in"] is None
+    client.close()
+    engine.close()
+
+
+def test_an_unsynced_index_is_not_used(sqlite_world: World, tmp_path: Path) -> None:
+    client = make_client(tmp_path, sqlite_world)
+    response = client.get("/v2.1/servers?all_tenants=1", headers=ADMIN)
+    assert response.headers[PATH] == "fanout"
+    health = client.get("/healthz").json()
+    assert health["path"] == "fanout" and "synced" in health["reason"]
+    client.close()
+
+
+def test_backoff_and_a_single_probe() -> None:
+    now = [0.0]
+    flag = SafeConnect(10.0, max_cooldown=40.0, clock=lambda: now[0])
+    assert flag.use_index()
+    flag.failed(ConnectionError("refused"))
+    assert not flag.use_index()
+    now[0] = 10.0
+    assert flag.use_index()  # the probe
+    assert not flag.use_index()  # only one at a time
+    flag.failed(ConnectionError("refused"))
+    now[0] = 29.0
+    assert not flag.use_index()  # 20 s after the second failure
+    now[0] = 30.0
+    assert flag.use_index()
+    flag.failed(ConnectionError("refused"))
+    now[0] = 69.0
+    assert not flag.use_index()
+    now[0] = 70.0  # capped at 40 s
+    assert flag.use_index()
+    flag.succeeded()
+    assert flag.use_index() and flag.status() == {"flag": False}

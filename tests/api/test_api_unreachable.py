@@ -1,0 +1,82 @@
+"""A cell that stops answering mid-test is skipped within its deadline and reported.
+
+Real failures, no mocks: a PostgreSQL cell whose ``instances`` table the test locks
+(the API's SELECT blocks until PostgreSQL's ``statement_timeout`` cancels it), and a
+MariaDB cell whose database is dropped under the API.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from api.headers import PATH, SKIPPED_CELLS, parse_skipped
+from tests.api.conftest import ADMIN, World, build_world, drop_database, make_client
+
+DEADLINE = 1.0
+
+
+@pytest.fixture
+def pg_world(tmp_path: Path, postgres_server: sa.URL) -> Iterator[World]:
+    world = build_world(tmp_path / "pg", "postgresql", postgres_server)
+    yield world
+    world.close()
+
+
+def test_a_locked_postgresql_cell_is_skipped_within_its_deadline(
+    pg_world: World, tmp_path: Path
+) -> None:
+    client = make_client(tmp_path, pg_world, cell_timeout=DEADLINE)
+    listing = "/v2.1/servers/detail?all_tenants=1"
+    full = client.get(listing, headers=ADMIN).json()["servers"]
+    victim = pg_world.registry.list_cells()[1]
+    victims = {
+        row["uuid"] for cell, row in pg_world.rows() if cell == victim.uuid and not row["deleted"]
+    }
+    locker = sa.create_engine(sa.make_url(victim.database_url))
+    with locker.connect() as conn:
+        trans = conn.begin()
+        conn.exec_driver_sql("LOCK TABLE instances IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        response = client.get(listing, headers=ADMIN)
+        elapsed = time.monotonic() - started
+        # Nova's down-cell records (2.69+) for the skipped cell's instances.
+        partial = client.get(listing, headers={**ADMIN, "OpenStack-API-Version": "compute 2.69"})
+        trans.rollback()
+    locker.dispose()
+    assert response.status_code == 200 and response.headers[PATH] == "fanout"
+    assert elapsed < DEADLINE + 1.5, f"took {elapsed:.2f}s"
+    assert parse_skipped(response.headers[SKIPPED_CELLS]) == [(victim.name, victim.uuid, "timeout")]
+    ids = {s["id"] for s in response.json()["servers"]}
+    assert ids == {s["id"] for s in full} - victims
+    unknown = [s for s in partial.json()["servers"] if s["status"] == "UNKNOWN"]
+    assert unknown and {s["id"] for s in unknown} <= {
+        r["uuid"] for c, r in pg_world.rows() if c == victim.uuid
+    }
+    assert set(unknown[0]) == {"id", "status", "tenant_id", "created", "links"}
+    assert partial.json()["servers"][: len(unknown)] == unknown  # prefixed, as in Nova
+    # The lock is gone: every cell answers again.
+    again = client.get(listing, headers=ADMIN)
+    assert SKIPPED_CELLS not in again.headers and again.json()["servers"] == full
+    client.close()
+
+
+def test_a_dropped_mariadb_cell_is_skipped(tmp_path: Path, mariadb_server: sa.URL) -> None:
+    world = build_world(tmp_path / "maria", "mariadb", mariadb_server)
+    try:
+        client = make_client(tmp_path, world, cell_timeout=DEADLINE)
+        listing = "/v2.1/servers?all_tenants=1"
+        assert SKIPPED_CELLS not in client.get(listing, headers=ADMIN).headers
+        server, name = world.dropped[0]
+        drop_database(server, name)
+        response = client.get(listing, headers=ADMIN)
+        assert response.status_code == 200
+        (skipped,) = parse_skipped(response.headers[SKIPPED_CELLS])
+        assert skipped[2] == "error"
+        client.close()
+    finally:
+        world.close()

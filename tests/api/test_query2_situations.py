@@ -1,0 +1,251 @@
+"""Statuses 2 and 4 from real situations, and direct lookups with the index stopped.
+
+Each test builds its own world, since each breaks something: a cell's database made
+unreachable, a compute node marked offline, the index's database made unopenable.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from api.headers import PATH, SKIPPED_CELLS, parse_skipped
+from api.query2.fields import REGISTRY
+from api.query2.instances import MAPPING_FIELDS
+from cells.database import connect
+from cells.reads import list_compute_nodes
+from cells.schema import compute_nodes, instance_mappings
+from tests.api.conftest import World, build_world, project_tokens
+from tests.support.query2_world import (
+    Pair,
+    instance_documents,
+    make_pair,
+    node_documents,
+    query,
+    state,
+)
+
+ALL = list(REGISTRY["instance"])
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    w = build_world(tmp_path / "world", "sqlite")
+    yield w
+    w.close()
+
+
+@pytest.fixture
+def pair(world: World, tmp_path: Path) -> Iterator[Pair]:
+    p = make_pair(tmp_path / "pair", world, cell_timeout=2.0)
+    yield p
+    p.close()
+
+
+def _break_cell(world: World, pair: Pair, name: str) -> str:
+    """Make one cell's database unopenable (its file becomes a directory)."""
+    cell = next(c for c in world.registry.list_cells() if c.name == name)
+    path = Path(sa.make_url(cell.database_url).database or "")
+    for client in pair.both():
+        state(client).fanout.engines.dispose()  # pooled connections hold the old file
+    world.registry.engines.dispose()
+    shutil.move(path, path.with_suffix(".gone"))
+    path.mkdir()
+    return cell.uuid
+
+
+def _mappings(world: World, cell_uuid: str) -> dict[str, bool]:
+    """instance uuid → queued_for_delete, of one cell's instance mappings."""
+    m = instance_mappings.c
+    query_ = sa.select(m.instance_uuid, m.queued_for_delete).where(m.cell_uuid == cell_uuid)
+    with connect(world.registry.api_engine) as conn:
+        return {u: bool(q) for u, q in conn.execute(query_)}
+
+
+def test_instances_of_a_skipped_cell_have_status_2(world: World, pair: Pair) -> None:
+    docs = instance_documents(world)
+    dead = _break_cell(world, pair, "cell2")
+    # What the mappings say of the dead cell's instances is all there is to go on.
+    in_dead = sorted(u for u, queued in _mappings(world, dead).items() if not queued)
+    alive = sorted(d["uuid"] for d in docs if d["cell_uuid"] != dead and not d["deleted"])
+    response = query(pair.fanout, "instance", {"fields": ["uuid", "name", "cell_uuid", "host"]})
+    assert response.status_code == 200
+    assert response.headers[PATH] == "fanout"
+    assert [(name, uuid) for name, uuid, _ in parse_skipped(response.headers[SKIPPED_CELLS])] == [
+        ("cell2", dead)
+    ]
+    rows = {row[0][1]: row for row in response.json()["data"]}
+    assert sorted(rows) == sorted(in_dead + alive)
+    for uuid in in_dead:
+        assert rows[uuid][1:] == [[2, None], [0, dead], [2, None]]
+    assert all(rows[u][1][0] in (0, 3) for u in alive)
+
+
+def test_a_skipped_cell_only_shows_what_the_filter_surely_selects(world: World, pair: Pair) -> None:
+    docs = instance_documents(world)
+    dead = _break_cell(world, pair, "cell3")
+    victim = next(d for d in docs if d["cell_uuid"] == dead and not d["deleted"])
+    token = {"X-Auth-Token": f"u:{victim['tenant_id']}"}
+    # By uuid (a lookup): the mapping decides, so the row is there, with no data.
+    by_uuid = {"fields": ["uuid", "tenant_id", "state"], "filter": ["==", "uuid", victim["uuid"]]}
+    response = query(pair.fanout, "instance", by_uuid, token)
+    assert response.headers[PATH] == "lookup" and SKIPPED_CELLS in response.headers
+    assert response.json()["data"] == [[[0, victim["uuid"]], [0, victim["tenant_id"]], [2, None]]]
+    # By state: the mapping cannot decide, so the dead cell's instances are left out.
+    by_state = {"fields": ["uuid"], "filter": ["==", "state", victim["state"]]}
+    response = query(pair.fanout, "instance", by_state, token)
+    uuids = {row[0][1] for row in response.json()["data"]}
+    assert victim["uuid"] not in uuids
+    assert all(d["cell_uuid"] != dead for d in docs if d["uuid"] in uuids)
+
+
+def test_the_index_path_has_no_skipped_cells(world: World, pair: Pair) -> None:
+    _break_cell(world, pair, "cell2")
+    response = query(pair.index, "instance", {"fields": ["uuid", "name"]})
+    assert response.headers[PATH] == "index" and SKIPPED_CELLS not in response.headers
+    assert all(row[1][0] != 2 for row in response.json()["data"])
+
+
+def _set_offline(world: World, node: dict[str, Any]) -> None:
+    cell = next(c for c in world.registry.list_cells() if c.uuid == node["cell_uuid"])
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            compute_nodes.update().where(compute_nodes.c.uuid == node["uuid"]).values(offline=True)
+        )
+
+
+def _busiest_node(world: World) -> dict[str, Any]:
+    docs = instance_documents(world)
+    counts: dict[tuple[str, str], int] = {}
+    for d in docs:
+        if d["host"] and not d["deleted"]:
+            counts[(d["host"], d["node"])] = counts.get((d["host"], d["node"]), 0) + 1
+    host, node = max(counts, key=lambda k: counts[k])
+    nodes = node_documents(world)
+    return next(n for n in nodes if n["host"] == host and n["hypervisor_hostname"] == node)
+
+
+def test_an_offline_node_reports_status_4(world: World, pair: Pair) -> None:
+    node = _busiest_node(world)
+    _set_offline(world, node)
+    fields = ["uuid", "host", "offline", "memory_mb", "vcpus_used", "local_gb"]
+    raw = ["==", "uuid", node["uuid"]]
+    response = query(pair.fanout, "node", {"fields": fields, "filter": raw})
+    assert response.json()["data"] == [
+        [[0, node["uuid"]], [0, node["host"]], [0, True], [4, None], [4, None], [4, None]]
+    ]
+    # The instances on it: their power state is the node's to tell.
+    on_node = ["&", ["==", "host", node["host"]], ["==", "node", node["hypervisor_hostname"]]]
+    body = query(
+        pair.fanout, "instance", {"fields": ["uuid", "power_state", "state"], "filter": on_node}
+    )
+    data = body.json()["data"]
+    assert data and all(row[1] == [4, None] and row[2][0] == 0 for row in data)
+    elsewhere = query(
+        pair.fanout, "instance", {"fields": ["power_state"], "filter": ["!", on_node]}
+    )
+    assert all(row[0][0] in (0, 3) for row in elsewhere.json()["data"])
+
+
+def test_node_state_is_cached_then_refreshed(
+    world: World, pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = _busiest_node(world)
+    client = pair.fanout
+    body = {"fields": ["offline"], "filter": ["==", "uuid", node["uuid"]]}
+    assert query(client, "node", body).json()["data"] == [[[0, False]]]
+    _set_offline(world, node)
+    # Within the TTL the cached state answers; the cache is what queries read.
+    assert query(client, "node", body).json()["data"] == [[[0, False]]]
+    cache = state(client).node_cache
+    assert cache.loads == 1
+    cache.ttl = 0.0  # expire it
+    assert query(client, "node", body).json()["data"] == [[[0, True]]]
+    assert cache.loads == 2
+
+
+def _stop_index(pair: Pair) -> None:
+    """The embedded index's database becomes unopenable: the engine is down."""
+    pair.engine.close()
+    path = pair.engine.path
+    shutil.move(path, path.with_suffix(".gone"))
+    path.mkdir()
+
+
+def test_lookup_answers_without_touching_the_index(world: World, pair: Pair) -> None:
+    docs = [d for d in instance_documents(world) if not d["deleted"]]
+    first, second = docs[0], docs[-1]
+    before = query(pair.index, "instance", {"fields": ALL, "filter": ["==", "uuid", first["uuid"]]})
+    assert before.headers[PATH] == "lookup"
+    _stop_index(pair)
+    raw = ["|", ["==", "uuid", first["uuid"]], ["==", "name", second["display_name"]]]
+    response = query(pair.index, "instance", {"fields": ALL, "filter": raw})
+    assert response.status_code == 200 and response.headers[PATH] == "lookup"
+    got = {row[0][1] for row in response.json()["data"]}
+    assert {first["uuid"], second["uuid"]} <= got
+    safe = state(pair.index).safe_connect
+    assert not safe.flagged, "a lookup touched the index"
+    one = query(pair.index, "instance", {"fields": ALL, "filter": ["==", "uuid", first["uuid"]]})
+    assert one.json() == before.json()
+    # Any other query tries the index, finds it stopped, and answers from the cells.
+    walk = query(pair.index, "instance", {"fields": ["uuid"], "filter": ["?", "uuid"]})
+    assert walk.status_code == 200 and walk.headers[PATH] == "fanout" and safe.flagged
+
+
+def test_nodes_fall_back_to_the_cells_when_the_index_stops(world: World, pair: Pair) -> None:
+    body = {"fields": list(REGISTRY["node"])}
+    from_index = query(pair.index, "node", body)
+    assert from_index.headers[PATH] == "index"
+    _stop_index(pair)
+    state(pair.index).node_cache.invalidate()
+    from_cells = query(pair.index, "node", body)
+    assert from_cells.status_code == 200 and from_cells.headers[PATH] == "fanout"
+    assert from_cells.json() == from_index.json()
+
+
+def test_placeholders_are_scoped_to_the_project(world: World, pair: Pair) -> None:
+    token = project_tokens(world)[0]
+    project = token["X-Auth-Token"].split(":")[1]
+    docs = instance_documents(world)
+    dead = _break_cell(world, pair, "cell1")
+    queued = _mappings(world, dead)
+    mine = sorted(
+        d["uuid"]
+        for d in docs
+        if d["cell_uuid"] == dead and d["tenant_id"] == project and not queued[d["uuid"]]
+    )
+    assert mine, "the project must have instances in the broken cell"
+    response = query(pair.fanout, "instance", {"fields": ["uuid", "tenant_id", "name"]}, token)
+    assert response.status_code == 200
+    data = response.json()["data"]
+    assert {row[1][1] for row in data} == {project}
+    assert sorted(row[0][1] for row in data if row[2][0] == 2) == mine
+    assert {"uuid", "tenant_id"} <= MAPPING_FIELDS
+
+
+def test_nodes_of_a_skipped_cell_are_reported_and_retried(world: World, pair: Pair) -> None:
+    dead = _break_cell(world, pair, "cell2")
+    want = sorted(n["uuid"] for n in node_documents_alive(world, dead))
+    client = pair.fanout
+    for loads in (1, 2):  # a partial load is not kept: the next query retries the cell
+        response = query(client, "node", {"fields": ["uuid", "cell_uuid"]})
+        assert response.status_code == 200
+        assert [u for _, u, _ in parse_skipped(response.headers[SKIPPED_CELLS])] == [dead]
+        assert [row[0][1] for row in response.json()["data"]] == want
+        assert state(client).node_cache.loads == loads
+
+
+def node_documents_alive(world: World, dead: str) -> list[dict[str, Any]]:
+    """The uuids of the nodes of every cell but ``dead``."""
+    out: list[dict[str, Any]] = []
+    for cell in world.registry.list_cells():
+        if cell.uuid == dead:
+            continue
+        with connect(world.registry.cell_engine(cell)) as conn:
+            out.extend({"uuid": r["uuid"]} for r in list_compute_nodes(conn))
+    return out
