@@ -31,26 +31,13 @@ class ElasticsearchEngine(HttpEngine):
 
     distribution = "elasticsearch"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "cellsight",
-        timeout: float = 5.0,
-        bulk_timeout: float | None = None,
-        replicas: int | None = None,
-        **client_options: Any,
-    ) -> None:
-        super().__init__(
-            url, prefix=prefix, timeout=timeout, bulk_timeout=bulk_timeout, replicas=replicas
-        )
-        options: dict[str, Any] = {
+    def _make_client(self, url: str, timeout: float, options: dict[str, Any]) -> Elasticsearch:
+        defaults: dict[str, Any] = {
             "request_timeout": timeout,
             "max_retries": 0,
             "retry_on_timeout": False,
-            **client_options,
         }
-        self.client = Elasticsearch(url, **options)
+        return Elasticsearch(url, **(defaults | options))
 
     def close(self) -> None:
         self.client.close()

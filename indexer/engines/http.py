@@ -142,6 +142,10 @@ class HttpEngine(SearchEngine):
     live index's explicit count, or else the cluster default.
     """
 
+    @abc.abstractmethod
+    def _make_client(self, url: str, timeout: float, options: dict[str, Any]) -> Any:
+        """The client, with ``options`` over the no-retry defaults."""
+
     def __init__(
         self,
         url: str,
@@ -150,8 +154,13 @@ class HttpEngine(SearchEngine):
         timeout: float = 5.0,
         bulk_timeout: float | None = None,
         replicas: int | None = None,
+        **client_options: Any,
     ) -> None:
+        """``client_options`` go to the client's constructor (auth, TLS, transport). The
+        client does not retry: the consumer retries whole batches with backoff, and client
+        retries on top would multiply the time a caller waits on a dead cluster."""
         super().__init__(prefix)
+        self.client = self._make_client(url, timeout, client_options)
         self.url = redact_url(url)  # for messages; the client is given the real one
         self.timeout = timeout
         self.bulk_timeout = bulk_timeout if bulk_timeout is not None else timeout * 6

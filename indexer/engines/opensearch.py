@@ -31,26 +31,9 @@ class OpenSearchEngine(HttpEngine):
 
     distribution = "opensearch"
 
-    def __init__(
-        self,
-        url: str,
-        *,
-        prefix: str = "cellsight",
-        timeout: float = 5.0,
-        bulk_timeout: float | None = None,
-        replicas: int | None = None,
-        **client_options: Any,
-    ) -> None:
-        super().__init__(
-            url, prefix=prefix, timeout=timeout, bulk_timeout=bulk_timeout, replicas=replicas
-        )
-        options: dict[str, Any] = {
-            "timeout": timeout,
-            "max_retries": 0,
-            "retry_on_timeout": False,
-            **client_options,
-        }
-        self.client = OpenSearch(hosts=[url], **options)
+    def _make_client(self, url: str, timeout: float, options: dict[str, Any]) -> OpenSearch:
+        defaults: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "retry_on_timeout": False}
+        return OpenSearch(hosts=[url], **(defaults | options))
 
     def close(self) -> None:
         self.client.close()
