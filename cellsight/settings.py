@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     batch_age_ms: int = Field(200, ge=1)
     prefetch: int = Field(2000, ge=1)
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    verify_interval: float | None = Field(
+        None, gt=0, description="Seconds between the indexer's anti-entropy repairs; default off"
+    )
 
     # Search index.
     search_url: str | None = Field(

@@ -50,6 +50,12 @@ def run_indexer(ctx: typer.Context) -> None:
     engine = build_engine(settings)
     for resource in ("instance", "node"):
         engine.ensure_ready(resource)
+    if settings.verify_interval:
+        from cells.mappings import CellRegistry
+        from indexer.antientropy import start_periodic_verify
+
+        registry = CellRegistry.from_settings(settings)
+        start_periodic_verify(engine, registry, settings.verify_interval, stop)
     config = ConsumerConfig(
         exchange=settings.exchange,
         queue=settings.indexer_queue,
@@ -185,3 +191,7 @@ def index_purge(
     console.print(
         f"purged {removed} tombstone(s) deleted before {datetime.now(UTC) - age:%Y-%m-%d %H:%M}Z"
     )
+
+
+# sync, status and verify live in their own module; importing it registers them here.
+from cellsight.cli import index_sync_cmd  # noqa: E402, F401

@@ -1,0 +1,286 @@
+"""``cellsight index sync|verify|status`` (registered on ``index_app``).
+
+Exit codes: 0 done (verify: no drift left); 1 the sync failed (cleaned up, the old index
+still serves) or verify left drift; 2 bad usage; 3 another sync or verify of the type
+holds the lock; 130 interrupted (cleaned up as a failure).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from cellsight.cli.context import console, err_console, fail, settings_of
+from cellsight.cli.index_status_cmd import clients  # (importing it registers `status`)
+from cellsight.cli.indexer_cmd import index_app
+
+TypeOption = Annotated[str, typer.Option("--type", help="instance or node")]
+CellOption = Annotated[
+    list[str] | None, typer.Option("--cell", help="Cell name or uuid (repeatable); default all")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print a JSON summary, no progress")]
+
+
+class RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text(f"{speed:,.0f} docs/s" if speed else "", style="progress.data.speed")
+
+
+class RichProgress:
+    """Bars per cell and in total; updates are batched (Rich takes a lock per call)."""
+
+    def __init__(self, out: Console) -> None:
+        self.bars = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            RateColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=out,
+        )
+        self.tasks: dict[str, TaskID] = {}
+        self.total: TaskID | None = None
+        self.pending: dict[str, int] = {}
+        self.flushed = 0.0
+
+    def phase(self, text: str) -> None:
+        self.flush()
+        self.bars.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}", highlight=False)
+
+    def start_cells(self, cells: Sequence[tuple[str, str, int | None]]) -> None:
+        for uuid, name, expected in cells:
+            self.tasks[uuid] = self.bars.add_task(f"cell {name}", total=expected)
+        if len(cells) > 1 or not self.tasks:
+            known = [e for _, _, e in cells]
+            total = sum(e or 0 for e in known) if None not in known else None
+            self.total = self.bars.add_task("[bold]total", total=total)
+
+    def advance(self, cell_uuid: str, n: int) -> None:
+        self.pending[cell_uuid] = self.pending.get(cell_uuid, 0) + n
+        if time.monotonic() - self.flushed > 0.2:
+            self.flush()
+
+    def flush(self) -> None:
+        pending, self.pending = self.pending, {}
+        for uuid, n in pending.items():
+            self.bars.advance(self.tasks[uuid], n)
+            if self.total is not None:
+                self.bars.advance(self.total, n)
+        self.flushed = time.monotonic()
+
+
+class PlainProgress:
+    def phase(self, text: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
+
+    def start_cells(self, cells: Sequence[tuple[str, str, int | None]]) -> None:
+        pass
+
+    def advance(self, cell_uuid: str, n: int) -> None:
+        pass
+
+
+@contextmanager
+def _progress(as_json: bool) -> Iterator[RichProgress | PlainProgress | None]:
+    if as_json:
+        yield None
+    elif console.is_terminal:
+        rich = RichProgress(console)
+        with rich.bars:
+            yield rich
+            rich.flush()
+    else:
+        yield PlainProgress()
+
+
+@contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM cleans up like Ctrl-C: the half-built index goes, the aliases come back."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _resource(value: str) -> str:
+    if value not in ("instance", "node"):
+        fail(f"--type {value!r}: must be instance or node")
+    return value
+
+
+def _emit(data: dict[str, Any]) -> None:
+    print(json.dumps(data, indent=2, default=str))
+
+
+@index_app.command("sync")
+def index_sync(
+    ctx: typer.Context,
+    resource: TypeOption = "instance",
+    cell: CellOption = None,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", min=1, help="Cells loaded at a time (default: by CPUs)"),
+    ] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Rows per page")] = 1000,
+    keep_old: Annotated[
+        int, typer.Option("--keep-old", min=0, help="Previous indexes to keep")
+    ] = 1,
+    as_json: JsonOption = False,
+) -> None:
+    """Backfill or rebuild an index from the cells while the API keeps serving.
+
+    A full sync builds a new index and swaps it in; --cell rewrites those cells'
+    documents in the serving index (versioned: newer documents are kept)."""
+    from indexer.lock import LockHeld
+    from indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
+
+    settings = settings_of(ctx)
+    options = SyncOptions(_resource(resource), cell or (), workers, batch_size, keep_old)
+    code, report = 0, None
+    with clients(settings) as (engine, registry):
+        try:
+            with _terminate_as_interrupt(), _progress(as_json) as progress:
+                report = run_sync(
+                    engine,
+                    registry,
+                    options,
+                    progress=progress,
+                    connect_timeout=settings.db_connect_timeout,
+                )
+        except LockHeld as exc:
+            code, message = 3, str(exc)
+        except SyncInterrupted as exc:
+            code, message = 130, str(exc)
+        except SyncFailed as exc:
+            code, message = 1, str(exc)
+    if code:
+        if as_json:
+            _emit({"ok": False, "resource": resource, "error": message})
+        fail(message, code=code)
+    assert report is not None
+    data = {"ok": True, **report.as_dict()}
+    if as_json:
+        _emit(data)
+        return
+    console.print(
+        f"[green]synced[/] {data['rows']:,} {resource} rows from {len(data['cells'])} cells "
+        f"into {data['index']} in {data['seconds']:.1f} s ({data['docs_per_s']:,} docs/s)",
+        highlight=False,
+    )
+    if data["cleaned_up"]:
+        console.print(f"removed what an unfinished sync left: {', '.join(data['cleaned_up'])}")
+    if data["dropped"]:
+        console.print(f"dropped old indexes: {', '.join(data['dropped'])}")
+
+
+@index_app.command("verify")
+def index_verify(
+    ctx: typer.Context,
+    resource: Annotated[
+        str | None, typer.Option("--type", help="instance or node (default: both)")
+    ] = None,
+    cell: CellOption = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Rewrite the drift")] = False,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="Cells at a time")] = 4,
+    as_json: JsonOption = False,
+) -> None:
+    """Compare the cells with the index (uuid and version); report missing, stale and
+    orphaned documents per cell, and with --repair rewrite exactly those."""
+    from indexer.antientropy import verify_resource
+    from indexer.lock import LockHeld
+
+    resources = [_resource(resource)] if resource else ["instance", "node"]
+    reports = []
+    with clients(settings_of(ctx)) as (engine, registry):
+        try:
+            for name in resources:
+                with _progress(as_json) as progress:
+                    report = verify_resource(
+                        engine,
+                        registry,
+                        name,
+                        repair=repair,
+                        cells=cell or (),
+                        workers=workers,
+                        on_start=_starter(progress),
+                        on_progress=progress.advance if progress else lambda c, n: None,
+                    )
+                reports.append(report)
+        except LockHeld as exc:
+            fail(str(exc), code=3)
+    left = sum(_left(r) for r in reports)
+    if as_json:
+        _emit({"ok": left == 0, "reports": [r.as_dict() for r in reports]})
+    else:
+        for report in reports:
+            _print_report(report)
+    if left:
+        raise typer.Exit(1)
+
+
+def _starter(
+    progress: RichProgress | PlainProgress | None,
+) -> Callable[[Sequence[tuple[str, str]]], None]:
+    def start(cells: Sequence[tuple[str, str]]) -> None:
+        if progress is not None:
+            progress.start_cells([(uuid, name, None) for uuid, name in cells])
+
+    return start
+
+
+def _left(report: Any) -> int:
+    """Drift not repaired, plus cells that could not be checked."""
+    errors = sum(1 for c in report.cells if c.errors)
+    if not report.repair:
+        return report.drift + errors
+    return sum(c.repair_failed for c in report.cells) + errors
+
+
+def _print_report(report: Any) -> None:
+    from rich.table import Table
+
+    table = Table(
+        "cell", "rows", "documents", "missing", "stale", "orphaned", "ahead", "repaired",
+        title=f"{report.resource}: {report.target} ({report.seconds:.1f} s)",
+    )  # fmt: skip
+    for c in report.cells:
+        table.add_row(
+            c.name, f"{c.rows:,}", f"{c.documents:,}", str(c.missing), str(c.stale),
+            str(c.orphaned), str(c.ahead), str(c.repaired) if report.repair else "-",
+        )  # fmt: skip
+        for error in c.errors:
+            err_console.print(f"[red]{c.name}[/]: {error}", highlight=False)
+    console.print(table)
+    if report.unattributed:
+        console.print(f"{report.unattributed} documents belong to no registered cell")
+    verdict = "no drift" if not report.drift else f"drift {report.drift}"
+    console.print(f"{report.resource}: {verdict}", highlight=False)
+    sys.stdout.flush()

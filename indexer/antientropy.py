@@ -1,0 +1,115 @@
+"""``index verify`` as an operation: under the maintenance lock, with its report kept,
+and periodically from the indexer process (``Settings.verify_interval``, off by default).
+
+The periodic run repairs (that is its point: notifications lost before the bus, and
+node documents, which only change through syncs and repairs) and logs what it found. It
+skips a round when a sync or another verify holds the lock, and never lets a failure
+stop the indexer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from cells.mappings import CellRegistry
+from indexer.engines.base import RESOURCES, SearchEngine
+from indexer.layout import LAST_VERIFY
+from indexer.lock import LockHeld, MaintenanceLock
+from indexer.verify import Verifier, VerifyReport
+
+log = logging.getLogger(__name__)
+
+
+def verify_resource(
+    engine: SearchEngine,
+    registry: CellRegistry,
+    resource: str,
+    *,
+    repair: bool = False,
+    cells: Sequence[str] = (),
+    workers: int = 4,
+    batch_size: int = 10_000,
+    on_start: Callable[[Sequence[tuple[str, str]]], None] = lambda cells: None,
+    on_progress: Callable[[str, int], None] = lambda cell, n: None,
+) -> VerifyReport:
+    """Verify ``resource`` (those ``cells``, names or uuids; default all). Raises
+    ``LockHeld`` while a sync or another verify of the resource runs."""
+    with MaintenanceLock(engine, resource, "verify"):
+        engine.ensure_ready(resource)
+        chosen = [registry.get_cell(ref) for ref in cells] if cells else registry.list_cells()
+        on_start([(c.uuid, c.name) for c in chosen])
+        verifier = Verifier(
+            engine,
+            registry,
+            resource,
+            repair=repair,
+            workers=workers,
+            batch_size=batch_size,
+            on_progress=on_progress,
+        )
+        report = verifier.run(chosen, whole=not cells)
+    with contextlib.suppress(Exception):  # the figures are for `index status`
+        engine.put_meta(LAST_VERIFY.format(resource=resource), summary(report))
+    return report
+
+
+def summary(report: VerifyReport) -> dict[str, object]:
+    """The report without per-cell samples: what ``index status`` shows."""
+    cells = [
+        {k: v for k, v in cell.items() if k not in ("samples",)}
+        for cell in report.as_dict()["cells"]
+    ]
+    data = report.as_dict()
+    data["cells"] = cells
+    return data
+
+
+def start_periodic_verify(
+    engine: SearchEngine,
+    registry: CellRegistry,
+    interval: float,
+    stop: threading.Event,
+) -> threading.Thread:
+    """A daemon thread that verifies and repairs every resource each ``interval``
+    seconds until ``stop`` is set."""
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            for resource in RESOURCES:
+                if stop.is_set():
+                    return
+                _one_round(engine, registry, resource)
+
+    thread = threading.Thread(target=loop, name="anti-entropy", daemon=True)
+    thread.start()
+    log.info("anti-entropy: verifying and repairing every %.0f s", interval)
+    return thread
+
+
+def _one_round(engine: SearchEngine, registry: CellRegistry, resource: str) -> None:
+    try:
+        report = verify_resource(engine, registry, resource, repair=True, workers=2)
+    except LockHeld as exc:
+        log.info("anti-entropy: %s skipped: %s", resource, exc)
+        return
+    except Exception:  # the indexer keeps consuming whatever happens here
+        log.exception("anti-entropy: %s verify failed", resource)
+        return
+    for cell in report.cells:
+        if cell.drift or cell.errors:
+            log.warning(
+                "anti-entropy: %s in cell %s: %d missing, %d stale, %d orphaned; %d repaired%s",
+                resource,
+                cell.name,
+                cell.missing,
+                cell.stale,
+                cell.orphaned,
+                cell.repaired,
+                f"; errors: {'; '.join(cell.errors)}" if cell.errors else "",
+            )
+    log.info(
+        "anti-entropy: %s verified in %.1f s, drift %d", resource, report.seconds, report.drift
+    )

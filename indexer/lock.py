@@ -1,0 +1,210 @@
+"""The maintenance lock: one sync or verify of a resource type at a time.
+
+The lock is a metadata document (``lock:<resource>``) taken and renewed with the
+engine's compare-and-set (``swap_meta``: a ``BEGIN IMMEDIATE`` transaction on the
+embedded engine, ``op_type=create`` / ``if_seq_no`` on Elasticsearch and OpenSearch),
+so it works across processes and machines for every engine. It records its owner (host,
+pid, process start time, purpose) and an expiry that a heartbeat thread pushes forward.
+
+A lock is stale, and may be taken over, once its expiry has passed (the owner stopped
+renewing it: killed, frozen, cut off) or at once when its owner ran on this host and that
+process is gone (a killed sync need not wait out the expiry). An owner whose renewal
+finds someone else's lock has lost it: ``check()`` then raises ``LockLost`` so the
+sync stops before touching aliases. A renewal that cannot reach the engine is retried;
+it is not a loss (an owner cut off from the engine cannot write to it either).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid as uuidlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from indexer.engines.base import EngineError, SearchEngine
+
+log = logging.getLogger(__name__)
+
+TTL = 60.0  # seconds without a heartbeat after which a lock is stale
+HEARTBEAT = 10.0
+
+
+class LockHeld(Exception):
+    """Another sync or verify of this resource type holds the lock; says whose."""
+
+
+class LockLost(Exception):
+    """This process's lock expired and was taken over; it must stop."""
+
+
+def lock_key(resource: str) -> str:
+    return f"lock:{resource}"
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), against pid reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _process_gone(value: dict[str, Any]) -> bool:
+    if value.get("host") != socket.gethostname():
+        return False
+    pid = int(value.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    started = value.get("pid_started")
+    return started is not None and _start_time(pid) not in (None, started)
+
+
+def is_free(value: dict[str, Any] | None, now: datetime) -> bool:
+    if value is None or value.get("released"):
+        return True
+    expires = datetime.fromisoformat(str(value.get("expires_at")))
+    return expires <= now or _process_gone(value)
+
+
+def describe(value: dict[str, Any] | None) -> str:
+    if not value:
+        return "nobody"
+    return (
+        f"a {value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')} "
+        f"since {value.get('acquired_at')} (last heartbeat {value.get('heartbeat_at')}, "
+        f"stale after {value.get('expires_at')})"
+    )
+
+
+class MaintenanceLock:
+    def __init__(
+        self,
+        engine: SearchEngine,
+        resource: str,
+        purpose: str,
+        *,
+        ttl: float = TTL,
+        heartbeat: float = HEARTBEAT,
+    ) -> None:
+        self.engine = engine
+        self.resource = resource
+        self.purpose = purpose
+        self.ttl = ttl
+        self.heartbeat = heartbeat
+        self.key = lock_key(resource)
+        self.owner = str(uuidlib.uuid4())
+        self._value: dict[str, Any] | None = None
+        self._guard = threading.Lock()  # renewals and release never interleave
+        self._stop = threading.Event()
+        self._lost = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _stamp(self, now: datetime) -> dict[str, Any]:
+        acquired = self._value["acquired_at"] if self._value else now.isoformat()
+        return {
+            "owner": self.owner,
+            "purpose": self.purpose,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_started": _start_time(os.getpid()),
+            "acquired_at": acquired,
+            "heartbeat_at": now.isoformat(),
+            "expires_at": (now + timedelta(seconds=self.ttl)).isoformat(),
+        }
+
+    def _read(self) -> dict[str, Any] | None:
+        # Retried: processes racing to create the engine's metadata store at its very
+        # first use can see it half made for a moment.
+        for attempt in range(5):
+            try:
+                return self.engine.get_meta(self.key)
+            except EngineError:
+                if attempt == 4:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        return None
+
+    def acquire(self) -> None:
+        current = self._read()
+        now = datetime.now(UTC)
+        if not is_free(current, now):
+            raise LockHeld(
+                f"another {self.resource} sync or verify is running: {describe(current)}"
+            )
+        mine = self._stamp(now)
+        if not self.engine.swap_meta(self.key, current, mine):
+            theirs = self._read()
+            raise LockHeld(
+                f"another {self.resource} sync or verify just started: {describe(theirs)}"
+            )
+        if current and not current.get("released"):
+            log.warning("took over a stale %s lock: %s", self.resource, describe(current))
+        self._value = mine
+        self._thread = threading.Thread(target=self._beat, name=f"lock-{self.key}", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat):
+            with self._guard:
+                if self._stop.is_set() or self._value is None:
+                    return
+                renewed = self._stamp(datetime.now(UTC))
+                try:
+                    ok = self.engine.swap_meta(self.key, self._value, renewed)
+                except EngineError as exc:
+                    # Busy or unreachable: keep trying. Only finding another owner's lock
+                    # means it is lost. (The embedded engine is busy while this sync's
+                    # own index build holds SQLite's write lock, which also keeps any
+                    # other process from taking the lock over meanwhile.)
+                    log.info("could not renew the %s lock yet: %s", self.resource, exc)
+                    continue
+                if not ok:
+                    self._lost.set()
+                    return
+                self._value = renewed
+
+    def check(self) -> None:
+        if self._lost.is_set():
+            raise LockLost(
+                f"the {self.resource} lock was lost (not renewed within {self.ttl:.0f}s and "
+                f"taken over: {describe(self.engine.get_meta(self.key))})"
+            )
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self.heartbeat + 5)
+        with self._guard:
+            if self._value is None or self._lost.is_set():
+                return
+            released = {"released": True, "owner": self.owner, "at": datetime.now(UTC).isoformat()}
+            try:
+                self.engine.swap_meta(self.key, self._value, released)
+            except EngineError as exc:  # it goes stale on its own
+                log.warning("could not release the %s lock: %s", self.resource, exc)
+            self._value = None
+
+    def __enter__(self) -> MaintenanceLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

@@ -1,0 +1,309 @@
+"""Bulk sync: backfill or rebuild a resource's index from the cells with zero downtime.
+
+A full sync, holding the maintenance lock (``indexer.lock``):
+
+1. finishes what an unfinished sync left (``layout.clean_up``), then creates a new
+   index from the generated mapping with refresh off and no replicas;
+2. points the write alias at the serving index *and* the new one: the engines' ``bulk``
+   writes every live notification to both from then on;
+3. streams every cell (``loader``) into the new index through the engine's streaming
+   bulk helper, each document carrying its row's revision as external version. A row
+   committed before step 2 is read by the stream (which starts after it); one changed
+   later also reaches the new index through the live path with a higher revision, and
+   the versioned writes let the newer copy win whichever lands first;
+4. restores refresh and replicas, compares each cell's rows with the new index's
+   documents of that cell (a difference left by changes still in flight is caught up
+   from the cells with versioned writes, then compared again), swaps the read and write
+   aliases to the new index in one atomic call, writes the synced marker
+   (``layout.marker_key``), and drops retired indexes beyond ``keep_old``;
+5. on any failure or interrupt before the swap, points the aliases back as they were
+   and deletes the new index, then raises ``SyncFailed`` saying what failed. A sync
+   killed outright cannot clean up: its index is a *stray* that the next sync removes.
+
+``cells`` (``--cell``) syncs only those cells, into the serving index through the write
+alias with the same versioned writes: missing and older documents are replaced, newer
+ones kept, other cells' documents untouched. It builds no new index (an index of some
+cells only could not be swapped in) and leaves the synced marker as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from cells.database import connect
+from cells.mappings import CellMapping, CellRegistry
+from indexer.engines.base import SearchEngine
+from indexer.engines.embedded import EmbeddedEngine
+from indexer.layout import LAST_SYNC, clean_up, layout, marker_key, new_index_name, restore, retire
+from indexer.loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
+from indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
+from indexer.rowdocs import SYNC_EVENT
+from indexer.sources import CellRef, Scope, count_rows, scope_of
+from indexer.syncmodel import (
+    NoProgress,
+    SyncFailed,
+    SyncInterrupted,
+    SyncOptions,
+    SyncProgress,
+    SyncReport,
+)
+from indexer.verify import Verifier
+
+__all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
+
+
+def run_sync(
+    engine: SearchEngine,
+    registry: CellRegistry,
+    options: SyncOptions,
+    *,
+    progress: SyncProgress | None = None,
+    connect_timeout: float = 5.0,
+    lock_ttl: float = TTL,
+) -> SyncReport:
+    """Raises ``LockHeld`` when another sync or verify runs, ``SyncFailed`` otherwise."""
+    run = _Run(engine, registry, options, progress or NoProgress(), connect_timeout)
+    try:
+        with MaintenanceLock(engine, options.resource, "sync", ttl=lock_ttl) as lock:
+            run.lock = lock
+            report = run.partial() if options.cells else run.full()
+    except (SyncFailed, LockHeld):
+        raise
+    except (KeyboardInterrupt, SystemExit) as exc:
+        raise SyncInterrupted(f"{options.resource} sync interrupted; nothing changed") from exc
+    except Exception as exc:  # before the new index existed, or reading the cells
+        raise SyncFailed(f"{options.resource} sync failed: {exc}") from exc
+    report.finished_at = datetime.now(UTC).isoformat()
+    report.seconds = round(time.perf_counter() - run.started, 3)
+    # The figures are for `index status`; the sync itself succeeded either way.
+    with contextlib.suppress(Exception):
+        engine.put_meta(LAST_SYNC.format(resource=options.resource), report.as_dict())
+    return report
+
+
+def _interrupted(exc: BaseException) -> bool:
+    return isinstance(exc, KeyboardInterrupt | SystemExit)
+
+
+class _Run:
+    def __init__(
+        self,
+        engine: SearchEngine,
+        registry: CellRegistry,
+        options: SyncOptions,
+        progress: SyncProgress,
+        connect_timeout: float,
+    ) -> None:
+        if options.resource not in ("instance", "node"):
+            raise SyncFailed(f"unknown resource type {options.resource!r}")
+        self.engine = engine
+        self.registry = registry
+        self.options = options
+        self.resource = options.resource
+        self.progress = progress
+        self.connect_timeout = connect_timeout
+        self.started = time.perf_counter()
+        self.lock: MaintenanceLock | None = None
+        self.report = SyncReport(self.resource, "cells" if options.cells else "full")
+
+    def check(self) -> None:
+        if self.lock is not None:
+            self.lock.check()
+
+    def _cells(self) -> list[CellMapping]:
+        if not self.options.cells:
+            return self.registry.list_cells()
+        chosen = {c.uuid: c for c in (self.registry.get_cell(ref) for ref in self.options.cells)}
+        return list(chosen.values())
+
+    def _count(self, scope: Scope, cell: CellMapping) -> int:
+        with connect(self.registry.cell_engine(cell)) as conn:
+            return count_rows(conn, scope)
+
+    def _load(
+        self, scope: Scope, cells: list[CellMapping], index: str | None
+    ) -> dict[str, CellTally]:
+        """Stream ``cells`` into ``index`` (``bulk_index``), or with ``index`` None into
+        the write alias (``bulk``)."""
+        tallies = {c.uuid: CellTally(c.uuid, c.name) for c in cells}
+        for cell in cells:
+            try:
+                tallies[cell.uuid].expected = self._count(scope, cell)
+            except Exception as exc:
+                raise SyncFailed(f"cell {cell.name} is unreadable: {exc}") from exc
+        total = sum(t.expected for t in tallies.values())
+        # Worker processes open their own: pooled connections to every cell would sit
+        # here for the whole load, each with its page cache.
+        self.registry.engines.dispose()
+        embedded = None
+        if isinstance(self.engine, EmbeddedEngine):
+            embedded = (str(self.engine.path), self.engine.prefix, self.engine.timeout)
+        processes = self.options.processes
+        if processes is None:
+            processes = total >= PROCESS_MIN_ROWS and self.resource == "instance"
+        processes = processes and embedded is not None
+        # Processes: one writes while the others build (see loader). Threads: concurrent
+        # bulk requests for a cluster; two for the embedded engine's small loads.
+        default = (os.cpu_count() or 2) if processes else 4 if embedded is None else 2
+        job = LoadJob(
+            scope,
+            SYNC_EVENT,
+            self.options.batch_size,
+            self.connect_timeout,
+            index=index,
+            embedded=embedded,
+        )
+        loader = Loader(
+            [CellRef(c.uuid, c.name, c.database_url) for c in cells],
+            job,
+            engine=self.engine,
+            engines=self.registry.engines,
+            workers=self.options.workers or default,
+            processes=processes,
+            tallies=tallies,
+            on_written=self.progress.advance,
+            check=self.check,
+        )
+        self.report.worker_kind = "processes" if loader.processes else "threads"
+        self.report.workers = loader.workers
+        self.progress.start_cells([(t.uuid, t.name, t.expected) for t in tallies.values()])
+        self.progress.phase(f"loading {total:,} {self.resource} rows from {len(cells)} cells")
+        loader.run()
+        self.report.workers_peak_rss_mb = loader.peak_rss_mb
+        self.report.rows = sum(t.read for t in tallies.values())
+        bad = [t for t in tallies.values() if t.rejected]
+        if bad:
+            detail = "; ".join(f"{t.name}: {t.rejected} ({', '.join(t.reasons[:2])})" for t in bad)
+            raise SyncFailed(f"documents rejected by the engine: {detail}")
+        return tallies
+
+    # Full sync ---------------------------------------------------------------------------
+    def full(self) -> SyncReport:
+        engine, resource, report = self.engine, self.resource, self.report
+        scope = scope_of(engine, resource)
+        cells = self._cells()
+        engine.ensure_ready(resource)
+        report.cleaned_up = clean_up(engine, resource)
+        current = layout(engine, resource)
+        if current.serving is None:
+            raise SyncFailed(f"the {engine.read_alias(resource)} alias does not name one index")
+        old_read, old_write = current.serving.name, list(current.writers)
+        new = new_index_name(engine, resource)
+        report.index, report.previous_index = new, old_read
+        self.progress.phase(f"creating {new}")
+        try:
+            engine.create_index(resource, new, bulk_load=True)
+            engine.set_aliases(resource, read=old_read, write=[*old_write, new])
+            tallies = self._load(scope, cells, new)
+            self.progress.phase(f"finishing {new}: indexes, refresh, replicas")
+            engine.finish_bulk_load(new)
+            self.check()
+            self.progress.phase("comparing document counts with the cells")
+            self._check_counts(scope, cells, new, tallies)
+            self.check()
+            engine.set_aliases(resource, read=new, write=[new])
+        except BaseException as exc:
+            # With the lock lost, another sync owns the aliases now: only drop ours.
+            aliases = (old_read, old_write) if not isinstance(exc, LockLost) else None
+            problems = restore(engine, resource, new, aliases)
+            raise self._failure(exc, new, old_read, problems) from exc
+        report.cells = [t.as_dict() for t in tallies.values()]
+        try:
+            report.documents = engine.count_index(new)
+            engine.put_meta(marker_key(resource), self._marker(new, report))
+        except Exception as exc:
+            raise SyncFailed(
+                f"{new} serves now, but the synced marker could not be written ({exc}): the "
+                "API keeps to the cells until a sync completes"
+            ) from exc
+        try:
+            report.dropped, report.kept = retire(engine, resource, self.options.keep_old)
+        except Exception as exc:  # the next sync retires them
+            report.kept.append(f"(could not drop old indexes: {exc})")
+        return report
+
+    def _failure(
+        self, exc: BaseException, new: str, old_read: str, problems: list[str]
+    ) -> SyncFailed:
+        what = "was interrupted" if _interrupted(exc) else f"failed: {exc}"
+        if problems:
+            left = f"{old_read} still serves; {'; '.join(problems)} (the next sync cleans up)"
+        else:
+            left = f"{old_read} still serves and {new} was deleted"
+        message = f"{self.resource} sync {what}. {left}"
+        return SyncInterrupted(message) if _interrupted(exc) else SyncFailed(message)
+
+    def _check_counts(
+        self, scope: Scope, cells: list[CellMapping], new: str, tallies: dict[str, CellTally]
+    ) -> None:
+        """Each cell's rows against the new index's documents of that cell. A cell that
+        differs is compared row by row (versions only) and what the index lacks is
+        written from the cell: on a live system the difference is changes in flight,
+        which the write alias also delivers, so only a failed catch-up fails the sync."""
+        off = [cell for cell in cells if not self._counts_match(scope, cell, new, tallies)]
+        if not off:
+            return
+        verifier = Verifier(self.engine, self.registry, self.resource, repair=True, index=new)
+        result = verifier.run(off)
+        self.report.caught_up += sum(c.repaired for c in result.cells)
+        failed = [c for c in result.cells if c.errors or c.repair_failed]
+        if failed:
+            detail = "; ".join(f"{c.name}: {', '.join(c.errors[:3])}" for c in failed)
+            raise SyncFailed(f"catching up with the cells failed ({detail})")
+        for cell in off:
+            self._counts_match(scope, cell, new, tallies)
+
+    def _counts_match(
+        self, scope: Scope, cell: CellMapping, new: str, tallies: dict[str, CellTally]
+    ) -> bool:
+        tally = tallies[cell.uuid]
+        tally.rows_now = self._count(scope, cell)
+        tally.documents = self.engine.count_index(new, cell.uuid)
+        return tally.rows_now == tally.documents
+
+    def _marker(self, new: str, report: SyncReport) -> dict[str, Any]:
+        cells = {
+            c["uuid"]: {"name": c["name"], "rows": c["rows_now"], "documents": c["documents"]}
+            for c in report.cells
+        }
+        return {
+            "resource": self.resource,
+            "index": new,
+            "sync_id": report.sync_id,
+            "started_at": report.started_at,
+            "finished_at": datetime.now(UTC).isoformat(),
+            "documents": report.documents,
+            "cells": cells,
+            "engine": self.engine.distribution,
+        }
+
+    # Partial sync -------------------------------------------------------------------------
+    def partial(self) -> SyncReport:
+        engine, resource, report = self.engine, self.resource, self.report
+        scope = scope_of(engine, resource)
+        cells = self._cells()
+        engine.ensure_ready(resource)
+        report.cleaned_up = clean_up(engine, resource)
+        serving = layout(engine, resource).serving
+        report.index = serving.name if serving else None
+        try:
+            tallies = self._load(scope, cells, None)
+        except BaseException as exc:
+            names = ", ".join(c.name for c in cells)
+            kept = "the documents written so far stay (versioned writes: none went backwards)"
+            if _interrupted(exc):
+                raise SyncInterrupted(
+                    f"{resource} sync of {names} was interrupted; {kept}"
+                ) from exc
+            raise SyncFailed(f"{resource} sync of {names} failed: {exc}; {kept}") from exc
+        for cell in cells:
+            tally = tallies[cell.uuid]
+            tally.rows_now = self._count(scope, cell)
+            tally.documents = engine.count(resource, cell.uuid)
+        report.cells = [t.as_dict() for t in tallies.values()]
+        report.documents = sum(t.documents or 0 for t in tallies.values())
+        return report

@@ -1,0 +1,311 @@
+"""Anti-entropy: compare each cell's rows with the index by uuid and version, repair drift.
+
+Per cell, two streams in uuid order are merge-joined: the cell's ``(uuid, revision)``
+rows in scope (``sources``) and the index's ``(id, version)`` documents of that cell.
+Neither side is ever loaded whole; only versions are read, and documents are built only
+for what needs repairing. Drift, per cell, with exact counts:
+
+* **missing**: a row with no document (a notification lost before the bus);
+* **stale**: a document older than its row (an update's notification lost);
+* **orphaned**: a live document whose row is gone (archived, or never committed);
+* **ahead** (reported, never repaired): a document newer than its row, which only a
+  restored cell database explains; a full sync rebuilds it.
+
+``repair`` rewrites exactly those, through the versioned write path with the row's
+revision (documents built from the rows as a sync builds them), so a repair racing a
+fresher live write loses, as it should. An orphan becomes a versioned tombstone (its
+stored version + 1, ``deleted`` set), as a delete would have made it: the API then
+lists it as deleted, ``index purge`` retires it after the retention window, and a late
+event cannot resurrect it. Tombstones whose row is gone are therefore not drift.
+Before an orphan is counted, its row is looked up once more: a row created after the
+cell stream passed its uuid is a live change in flight, not drift. Node documents have
+no tombstones: orphaned node documents are removed.
+
+Elasticsearch and OpenSearch remember a deleted document's version for
+``index.gc_deletes`` (60 s): a document deleted outright less than that ago cannot be
+recreated at its version, and its repair is reported as ``repair_refused`` (the next
+verify writes it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from cells.database import connect
+from cells.mappings import CellMapping, CellRegistry
+from indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteResult, WriteStatus
+from indexer.rowdocs import REPAIR_EVENT, now_stamp
+from indexer.sources import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
+
+MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
+SAMPLES = 5
+
+
+def diff(
+    rows: Iterator[tuple[str, int]], docs: Iterator[tuple[str, int]]
+) -> Iterator[tuple[str, str, int]]:
+    """``(kind, uuid, version)`` of every difference between two uuid-ordered streams;
+    the version is the row's (missing, stale, ahead) or the document's (orphaned)."""
+    row, doc = next(rows, None), next(docs, None)
+    while row is not None or doc is not None:
+        if doc is None or (row is not None and row[0] < doc[0]):
+            yield MISSING, row[0], row[1]  # type: ignore[index]
+            row = next(rows, None)
+        elif row is None or doc[0] < row[0]:
+            yield ORPHANED, doc[0], doc[1]
+            doc = next(docs, None)
+        else:
+            if doc[1] < row[1]:
+                yield STALE, row[0], row[1]
+            elif doc[1] > row[1]:
+                yield AHEAD, row[0], row[1]
+            row, doc = next(rows, None), next(docs, None)
+
+
+def _counted(stream: Iterator[tuple[str, int]], counter: list[int]) -> Iterator[tuple[str, int]]:
+    for item in stream:
+        counter[0] += 1
+        yield item
+
+
+@dataclass
+class CellDrift:
+    uuid: str
+    name: str
+    rows: int = 0
+    documents: int = 0
+    missing: int = 0
+    stale: int = 0
+    orphaned: int = 0
+    ahead: int = 0
+    tombstones_without_row: int = 0
+    repaired: int = 0
+    repair_lost_to_newer: int = 0  # a live write got there first: nothing to do
+    repair_refused: int = 0  # see _write: a deleted document's version still remembered
+    repair_failed: int = 0
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def drift(self) -> int:
+        return self.missing + self.stale + self.orphaned
+
+    def note(self, kind: str, uuid: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        sample = self.samples.setdefault(kind, [])
+        if len(sample) < SAMPLES:
+            sample.append(uuid)
+
+
+@dataclass
+class VerifyReport:
+    resource: str
+    target: str  # the read alias, or the concrete index a sync checks
+    repair: bool
+    started_at: str
+    seconds: float = 0.0
+    cells: list[CellDrift] = field(default_factory=list)
+    unattributed: int | None = None  # documents of no registered cell (never repaired)
+
+    @property
+    def drift(self) -> int:
+        return sum(c.drift for c in self.cells)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.errors for c in self.cells)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["drift"] = self.drift
+        for cell, data in zip(self.cells, out["cells"], strict=True):
+            data["drift"] = cell.drift
+        return out
+
+
+class Verifier:
+    """Verify (and repair) ``resource``; ``index`` names a concrete index to check instead
+    of the read alias (a sync's new index, repaired through ``bulk_index``)."""
+
+    def __init__(
+        self,
+        engine: SearchEngine,
+        registry: CellRegistry,
+        resource: str,
+        *,
+        repair: bool = False,
+        index: str | None = None,
+        batch_size: int = 10_000,
+        workers: int = 4,
+        on_progress: Callable[[str, int], None] = lambda cell, n: None,
+    ) -> None:
+        self.engine = engine
+        self.registry = registry
+        self.resource = resource
+        self.repair = repair
+        self.index = index
+        self.batch_size = batch_size
+        self.workers = max(1, workers)
+        self.on_progress = on_progress
+        self.scope: Scope = scope_of(engine, resource)
+
+    def run(self, cells: Sequence[CellMapping], *, whole: bool = False) -> VerifyReport:
+        """``whole``: the cells are all the registered ones, so documents outside them
+        are counted too (``unattributed``)."""
+        started = time.perf_counter()
+        target = self.index or self.engine.read_alias(self.resource)
+        report = VerifyReport(
+            self.resource, target, self.repair, datetime.now(UTC).isoformat(timespec="seconds")
+        )
+        with ThreadPoolExecutor(min(self.workers, max(1, len(cells)))) as pool:
+            report.cells = list(pool.map(self._cell, cells))
+        if whole and self.index is None:
+            total = self.engine.count(self.resource)
+            report.unattributed = max(0, total - sum(c.documents for c in report.cells))
+        report.seconds = round(time.perf_counter() - started, 3)
+        return report
+
+    def _docs_stream(self, cell_uuid: str) -> Iterator[tuple[str, int]]:
+        if self.index is None:
+            return self.engine.iter_versions(self.resource, cell_uuid, self.batch_size)
+        return self.engine.iter_index_versions(self.index, cell_uuid, self.batch_size)
+
+    def _cell(self, cell: CellMapping) -> CellDrift:
+        drift = CellDrift(cell.uuid, cell.name)
+        try:
+            with connect(self.registry.cell_engine(cell)) as conn:
+                self._compare(conn, cell, drift)
+        except Exception as exc:  # one cell's failure must not hide the others' drift
+            drift.errors.append(f"{type(exc).__name__}: {exc}")
+        return drift
+
+    def _compare(self, conn: sa.Connection, cell: CellMapping, drift: CellDrift) -> None:
+        docs = CellDocs(self.scope, cell.uuid, REPAIR_EVENT)
+        rows_seen, docs_seen = [0], [0]
+        rows = _counted(iter_versions(conn, self.scope, self.batch_size), rows_seen)
+        stored = _counted(self._docs_stream(cell.uuid), docs_seen)
+        rewrite: dict[str, str] = {}  # uuid → missing or stale
+        orphans: list[str] = []
+        reported = 0
+        for kind, uuid, _version in diff(rows, stored):
+            if kind == ORPHANED:
+                orphans.append(uuid)
+            else:
+                drift.note(kind, uuid)
+                if kind != AHEAD:
+                    rewrite[uuid] = kind
+            if len(rewrite) >= IN_CHUNK:
+                self._rewrite(conn, docs, rewrite, drift)
+                rewrite = {}
+            if len(orphans) >= IN_CHUNK:
+                self._orphans(conn, docs, orphans, drift)
+                orphans = []
+            if rows_seen[0] - reported >= self.batch_size:
+                self.on_progress(cell.uuid, rows_seen[0] - reported)
+                reported = rows_seen[0]
+        self._rewrite(conn, docs, rewrite, drift)
+        self._orphans(conn, docs, orphans, drift)
+        self.on_progress(cell.uuid, rows_seen[0] - reported)
+        drift.rows, drift.documents = rows_seen[0], docs_seen[0]
+
+    # Repairs ------------------------------------------------------------------------
+    def _rewrite(
+        self, conn: sa.Connection, docs: CellDocs, kinds: dict[str, str], drift: CellDrift
+    ) -> None:
+        if not kinds or not self.repair:
+            return
+        missing = {uuid for uuid, kind in kinds.items() if kind == MISSING}
+        self._write(docs.fetch(conn, list(kinds)), drift, missing)
+
+    def _orphans(
+        self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
+    ) -> None:
+        if not uuids:
+            return
+        in_flight = docs.existing(conn, uuids)
+        candidates = [u for u in uuids if u not in in_flight]
+        if self.resource == "node":
+            for uuid in candidates:
+                drift.note(ORPHANED, uuid)
+            if self.repair and candidates:
+                drift.repaired += self.engine.delete("node", candidates)
+            return
+        stored = self.engine.get_many("instance", candidates) if candidates else {}
+        tombstones = []
+        for uuid in candidates:
+            doc = stored.get(uuid)
+            if doc is None:
+                continue  # removed meanwhile (a purge)
+            if doc.document.get("deleted"):
+                drift.tombstones_without_row += 1
+                continue
+            drift.note(ORPHANED, uuid)
+            tombstones.append(tombstone(doc))
+        if self.repair:
+            self._write(tombstones, drift)
+
+    def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
+        """Versioned writes; a STALE answer means a newer live write won, except for a
+        document that was missing: Elasticsearch and OpenSearch remember a deleted
+        document's version for ``index.gc_deletes`` (60 s) and refuse to recreate it
+        below that, so it is counted as refused and the next verify writes it."""
+        refused: list[str] = []
+        for attempt in range(6):
+            if not ops:
+                break
+            retry = []
+            for op, result in zip(ops, self._send(ops), strict=True):
+                if result.status is WriteStatus.OK:
+                    drift.repaired += 1
+                elif result.status is WriteStatus.STALE and op.id in (missing or ()):
+                    refused.append(op.id)
+                elif result.status is WriteStatus.STALE:
+                    drift.repair_lost_to_newer += 1
+                elif result.status is WriteStatus.RETRY:
+                    retry.append(op)
+                else:
+                    drift.repair_failed += 1
+                    if len(drift.errors) < SAMPLES:
+                        drift.errors.append(f"{op.id}: {result.reason}")
+            ops = retry
+            if ops:
+                time.sleep(min(8.0, 0.5 * 2**attempt))
+        drift.repair_failed += len(ops)
+        if ops:
+            drift.errors.append(f"{len(ops)} repairs not written: engine busy")
+        # A live write that created the document meanwhile also answers STALE.
+        created = self.engine.get_many(self.resource, refused) if refused else {}
+        drift.repair_lost_to_newer += len(created)
+        for uuid in refused:
+            if uuid not in created:
+                drift.repair_refused += 1
+                if len(drift.errors) < SAMPLES:
+                    drift.errors.append(f"{uuid}: recreation refused (deleted under a minute ago?)")
+
+    def _send(self, ops: list[WriteOp]) -> Iterable[WriteResult]:
+        if self.index is None:
+            return self.engine.bulk(ops)
+        return list(self.engine.bulk_index(self.index, iter(ops), chunk_size=len(ops)))
+
+
+def tombstone(stored: StoredDocument) -> WriteOp:
+    """The orphan's document marked deleted, one version above the stored one."""
+    stamp = now_stamp()
+    version = stored.version + 1
+    doc = dict(stored.document)
+    doc.update(
+        deleted=True,
+        state="deleted",
+        deleted_at=doc.get("deleted_at") or stamp,
+        version=version,
+        event_type=REPAIR_EVENT,
+        indexed_at=stamp,
+    )
+    return WriteOp("instance", stored.id, version, doc)

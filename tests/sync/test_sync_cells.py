@@ -1,0 +1,44 @@
+"""``index sync --cell``: only that cell's documents change; no new index, no new marker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from indexer.layout import is_synced, layout, marker_key
+from indexer.sync import SyncOptions, run_sync
+from tests.sync.conftest import World
+
+
+def _by_cell(docs: dict[str, dict[str, Any]], cell_uuid: str) -> dict[str, dict[str, Any]]:
+    return {u: d for u, d in docs.items() if d["cell_uuid"] == cell_uuid}
+
+
+def test_syncing_cells_updates_only_their_documents(world: World) -> None:
+    engine = world.engine
+    run_sync(engine, world.registry, SyncOptions())
+    serving = layout(engine, "instance").serving
+    marker = engine.get_meta(marker_key("instance"))
+    one, other = world.cells
+    # Both cells change behind the notifications' back.
+    for cell in (one, other):
+        world.bump(cell, list(world.revisions(cell))[:5], display_name="changed")
+    before = world.documents()
+    report = run_sync(engine, world.registry, SyncOptions(cells=[one.name], batch_size=4))
+    assert report.mode == "cells" and [c["name"] for c in report.cells] == [one.name]
+    (tally,) = report.cells
+    assert tally["written"] == 5 and tally["stale"] == tally["rows"] - 5
+    after, rows = world.documents(), world.rows()
+    assert _by_cell(after, one.uuid) == _by_cell(rows, one.uuid)  # caught up
+    assert _by_cell(after, other.uuid) == _by_cell(before, other.uuid)  # untouched
+    assert _by_cell(after, other.uuid) != _by_cell(rows, other.uuid)  # (still stale)
+    assert layout(engine, "instance").serving == serving  # no new index
+    assert engine.get_meta(marker_key("instance")) == marker
+    assert is_synced(engine, "instance")
+
+    # A cell added later is backfilled the same way, leaving the others alone.
+    (added,) = world.add_cells(1, instances=12)
+    report = run_sync(engine, world.registry, SyncOptions(cells=[added.uuid]))
+    assert report.cells[0]["written"] == 12
+    final, rows = world.documents(), world.rows()
+    assert _by_cell(final, added.uuid) == _by_cell(rows, added.uuid)
+    assert {u: d for u, d in final.items() if d["cell_uuid"] != added.uuid} == after

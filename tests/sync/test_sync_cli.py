@@ -1,0 +1,134 @@
+"""``cellsight index sync|status|verify`` from the command line, and the indexer's
+periodic anti-entropy thread."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cells.mappings import CellRegistry
+from cells.seed import seed
+from cellsight.cli import _register, app
+from cellsight.clients import build_engine
+from cellsight.settings import Settings, load_settings
+from indexer.antientropy import start_periodic_verify
+from indexer.layout import LAST_VERIFY
+from indexer.lock import MaintenanceLock
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def seeded(tmp_path: Path) -> Settings:
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry.from_settings(settings)
+    seed(registry, cells=2, instances_per_cell=40, cells_dir=settings.cells_dir)
+    registry.close()
+    _register()
+    return settings
+
+
+def cli(settings: Settings, *args: str) -> Any:
+    return runner.invoke(app, ["--data-dir", str(settings.data_dir), "index", *args])
+
+
+def test_sync_status_verify(seeded: Settings) -> None:
+    done = cli(seeded, "sync", "--json")
+    assert done.exit_code == 0, done.output
+    report = json.loads(done.stdout)
+    assert report["ok"] and report["rows"] == 80 and report["mode"] == "full"
+    assert {c["name"]: c["documents"] for c in report["cells"]} == {"cell1": 40, "cell2": 40}
+    assert report["peak_rss_mb"]["sync"] > 0
+    assert cli(seeded, "sync", "--type", "node").exit_code == 0
+
+    status = cli(seeded, "status", "--json")
+    assert status.exit_code == 0, status.output
+    by_type = {s["resource"]: s for s in json.loads(status.stdout)}
+    instance = by_type["instance"]
+    assert instance["synced"] and not instance["lock"]["held"]
+    marker = instance["marker"]
+    assert marker["index"] == report["index"] and marker["documents"] == 80
+    assert set(marker) >= {"resource", "index", "sync_id", "started_at", "finished_at", "cells"}
+    assert all(c["rows"] == c["documents"] == 40 for c in instance["cells"])
+    assert instance["last_sync"]["rows"] == 80
+    assert [i["role"] for i in instance["indexes"]].count("serving") == 1
+    assert by_type["node"]["synced"]
+
+    verified = cli(seeded, "verify", "--json")
+    assert verified.exit_code == 0, verified.output
+    assert [r["drift"] for r in json.loads(verified.stdout)["reports"]] == [0, 0]
+    human = cli(seeded, "status")
+    assert human.exit_code == 0 and "synced: yes" in human.stdout
+
+
+def test_verify_exit_codes_and_repair(seeded: Settings) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    engine = build_engine(seeded)
+    victims = [doc_id for doc_id, _ in engine.iter_versions("instance")][:3]
+    engine.delete("instance", victims)
+    engine.close()
+    found = cli(seeded, "verify", "--type", "instance", "--cell", "cell1", "--cell", "cell2")
+    assert found.exit_code == 1 and "drift 3" in found.stdout
+    fixed = cli(seeded, "verify", "--type", "instance", "--repair", "--json")
+    assert fixed.exit_code == 0
+    assert sum(c["repaired"] for c in json.loads(fixed.stdout)["reports"][0]["cells"]) == 3
+    assert cli(seeded, "verify", "--type", "instance").exit_code == 0
+
+
+def test_a_second_sync_is_refused_with_exit_code_3(seeded: Settings) -> None:
+    engine = build_engine(seeded)
+    engine.ensure_ready("instance")
+    with MaintenanceLock(engine, "instance", "sync"):
+        refused = cli(seeded, "sync", "--json")
+        verify = cli(seeded, "verify", "--type", "instance")
+    engine.close()
+    assert refused.exit_code == 3 and verify.exit_code == 3
+    assert json.loads(refused.stdout)["error"].startswith("another instance sync or verify")
+    assert "is running" in refused.stderr
+
+
+def test_bad_type_is_a_usage_error(seeded: Settings) -> None:
+    assert cli(seeded, "sync", "--type", "flavor").exit_code == 2
+
+
+def test_periodic_verify_repairs_drift(seeded: Settings) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    engine = build_engine(seeded)
+    registry = CellRegistry.from_settings(seeded)
+    victims = [doc_id for doc_id, _ in engine.iter_versions("instance")][:2]
+    engine.delete("instance", victims)
+    stop = threading.Event()
+    thread = start_periodic_verify(engine, registry, 0.2, stop)
+    deadline = time.monotonic() + 30
+    while engine.get("instance", victims[0]) is None or engine.get("instance", victims[1]) is None:
+        assert time.monotonic() < deadline, "the periodic verify did not repair"
+        time.sleep(0.1)
+    stop.set()
+    thread.join(30)
+    last = engine.get_meta(LAST_VERIFY.format(resource="instance"))
+    assert last is not None and last["repair"]
+    engine.close()
+    registry.close()
+
+
+def test_verify_interval_setting_defaults_off() -> None:
+    assert Settings().verify_interval is None
+    assert load_settings(verify_interval=300).verify_interval == 300
+
+
+def test_errors_are_one_line_not_tracebacks(seeded: Settings, monkeypatch: Any) -> None:
+    unknown = cli(seeded, "verify", "--cell", "nope")
+    assert unknown.exit_code == 1 and "nope" in unknown.stderr
+    partial = cli(seeded, "sync", "--cell", "nope")
+    assert partial.exit_code == 1 and "nope" in partial.stderr
+    monkeypatch.setenv("CELLSIGHT_SEARCH_URL", "http://127.0.0.1:9")  # nothing listens
+    for args in (["status"], ["sync"], ["verify"]):
+        result = cli(seeded, *args)
+        assert result.exit_code == 1 and "unreachable" in result.stderr, result.output
+        assert "Traceback" not in result.output

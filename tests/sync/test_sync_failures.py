@@ -1,0 +1,168 @@
+"""A sync that fails, is interrupted or is killed leaves the old index serving and the
+write alias as it was; its index is gone (at once, or at the next sync's clean-up); and
+the next sync succeeds."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cells.mappings import CellRegistry
+from cells.seed import seed
+from cellsight.clients import build_engine
+from cellsight.settings import load_settings
+from indexer.engines.base import EngineUnavailable, SearchEngine
+from indexer.layout import layout, marker_key
+from indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
+from tests.sync.conftest import World
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _after(n: int, exc: BaseException, stream: Iterator[Any], seen: list[int]) -> Iterator[Any]:
+    """``stream``, raising ``exc`` at its overall ``n``-th item (counted in ``seen``)."""
+    for item in stream:
+        seen[0] += 1
+        if seen[0] > n:
+            raise exc
+        yield item
+
+
+def _break(engine: SearchEngine, point: str, exc: BaseException) -> Callable[[], None]:
+    """Make ``point`` fail once; returns the undo."""
+    names = {
+        "create": "create_index",
+        "aliases": "set_aliases",
+        "load": "bulk_index",
+        "finish": "finish_bulk_load",
+        "count": "count_index",
+        "swap": "set_aliases",
+    }
+    name = names[point]
+    original = getattr(engine, name)
+    calls, items = [0], [0]
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if point == "load":  # part of the documents written, then the failure
+            return _after(5, exc, original(*args, **kwargs), items)
+        if point in ("aliases", "swap") and calls[0] != (1 if point == "aliases" else 2):
+            return original(*args, **kwargs)  # 1: write alias on both, 2: the swap
+        raise exc
+
+    setattr(engine, name, broken)
+    return lambda: setattr(engine, name, original)
+
+
+def _serving(world: World) -> tuple[str, list[str], set[str]]:
+    current = layout(world.engine, "instance")
+    assert current.serving is not None
+    names = {i.name for i in world.engine.indexes("instance")}
+    return current.serving.name, current.writers, names
+
+
+POINTS = ["create", "aliases", "load", "finish", "count", "swap"]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_failure_leaves_the_old_index_serving(make_world: Any, point: str) -> None:
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    before = _serving(world)
+    marker = world.engine.get_meta(marker_key("instance"))
+    undo = _break(world.engine, point, EngineUnavailable(f"injected at {point}"))
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions(batch_size=3))
+    undo()
+    assert f"injected at {point}" in str(failed.value)
+    assert f"{before[0]} still serves" in str(failed.value)
+    assert _serving(world) == before  # same read, same write alias, no other index
+    assert world.engine.get_meta(marker_key("instance")) == marker
+    world.assert_index_equals_cells()
+    report = run_sync(world.engine, world.registry, SyncOptions())  # the lock was released
+    assert report.cleaned_up == []
+    world.assert_index_equals_cells()
+
+
+class CtrlC:
+    """Progress that presses Ctrl-C once a few batches are written (the signal lands in
+    the coordinating thread, as a real one does)."""
+
+    def __init__(self, after: int) -> None:
+        self.left = after
+
+    def phase(self, text: str) -> None:
+        pass
+
+    def start_cells(self, cells: Any) -> None:
+        pass
+
+    def advance(self, cell_uuid: str, n: int) -> None:
+        self.left -= 1
+        if self.left == 0:
+            raise KeyboardInterrupt
+
+
+def test_ctrl_c_cleans_up_like_a_failure(make_world: Any, engine_kind: str) -> None:
+    world: World = make_world("sqlite", engine_kind)
+    run_sync(world.engine, world.registry, SyncOptions())
+    before = _serving(world)
+    with pytest.raises(SyncInterrupted, match="interrupted"):
+        run_sync(world.engine, world.registry, SyncOptions(batch_size=3), progress=CtrlC(3))
+    assert _serving(world) == before
+    run_sync(world.engine, world.registry, SyncOptions())
+    world.assert_index_equals_cells()
+
+
+def _cli(data_dir: Path, *args: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", "from cellsight.cli import main; main()"]
+    return subprocess.Popen(
+        [*command, "--data-dir", str(data_dir), "index", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+
+
+def test_a_sync_killed_at_a_random_point_leaves_the_old_index_serving(tmp_path: Path) -> None:
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry.from_settings(settings)
+    seed(registry, cells=2, instances_per_cell=1500, cells_dir=settings.cells_dir)
+    first = _cli(settings.data_dir, "sync")
+    assert first.wait(120) == 0, first.stderr.read() if first.stderr else ""
+    engine = build_engine(settings)
+    world = World(registry, engine, "sqlite", registry.list_cells())
+    old = layout(engine, "instance").serving
+    assert old is not None
+    victim = _cli(settings.data_dir, "sync", "--batch-size", "20")
+    # Wait until its new index is loading, then kill it a random moment later.
+    deadline = time.monotonic() + 60
+    while not any(i.docs for i in layout(engine, "instance").stray):
+        assert victim.poll() is None, "the sync ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(random.uniform(0, 0.5))
+    os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    after = layout(engine, "instance")
+    assert after.serving is not None and after.serving.name == old.name  # still serving
+    assert len(after.stray) == 1  # left behind: no process survived to clean it up
+    world.assert_index_equals_cells()
+    # The next sync takes over the dead sync's lock at once and removes its index.
+    report = run_sync(engine, registry, SyncOptions(keep_old=0))
+    assert report.cleaned_up == [after.stray[0].name]
+    final = layout(engine, "instance")
+    assert final.stray == [] and final.retired == []
+    assert [i.name for i in engine.indexes("instance")] == [report.index]
+    world.assert_index_equals_cells()
+    engine.close()
+    registry.close()

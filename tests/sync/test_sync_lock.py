@@ -1,0 +1,108 @@
+"""The maintenance lock: one sync or verify per resource type, on every engine."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.engines.base import SearchEngine
+from indexer.lock import LockHeld, LockLost, MaintenanceLock, lock_key
+from indexer.sync import SyncOptions, run_sync
+from tests.sync.conftest import make_engine
+
+
+@pytest.fixture
+def engine(request: pytest.FixtureRequest, engine_kind: str, tmp_path: Path) -> Any:
+    eng = make_engine(request, engine_kind, tmp_path / "index.db")
+    yield eng
+    eng.close()
+
+
+def test_swap_meta_is_compare_and_set(engine: SearchEngine) -> None:
+    assert engine.swap_meta("k", None, {"v": 1})
+    assert not engine.swap_meta("k", None, {"v": 2})  # exists already
+    assert not engine.swap_meta("k", {"v": 0}, {"v": 2})  # not what it holds
+    assert engine.swap_meta("k", {"v": 1}, {"v": 2})
+    assert engine.get_meta("k") == {"v": 2}
+
+
+def test_only_one_of_racing_acquirers_wins(engine: SearchEngine) -> None:
+    wins, held = [], []
+    start = threading.Barrier(4)
+
+    def race() -> None:
+        lock = MaintenanceLock(engine, "instance", "sync")
+        start.wait()
+        try:
+            lock.acquire()
+            wins.append(lock)
+        except LockHeld:
+            held.append(lock)
+
+    threads = [threading.Thread(target=race) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(wins) == 1 and len(held) == 3
+    wins[0].release()
+    with MaintenanceLock(engine, "instance", "verify"):  # free again
+        pass
+
+
+def test_second_sync_gets_a_clear_error(engine: SearchEngine) -> None:
+    with MaintenanceLock(engine, "instance", "sync"), pytest.raises(LockHeld) as held:
+        run_sync(engine, None, SyncOptions())  # type: ignore[arg-type]
+    message = str(held.value)
+    assert "another instance sync or verify is running" in message
+    assert f"{socket.gethostname()}:{os.getpid()}" in message
+    with MaintenanceLock(engine, "node", "sync"):  # another resource type: independent
+        pass
+
+
+def _foreign(engine: SearchEngine, *, pid: int, expires_in: float) -> None:
+    now = datetime.now(UTC)
+    value = {
+        "owner": "someone", "purpose": "sync", "host": socket.gethostname(), "pid": pid,
+        "acquired_at": now.isoformat(), "heartbeat_at": now.isoformat(),
+        "expires_at": (now + timedelta(seconds=expires_in)).isoformat(),
+    }  # fmt: skip
+    assert engine.swap_meta(lock_key("instance"), engine.get_meta(lock_key("instance")), value)
+
+
+def test_stale_locks_are_taken_over(engine: SearchEngine) -> None:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _foreign(engine, pid=dead.pid, expires_in=600)  # its owner died on this host
+    with MaintenanceLock(engine, "instance", "sync"):
+        pass
+    _foreign(engine, pid=os.getppid(), expires_in=-1)  # alive, but stopped renewing
+    with MaintenanceLock(engine, "instance", "sync"):
+        pass
+    _foreign(engine, pid=os.getppid(), expires_in=600)  # alive and renewing
+    with pytest.raises(LockHeld), MaintenanceLock(engine, "instance", "sync"):
+        pass
+
+
+def test_a_lost_lock_stops_its_holder(engine: SearchEngine) -> None:
+    lock = MaintenanceLock(engine, "instance", "sync", ttl=2, heartbeat=0.1)
+    lock.acquire()
+    time.sleep(0.3)
+    lock.check()  # renewing fine
+    _foreign(engine, pid=os.getppid(), expires_in=600)  # someone took it over
+    deadline = time.monotonic() + 10
+    with pytest.raises(LockLost, match="was lost"):
+        while time.monotonic() < deadline:
+            lock.check()
+            time.sleep(0.05)
+    lock.release()  # does not release the other owner's lock
+    assert engine.get_meta(lock_key("instance"))["owner"] == "someone"  # type: ignore[index]
