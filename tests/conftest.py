@@ -6,6 +6,7 @@ A missing service skips its tests on a developer machine and fails them when
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import uuid
@@ -142,9 +143,7 @@ def _no_leftover_embedded_bus(tmp_path: Path) -> Iterator[None]:
     import signal
 
     for pid in _embedded_redis_servers(tmp_path):
-        try:
-            # SIGKILL: Redis ignores SIGTERM when its final save fails, and this is a
-            # test's throwaway data.
+        # SIGKILL: Redis ignores SIGTERM when its final save fails, and this is a
+        # test's throwaway data.
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

@@ -52,37 +52,62 @@ def demo(
     registry = CellRegistry.from_settings(settings)
     if not registry.list_cells():
         console.rule("1. seed the cells")
-        seed(ctx, cells=cells, instances=instances, db_url=None, seed_value=0,
-             chunk_size=10_000, notify=False)
+        seed(
+            ctx,
+            cells=cells,
+            instances=instances,
+            db_url=None,
+            seed_value=0,
+            chunk_size=10_000,
+            notify=False,
+        )
     engine = build_engine(settings)
     console.rule("2. bulk sync: backfill the index from the cells")
     for resource in ("instance", "node"):
         report = run_sync(engine, registry, SyncOptions(resource=resource))
-        console.print(f"{resource}: {report.as_dict().get('documents', '?')} documents into "
-                      f"{report.index} in {report.seconds:.2f} s", highlight=False)
+        console.print(
+            f"{resource}: {report.as_dict().get('documents', '?')} documents into "
+            f"{report.index} in {report.seconds:.2f} s",
+            highlight=False,
+        )
     with ExitStack() as stack:
         console.rule("3. indexer on the embedded bus, live operations")
         bus = stack.enter_context(build_bus(settings))
         connection = stack.enter_context(bus.connection())
-        consumer = IndexerConsumer(connection, engine, ConsumerConfig(
-            exchange=settings.exchange, queue=settings.indexer_queue,
-            dead_letter_exchange=settings.dead_letter_exchange,
-            dead_letter_queue=settings.dead_letter_queue, batch_age=0.1))
+        consumer = IndexerConsumer(
+            connection,
+            engine,
+            ConsumerConfig(
+                exchange=settings.exchange,
+                queue=settings.indexer_queue,
+                dead_letter_exchange=settings.dead_letter_exchange,
+                dead_letter_queue=settings.dead_letter_queue,
+                batch_age=0.1,
+            ),
+        )
         worker = threading.Thread(target=consumer.run, name="indexer", daemon=True)
         notifier = stack.enter_context(build_notifier(settings))
         worker.start()
         ops = Operations(registry, notifier, publisher_id="cellsight-demo")
-        made = ops.boot(BootRequest(display_name="demo-web", flavor="m1.small",
-                                    project_id="demo", user_id="alice", count=3,
-                                    tags=["web"]))
+        made = ops.boot(
+            BootRequest(
+                display_name="demo-web",
+                flavor="m1.small",
+                project_id="demo",
+                user_id="alice",
+                count=3,
+                tags=["web"],
+            )
+        )
         uuids = [p.uuid for p in made.instances]
         ops.rename(uuids[0], "demo-web-primary")
         ops.power_off(uuids[1])
         ops.delete(uuids[2])
         deadline = time.monotonic() + 60
         while consumer.acked < 1 or not all(
-            (doc := engine.get("instance", u)) is not None and doc.document.get("event_type")
-            != "instance.create.start" for u in uuids
+            (doc := engine.get("instance", u)) is not None
+            and doc.document.get("event_type") != "instance.create.start"
+            for u in uuids
         ):
             if time.monotonic() > deadline:
                 fail("the indexer did not index the demo operations within 60 s", code=1)
@@ -91,9 +116,12 @@ def demo(
 
         console.rule("4. the API")
         app = create_app(settings, engine=engine, registry=registry)
-        config = uvicorn.Config(app, host=settings.api_host,
-                                port=settings.api_port if port is None else port,
-                                log_level="warning")
+        config = uvicorn.Config(
+            app,
+            host=settings.api_host,
+            port=settings.api_port if port is None else port,
+            log_level="warning",
+        )
         server = uvicorn.Server(config)
         web = threading.Thread(target=server.run, name="api", daemon=True)
         web.start()
@@ -102,12 +130,15 @@ def demo(
         bound = server.servers[0].sockets[0].getsockname()[1]
         _show(bound)
         if serve:
-            console.print(f"\nserving on http://{settings.api_host}:{bound} (Ctrl-C stops):\n"
-                          f"  curl -H 'X-Auth-Token: me:admin' "
-                          f"'http://{settings.api_host}:{bound}/v2.1/servers/detail?all_tenants=1&limit=5'\n"
-                          f"  curl -H 'X-Auth-Token: alice:demo' "
-                          f"'http://{settings.api_host}:{bound}/v2.1/servers?name=^demo'",
-                          highlight=False, soft_wrap=True)
+            console.print(
+                f"\nserving on http://{settings.api_host}:{bound} (Ctrl-C stops):\n"
+                f"  curl -H 'X-Auth-Token: me:admin' "
+                f"'http://{settings.api_host}:{bound}/v2.1/servers/detail?all_tenants=1&limit=5'\n"
+                f"  curl -H 'X-Auth-Token: alice:demo' "
+                f"'http://{settings.api_host}:{bound}/v2.1/servers?name=^demo'",
+                highlight=False,
+                soft_wrap=True,
+            )
             try:
                 while web.is_alive():
                     time.sleep(0.5)
@@ -125,16 +156,24 @@ def _show(port: int) -> None:
     status, health, _ = _get(port, "/healthz", ADMIN)
     console.print(f"GET /healthz → {status}: {json.dumps(health)}", highlight=False, soft_wrap=True)
     status, body, headers = _get(
-        port, "/v2.1/servers/detail?all_tenants=1&limit=5&sort_key=display_name&sort_dir=asc", ADMIN)
-    table = Table(title=f"GET /v2.1/servers/detail?all_tenants=1&limit=5 → {status} "
-                        f"(path: {headers.get('x-cellsight-path', '?')})")
+        port, "/v2.1/servers/detail?all_tenants=1&limit=5&sort_key=display_name&sort_dir=asc", ADMIN
+    )
+    table = Table(
+        title=f"GET /v2.1/servers/detail?all_tenants=1&limit=5 → {status} "
+        f"(path: {headers.get('x-cellsight-path', '?')})"
+    )
     for column in ("id", "name", "status", "tenant_id", "OS-EXT-SRV-ATTR:host"):
         table.add_column(column)
     for server in body["servers"]:
-        table.add_row(*(str(server.get(c)) for c in
-                        ("id", "name", "status", "tenant_id", "OS-EXT-SRV-ATTR:host")))
+        table.add_row(
+            *(
+                str(server.get(c))
+                for c in ("id", "name", "status", "tenant_id", "OS-EXT-SRV-ATTR:host")
+            )
+        )
     console.print(table)
     status, mine, _ = _get(port, "/v2.1/servers?name=^demo", {"X-Auth-Token": "alice:demo"})
     names = sorted(s["name"] for s in mine["servers"])
-    console.print(f"alice (project demo) sees {len(names)} servers named ^demo: {names}",
-                  highlight=False)
+    console.print(
+        f"alice (project demo) sees {len(names)} servers named ^demo: {names}", highlight=False
+    )

@@ -3,6 +3,7 @@ batch split, converges on the state of the newest event; a delete stays deleted.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Iterator
@@ -27,7 +28,9 @@ from tests.support.publishers import CollectingPublisher
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[bytes], dict[str, Any]]]:
+def history(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[list[bytes], dict[str, Any]]]:
     """The real event history of one instance (Cellsight's producer: revisions), and the
     document its final cell row maps to."""
     data = tmp_path_factory.mktemp("history")
@@ -38,8 +41,15 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[byt
     add_compute_node(registry.cell_engine(cell), "host2", availability_zone="az1")
     publisher = CollectingPublisher()
     ops = Operations(registry, publisher, publisher_id="test")
-    vm = ops.boot(BootRequest(display_name="vm", flavor="m1.small", project_id="p",
-                              user_id="u", tags=["a"])).instances[0].uuid
+    vm = (
+        ops.boot(
+            BootRequest(
+                display_name="vm", flavor="m1.small", project_id="p", user_id="u", tags=["a"]
+            )
+        )
+        .instances[0]
+        .uuid
+    )
     ops.rename(vm, "renamed")
     ops.set_tags(vm, ["b", "c"])
     ops.power_off(vm)
@@ -52,7 +62,9 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[byt
     with registry.cell_engine(cell).connect() as conn:
         row = reads.get_instance(conn, vm)
     assert row is not None
-    final = comparable(instance_document(rows.row_to_payload(row, cell.uuid), "x.y", row["revision"]))
+    final = comparable(
+        instance_document(rows.row_to_payload(row, cell.uuid), "x.y", row["revision"])
+    )
     bodies = [json.dumps(n.to_oslo()).encode() for n in publisher.sent]
     registry.close()
     yield bodies, final
@@ -60,9 +72,18 @@ def history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[list[byt
 
 def _nova_history(samples_dir: Path) -> tuple[list[bytes], Notification]:
     """Nova's own payloads (no revision): versions come from updated_at and phase."""
-    names = ["instance-create-start", "instance-create-end", "instance-update",
-             "instance-power_off-end", "instance-power_on-end", "instance-resize_finish-end",
-             "instance-lock", "instance-unlock", "instance-delete-start", "instance-delete-end"]
+    names = [
+        "instance-create-start",
+        "instance-create-end",
+        "instance-update",
+        "instance-power_off-end",
+        "instance-power_on-end",
+        "instance-resize_finish-end",
+        "instance-lock",
+        "instance-unlock",
+        "instance-delete-start",
+        "instance-delete-end",
+    ]
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     bodies, last = [], None
     for i, name in enumerate(names):
@@ -87,7 +108,7 @@ def _shuffled(draw: Any, bodies: list[bytes]) -> list[list[bytes]]:
         stream.insert(draw(st.integers(0, len(stream))), dup)
     cuts = sorted(draw(st.lists(st.integers(1, len(stream) - 1), max_size=4, unique=True)))
     edges = [0, *cuts, len(stream)]
-    return [stream[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [stream[a:b] for a, b in itertools.pairwise(edges)]
 
 
 @st.composite
@@ -105,7 +126,9 @@ def _apply(tmp: Path, batches: list[list[bytes]]) -> EmbeddedEngine:
     return engine
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_revisioned_history_converges_on_the_final_row(
     data: st.DataObject, history: tuple[list[bytes], dict[str, Any]], tmp_path: Path
@@ -119,7 +142,9 @@ def test_revisioned_history_converges_on_the_final_row(
     assert stored.document["deleted"] is True and stored.document["tags"] == ["b", "c"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_nova_history_converges_and_late_updates_never_resurrect(
     data: st.DataObject, samples_dir: Path, tmp_path: Path

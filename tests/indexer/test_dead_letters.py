@@ -45,9 +45,13 @@ def _bad_bodies(samples_dir: Path) -> dict[str, bytes]:
         "not_utf8": b"\xff\xfe\xfa",
         "not_an_object": b"[1, 2, 3]",
         "invalid_envelope": variant(lambda b: b.pop("payload")),
-        "oslo_version": json.dumps({"oslo.version": "1.0", "oslo.message": json.dumps(good)}).encode(),
+        "oslo_version": json.dumps(
+            {"oslo.version": "1.0", "oslo.message": json.dumps(good)}
+        ).encode(),
         "oslo_message": json.dumps({"oslo.version": "2.0", "oslo.message": {"a": 1}}).encode(),
-        "unknown_major_version": variant(lambda b: b["payload"].update({"nova_object.version": "2.0"})),
+        "unknown_major_version": variant(
+            lambda b: b["payload"].update({"nova_object.version": "2.0"})
+        ),
         "invalid_event_type": variant(lambda b: b.update(event_type="instance")),
         "wrong_field_type": variant(lambda b: data(b).update(locked="maybe")),
         "missing_uuid": variant(lambda b: data(b).pop("uuid")),
@@ -92,9 +96,15 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
             good["payload"]["nova_object.data"]["uuid"] = f"00000000-0000-4000-8000-{i:012d}"
             good_uuids.append(good["payload"]["nova_object.data"]["uuid"])
             for raw in (json.dumps(good).encode(), body):
-                producer.publish(raw, exchange=exchange, routing_key="versioned_notifications.info",
-                                 content_type="application/json", content_encoding="binary",
-                                 headers={"x-test-kind": kind}, delivery_mode=2)
+                producer.publish(
+                    raw,
+                    exchange=exchange,
+                    routing_key="versioned_notifications.info",
+                    content_type="application/json",
+                    content_encoding="binary",
+                    headers={"x-test-kind": kind},
+                    delivery_mode=2,
+                )
     total = 2 * len(bad)
     with running_indexer(settings, engine) as consumer:
         wait_for(lambda: sum(consumer.totals.values()) >= total, what="all messages")
@@ -119,15 +129,20 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
 
     runner = CliRunner()
     env = _env(settings)
-    listed = runner.invoke(app, ["--data-dir", str(settings.data_dir), "dlq", "list", "--json"], env=env)
+    listed = runner.invoke(
+        app, ["--data-dir", str(settings.data_dir), "dlq", "list", "--json"], env=env
+    )
     assert listed.exit_code == 0, listed.output
     rows = [json.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
     assert sorted(r["reason_code"] for r in rows) == sorted(EXPECTED_CODES.values())
 
     # Replay re-drives them through the indexer: still bad, so they come back with their
     # reasons; nothing is lost on the way.
-    replayed = runner.invoke(app, ["--data-dir", str(settings.data_dir), "dlq", "replay",
-                                   "--reason", "missing_field"], env=env)
+    replayed = runner.invoke(
+        app,
+        ["--data-dir", str(settings.data_dir), "dlq", "replay", "--reason", "missing_field"],
+        env=env,
+    )
     assert replayed.exit_code == 0, replayed.output
     assert "replayed 1" in replayed.output
     with running_indexer(settings, engine) as consumer:

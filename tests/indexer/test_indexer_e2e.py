@@ -49,9 +49,18 @@ def test_operations_reach_the_index_equal_to_the_cells(
     ops = Operations(registry, publisher, publisher_id="nova-compute:test")
     booted = []
     for cell, count, project in (("cell1", 5, "p1"), ("cell2", 4, "p2")):
-        result = ops.boot(BootRequest(display_name=f"vm-{cell}", flavor="m1.small",
-                                      project_id=project, user_id="u1", count=count, cell=cell,
-                                      tags=["web"], metadata={"tier": "gold"}))
+        result = ops.boot(
+            BootRequest(
+                display_name=f"vm-{cell}",
+                flavor="m1.small",
+                project_id=project,
+                user_id="u1",
+                count=count,
+                cell=cell,
+                tags=["web"],
+                metadata={"tier": "gold"},
+            )
+        )
         booted += [p.uuid for p in result.instances]
     a, b, c, d, e, f, *_ = booted
     ops.rename(a, "renamed")
@@ -83,9 +92,7 @@ def _sample_bodies(samples_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(p.read_text()) for p in sorted(samples_dir.glob("*.json"))]
 
 
-def test_every_sample_indexes_through_the_bus(
-    bus: str, samples_dir: Path, tmp_path: Path
-) -> None:
+def test_every_sample_indexes_through_the_bus(bus: str, samples_dir: Path, tmp_path: Path) -> None:
     from indexer.engines.embedded import EmbeddedEngine
     from notifications.envelope import decode
 

@@ -3,6 +3,7 @@ the engine unreachable for 30 s mid-stream."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -23,8 +24,8 @@ from cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier
 from cellsight.settings import Settings
 from indexer.dlq import peek
-from indexer.engines.embedded import EmbeddedEngine
 from indexer.engines.base import IndexMissing
+from indexer.engines.embedded import EmbeddedEngine
 from indexer.engines.opensearch import OpenSearchEngine
 from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
@@ -57,10 +58,8 @@ class Producer(threading.Thread):
     def run(self) -> None:
         try:
             while not self.stop.is_set():
-                try:
+                with contextlib.suppress(CellsError):  # e.g. NoValidHost once cells are full
                     self.step()
-                except CellsError:
-                    pass  # e.g. NoValidHost once the cells are full
                 self.stop.wait(self.pause)
         except BaseException as exc:  # surfaced by the test
             self.error = exc
@@ -68,36 +67,49 @@ class Producer(threading.Thread):
     def step(self) -> None:
         ops, rng = self.ops, self.rng
         if len(self.uuids) < 5 or rng.random() < 0.25:
-            made = ops.boot(BootRequest(display_name=f"vm{rng.randrange(1000)}", flavor="m1.small",
-                                        project_id=rng.choice(["p1", "p2"]), user_id="u",
-                                        count=rng.randint(1, 4)))
+            made = ops.boot(
+                BootRequest(
+                    display_name=f"vm{rng.randrange(1000)}",
+                    flavor="m1.small",
+                    project_id=rng.choice(["p1", "p2"]),
+                    user_id="u",
+                    count=rng.randint(1, 4),
+                )
+            )
             self.uuids += [p.uuid for p in made.instances]
             return
         vm = rng.choice(self.uuids)
-        action: Any = rng.choice([
-            lambda: ops.rename(vm, f"n{rng.randrange(1000)}"),
-            lambda: ops.power_off(vm), lambda: ops.power_on(vm),
-            lambda: ops.set_tags(vm, rng.sample(["a", "b", "c", "d"], 2)),
-            lambda: ops.resize(vm, rng.choice(["m1.small", "m1.large"])),
-            lambda: ops.delete(vm),
-        ])
+        action: Any = rng.choice(
+            [
+                lambda: ops.rename(vm, f"n{rng.randrange(1000)}"),
+                lambda: ops.power_off(vm),
+                lambda: ops.power_on(vm),
+                lambda: ops.set_tags(vm, rng.sample(["a", "b", "c", "d"], 2)),
+                lambda: ops.resize(vm, rng.choice(["m1.small", "m1.large"])),
+                lambda: ops.delete(vm),
+            ]
+        )
         action()
 
 
 def _indexer_process(settings: Settings) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env.update({
-        "CELLSIGHT_BUS_URL": settings.bus_url or "",
-        "CELLSIGHT_EXCHANGE": settings.exchange,
-        "CELLSIGHT_INDEXER_QUEUE": settings.indexer_queue,
-        "CELLSIGHT_DEAD_LETTER_EXCHANGE": settings.dead_letter_exchange,
-        "CELLSIGHT_DEAD_LETTER_QUEUE": settings.dead_letter_queue,
-        "CELLSIGHT_BATCH_AGE_MS": "100",
-        "CELLSIGHT_BATCH_COUNT": "50",
-    })
+    env.update(
+        {
+            "CELLSIGHT_BUS_URL": settings.bus_url or "",
+            "CELLSIGHT_EXCHANGE": settings.exchange,
+            "CELLSIGHT_INDEXER_QUEUE": settings.indexer_queue,
+            "CELLSIGHT_DEAD_LETTER_EXCHANGE": settings.dead_letter_exchange,
+            "CELLSIGHT_DEAD_LETTER_QUEUE": settings.dead_letter_queue,
+            "CELLSIGHT_BATCH_AGE_MS": "100",
+            "CELLSIGHT_BATCH_COUNT": "50",
+        }
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "cellsight", "--data-dir", str(settings.data_dir), "indexer"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     # It prints one line once its signal handlers are in place and it is consuming.
     assert proc.stdout is not None
@@ -165,7 +177,9 @@ def test_engine_outage_acks_nothing_then_drains(rabbitmq_url: str, tmp_path: Pat
         engine = OpenSearchEngine(server.url, prefix="outage", timeout=1.0)
         engine.ensure_ready("instance")
         publisher = CountingPublisher(build_notifier(settings))
-        producer = Producer(Operations(registry, publisher, publisher_id="test"), seed=3, pause=0.02)
+        producer = Producer(
+            Operations(registry, publisher, publisher_id="test"), seed=3, pause=0.02
+        )
         with running_indexer(settings, engine, max_backoff=2.0) as consumer:
             producer.start()
             wait_for(lambda: consumer.acked > 20, what="first acks")

@@ -91,5 +91,7 @@ def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str,
                 got = comparable(stored.document)
                 bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
                 if bad or stored.version != row["revision"]:
-                    diffs[row["uuid"]] = f"fields {bad}, version {stored.version} vs {row['revision']}"
+                    diffs[row["uuid"]] = (
+                        f"fields {bad}, version {stored.version} vs {row['revision']}"
+                    )
     return diffs
