@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import types
 import typing
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -38,6 +39,9 @@ class DocField:
     kind: Kind
     many: bool = False
     doc: str = ""
+    # Every document has a value (see ``NEVER_NULL``): a query may rely on it, e.g. the
+    # keyset's range bound on the first sort key (``tree.after``).
+    never_null: bool = False
 
     @property
     def sortable(self) -> bool:
@@ -111,6 +115,21 @@ def _flavor_fields() -> list[DocField]:
     ]
 
 
+# Fields no document lacks. ``uuid`` is the document's id (the payload requires it);
+# ``created_at`` is set when Nova creates the instance row (oslo.db's TimestampMixin
+# default), before the first notification about it, and the cells set it on create
+# (``cells.instances``). Declaring a field here is a promise about the data: a keyset
+# page after a value of it leaves out documents without one (see ``tree.after``).
+NEVER_NULL: dict[str, frozenset[str]] = {
+    "instance": frozenset({"uuid", "created_at"}),
+    "node": frozenset({"uuid"}),
+}
+
+
+def _never_null(fields: list[DocField], names: Collection[str]) -> list[DocField]:
+    return [replace(f, never_null=True) if f.name in names else f for f in fields]
+
+
 # Fields every document has besides the payload's: maintained by the indexer.
 BOOKKEEPING_FIELDS = [
     DocField("cell_uuid", Kind.KEYWORD),
@@ -124,23 +143,26 @@ BOOKKEEPING_FIELDS = [
     DocField("indexed_at", Kind.DATE),
 ]
 
-INSTANCE_FIELDS: list[DocField] = [
-    *(
-        f
-        for f in fields_of(
+INSTANCE_FIELDS: list[DocField] = _never_null(
+    [
+        *fields_of(
             InstancePayload,
             skip=EVENT_ONLY_FIELDS | {"flavor", "cell_uuid", "forthcoming", "tags"},
-        )
-    ),
-    *_flavor_fields(),
-    *BOOKKEEPING_FIELDS,
-]
+        ),
+        *_flavor_fields(),
+        *BOOKKEEPING_FIELDS,
+    ],
+    NEVER_NULL["instance"],
+)
 
-NODE_FIELDS: list[DocField] = [
-    *fields_of(ComputeNodePayload, skip=frozenset({"revision"})),
-    DocField("version", Kind.LONG),
-    DocField("indexed_at", Kind.DATE),
-]
+NODE_FIELDS: list[DocField] = _never_null(
+    [
+        *fields_of(ComputeNodePayload, skip=frozenset({"revision"})),
+        DocField("version", Kind.LONG),
+        DocField("indexed_at", Kind.DATE),
+    ],
+    NEVER_NULL["node"],
+)
 
 FIELDS_BY_RESOURCE: dict[str, list[DocField]] = {"instance": INSTANCE_FIELDS, "node": NODE_FIELDS}
 

@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -107,12 +108,24 @@ class EmbeddedEngine(SearchEngine):
         with self._txn(write=True) as cat:
             cat.create_index(schema, name, bulk_load=bulk_load)
 
+    @contextmanager
+    def _temp_on_disk(self) -> Iterator[None]:
+        """Temporary storage in files for one big operation. Building an index sorts
+        every row and dropping one journals every page it frees: in memory, a million
+        documents cost hundreds of MB (bulk sync's peak RSS); on disk, nothing."""
+        conn = self._conn()
+        conn.execute("PRAGMA temp_store=FILE")
+        try:
+            yield
+        finally:
+            conn.execute("PRAGMA temp_store=MEMORY")
+
     def finish_bulk_load(self, name: str) -> None:
-        with self._txn(write=True) as cat:
+        with self._temp_on_disk(), self._txn(write=True) as cat:
             cat.finish_bulk_load(_schema(cat.resource_of(name)), name)
 
     def drop_index(self, name: str) -> None:
-        with self._txn(write=True) as cat:
+        with self._temp_on_disk(), self._txn(write=True) as cat:
             cat.drop_index(name)
 
     def indexes(self, resource: str) -> list[IndexInfo]:

@@ -37,6 +37,7 @@ from indexer.query.tree import (
     Scalar,
     SearchRequest,
     SortKey,
+    after,
     conjunction,
     disjunction,
     total_order,
@@ -193,8 +194,13 @@ def prepare(request: SearchRequest, resource: str = "instance") -> tuple[Node, t
             f"the keyset has {len(request.after)} values for {len(order)} sort keys "
             f"({', '.join(k.field for k in order)})"
         )
-    checked = SearchRequest(request.filter, order, request.limit, request.after)
-    return prepare_filter(checked.effective_filter(), fields), order
+    node = request.filter
+    if request.after is not None:
+        # The keyset, with its range bound on the first key where the registry allows
+        # one (see ``after``): the same rows as ``SearchRequest.effective_filter``.
+        never_null = {f.name for f in fields.values() if f.never_null}
+        node = conjunction(node, after(order, request.after, never_null))
+    return prepare_filter(node, fields), order
 
 
 def keyset(order: tuple[SortKey, ...], document: Mapping[str, object]) -> tuple[Scalar, ...]:

@@ -17,6 +17,7 @@ Semantics, defined once for every path:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -111,18 +112,41 @@ def total_order(keys: tuple[SortKey, ...]) -> tuple[SortKey, ...]:
     return (*keys, SortKey("uuid", Direction.ASC))
 
 
-def after(order: tuple[SortKey, ...], values: tuple[Scalar, ...]) -> Node:
+def after(
+    order: tuple[SortKey, ...], values: tuple[Scalar, ...], never_null: Collection[str] = ()
+) -> Node:
     """Rows strictly after the row whose sort values are ``values`` (a keyset).
 
     Expanded to plain comparisons so every compiler handles it, nulls included:
     OR over i of (keys before i equal) AND (key i after value i).
+
+    That OR alone is no range on any key, so a SQL planner cannot seek an index to the
+    marker: SQLite either scans the sort index from the top (a cost growing with the
+    page number) or unions the branches and sorts everything after the marker (seconds
+    at a million rows). So when the first key's position can be stated as one plain
+    comparison, it is added in front: every row after the keyset has its first key at
+    or beyond the marker's, so the bound is redundant (the results are the same with or
+    without it) and lets an index on that key range-scan from the marker. Ascending (nulls
+    first), after a value: ``key >= value``. Descending (nulls last), after a value:
+    ``key <= value OR key is null``, a plain range only when the key can never be null
+    (``never_null``, from the field registry); otherwise no bound. After a null there is
+    nothing to bound: ascending, every row is at or beyond it; descending, the branches
+    already are ``key is null AND ...``.
     """
     assert len(order) == len(values)
     branches: list[Node] = []
     for i, (key, value) in enumerate(zip(order, values, strict=True)):
         equal_prefix = [_equal(k.field, v) for k, v in zip(order[:i], values[:i], strict=True)]
         branches.append(_and(*equal_prefix, _beyond(key, value)))
-    return _or(*branches)
+    keyset = _or(*branches)
+    if not order or values[0] is None or isinstance(keyset, MatchAll | MatchNone):
+        return keyset
+    first = order[0]
+    if first.direction is Direction.ASC:
+        return _and(Compare(first.field, Op.GE, values[0]), keyset)
+    if first.field in never_null:
+        return _and(Compare(first.field, Op.LE, values[0]), keyset)
+    return keyset
 
 
 def _equal(field: str, value: Scalar) -> Node:

@@ -1,5 +1,6 @@
 """The embedded engine's own promises, beyond the shared contract: its table layout
-(sortable dates, side rows), the strict checks, durability, and concurrent use."""
+(sortable dates, side rows), the strict checks, durability, concurrent use, and the
+query plans its searches get."""
 
 from __future__ import annotations
 
@@ -8,17 +9,32 @@ import subprocess
 import sys
 import threading
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from indexer.documents import event_version, instance_document
-from indexer.engines.base import WriteOp, WriteStatus
+from indexer.engines import sqlite_search
+from indexer.engines.base import EngineUnavailable, WriteOp, WriteStatus
 from indexer.engines.embedded import EmbeddedEngine
 from indexer.engines.sqlite_rows import InvalidDocument, RowBuilder
 from indexer.engines.sqlite_schema import SCHEMAS, date_to_micros, micros_to_date
+from indexer.query.prepare import keyset, prepare
+from indexer.query.tree import (
+    And,
+    Compare,
+    Direction,
+    MatchAll,
+    Op,
+    Regex,
+    SearchRequest,
+    SortKey,
+)
+from notifications.base import format_timestamp
 from notifications.envelope import decode
 from notifications.payloads import InstancePayload
 
@@ -217,3 +233,160 @@ def test_threads_read_while_another_process_writes(engine: EmbeddedEngine) -> No
     for counts in seen:  # each reader saw whole batches, never going back
         assert counts == sorted(counts) and all(n % 50 == 0 for n in counts)
     assert any(0 < n < 2000 for counts in seen for n in counts)  # they did overlap
+
+
+# Plans ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEngine]:
+    """4000 instances loaded as bulk sync loads them (indexes built, then analyzed):
+    three quarters active and seven other states, names in another order than creation,
+    100 hosts."""
+    eng = EmbeddedEngine(tmp_path_factory.mktemp("skewed") / "index.db", prefix="t")
+    eng.create_index("instance", "t-instance-skewed", bulk_load=True)
+    start = datetime(2024, 1, 1, tzinfo=UTC)
+    ops = [
+        op(
+            f"{i:05}",
+            1,
+            state="active" if i % 4 else f"state-{i // 4 % 7}",
+            host=f"h{i % 100}",
+            display_name=f"n{i * 7919 % 4000:05}",
+            created_at=format_timestamp(start + timedelta(seconds=i, microseconds=i)),
+            deleted=False,
+        )
+        for i in range(4000)
+    ]
+    assert all(r.status is WriteStatus.OK for r in eng.bulk_index("t-instance-skewed", iter(ops)))
+    eng.finish_bulk_load("t-instance-skewed")
+    eng.set_aliases("instance", read="t-instance-skewed", write=["t-instance-skewed"])
+    yield eng
+    eng.close()
+
+
+def plan(engine: EmbeddedEngine, request: SearchRequest) -> list[str]:
+    node, order = prepare(request)
+    index = "t-instance-skewed"
+    query, params = sqlite_search._page_sql(SCHEMAS["instance"], index, node, order, request.limit)
+    rows = engine._conn().execute(f"EXPLAIN QUERY PLAN {query}", params)
+    return [row[3].replace(index, "T") for row in rows]
+
+
+NEWEST = (SortKey("created_at", Direction.DESC),)
+ACTIVE = Compare("state", Op.EQ, "active")
+
+
+def test_analyze_counts_every_row(skewed: EmbeddedEngine) -> None:
+    # A sampled ANALYZE saw one state in the first rows of its index: "~1000 rows each"
+    stats = dict(skewed._conn().execute("SELECT idx, stat FROM sqlite_stat1"))
+    assert stats["t-instance-skewed#state_created_at_id"].split()[:2] == ["4000", "500"]
+
+
+def test_keyset_pages_seek_the_sort_index(skewed: EmbeddedEngine) -> None:
+    first = skewed.search("instance", SearchRequest(MatchAll(), NEWEST, 100))
+    marker = keyset((*NEWEST, SortKey("uuid")), first[-1].document)
+    request = SearchRequest(MatchAll(), NEWEST, 100, marker)
+    assert plan(skewed, request) == [
+        "SEARCH T USING INDEX T#created_at_id (created_at<?)",
+        "USE TEMP B-TREE FOR RIGHT PART OF ORDER BY",
+    ]
+    second = skewed.search("instance", request)
+    assert [d.id for d in second] == [f"{i:05}" for i in range(3899, 3799, -1)]
+
+
+def test_a_common_state_walks_its_index_in_the_default_order(skewed: EmbeddedEngine) -> None:
+    assert plan(skewed, SearchRequest(ACTIVE, NEWEST, 10)) == [
+        "SEARCH T USING INDEX T#state_created_at_id (state=?)",
+        "USE TEMP B-TREE FOR RIGHT PART OF ORDER BY",
+    ]
+
+
+def walks(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each ordered walk tried since finished within its budget."""
+    seen: list[bool] = []
+    within = sqlite_search._within
+
+    def spy(*args: Any) -> Any:
+        rows = within(*args)
+        seen.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(sqlite_search, "_within", spy)
+    return seen
+
+
+def test_a_common_value_is_found_by_walking_the_sort_index(
+    skewed: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner reads every active row through the state index and sorts them by
+    name; the walk of the name index finds ten in about thirteen rows."""
+    by_name = SearchRequest(ACTIVE, (SortKey("display_name"),), 10)
+    assert "USE TEMP B-TREE FOR ORDER BY" in plan(skewed, by_name)
+    seen = walks(monkeypatch)
+    walked = skewed.search("instance", by_name)
+    assert seen == [True]
+    monkeypatch.setattr(sqlite_search, "WALK_ROWS_PER_RESULT", 10**9)  # the planner's plan
+    assert [d.id for d in skewed.search("instance", by_name)] == [d.id for d in walked]
+    assert seen == [True]
+    assert [d.document["display_name"] for d in walked] == sorted(
+        d.document["display_name"] for d in walked
+    )
+
+
+def test_a_selective_filter_is_left_to_the_planner(
+    skewed: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = walks(monkeypatch)
+    by_name = SearchRequest(Compare("host", Op.EQ, "h7"), (SortKey("display_name"),), 10)
+    assert len(skewed.search("instance", by_name)) == 10
+    assert seen == []  # 40 rows a host: fewer than WALK_ROWS_PER_RESULT per result
+
+
+def test_a_walk_past_its_budget_leaves_the_page_to_the_planner(
+    skewed: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = walks(monkeypatch)
+    monkeypatch.setattr(sqlite_search, "WALK_BUDGET_S", 0.0)
+    nowhere = And((ACTIVE, Regex("display_name", "^none")))
+    assert skewed.search("instance", SearchRequest(nowhere, (SortKey("display_name"),), 10)) == []
+    sevens = SearchRequest(
+        And((ACTIVE, Regex("display_name", "7$"))), (SortKey("display_name"),), 20
+    )
+    cut = skewed.search("instance", sevens)
+    assert seen == [False, False]
+    monkeypatch.setattr(sqlite_search, "WALK_BUDGET_S", 60.0)
+    assert [d.id for d in skewed.search("instance", sevens)] == [d.id for d in cut]
+    assert seen == [False, False, True] and len(cut) == 20
+    skewed.search_timeout = 0.0  # the search's own deadline still ends it
+    try:
+        with pytest.raises(EngineUnavailable, match="ran past"):
+            skewed.search("instance", sevens)
+    finally:
+        skewed.search_timeout = 10.0
+
+
+MULTI_OR = [
+    "MULTI-INDEX OR",
+    "INDEX 1",
+    "SEARCH T USING INDEX T#c (c=?)",
+    "INDEX 2",
+    "SEARCH T USING INDEX T#a_b (a=?)",
+]
+
+
+@pytest.mark.parametrize(
+    ("plan_", "rows"),
+    [
+        (["SEARCH T USING INDEX T#a_b (a=? AND b=?)", "USE TEMP B-TREE FOR ORDER BY"], 2),
+        (["SEARCH T USING INDEX T#a_b (a=? AND b>?)"], 25),  # a range keeps a quarter
+        (["SEARCH T USING COVERING INDEX T#c (c=?)"], 10),
+        (MULTI_OR, 110),
+        (["SCAN T"], 1000),
+        (["SEARCH T USING INTEGER PRIMARY KEY (rowid=?)", "SEARCH m USING PRIMARY KEY (rid=?)"], 0),
+        (["SEARCH T USING INDEX T#unknown (x=?)"], None),
+    ],
+)
+def test_plans_are_costed_from_the_statistics(plan_: list[str], rows: float | None) -> None:
+    stats = {"T#a_b": "1000 100 2", "T#c": "1000 10"}
+    assert sqlite_search._rows_read(plan_, "T", stats) == rows

@@ -2,13 +2,15 @@
 
 ``paths`` maps a name to a function from a ``SearchRequest`` to result documents:
 the cells' ``instances`` table on SQLite, PostgreSQL and MariaDB (rows written by the
-cells' own ``payload_to_row``), the embedded engine, and osmem through both HTTP
-clients (each loading its own index through ``bulk``). A missing server skips, or
-fails under ``CELLSIGHT_REQUIRE_SERVICES=1``.
+cells' own ``payload_to_row``), the embedded engine (also bulk loaded and analyzed,
+walking the sort index: ``embedded-walk`` and, cut at once, ``embedded-walk-cut``), and
+osmem through both HTTP clients (each loading its own index through ``bulk``). A
+missing server skips, or fails under ``CELLSIGHT_REQUIRE_SERVICES=1``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -21,8 +23,10 @@ import sqlalchemy as sa
 from cells.database import create_engine
 from cells.rows import payload_to_row
 from cells.schema import create_cell_schema, instances
+from indexer.engines import sqlite_search
 from indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteStatus
 from indexer.engines.embedded import EmbeddedEngine
+from indexer.engines.sqlite_schema import order_index
 from indexer.query.cells import search_cell
 from indexer.query.sqlite_regexp import install_on_engine
 from indexer.query.tree import SearchRequest
@@ -144,10 +148,53 @@ def query_engines(
 
 
 @pytest.fixture(scope="session")
+def analyzed_engine(
+    tmp_path_factory: pytest.TempPathFactory, query_documents: list[dict[str, Any]]
+) -> Iterator[EmbeddedEngine]:
+    """The embedded engine loaded as bulk sync loads it: indexes built and analyzed
+    afterwards, so its searches have the statistics that decide an ordered walk."""
+    engine = EmbeddedEngine(tmp_path_factory.mktemp("query-analyzed") / "index.db", prefix="qa")
+    name = engine.new_index_name("instance")
+    engine.create_index("instance", name, bulk_load=True)
+    ops = (WriteOp("instance", d["uuid"], d["version"], d) for d in query_documents)
+    assert all(r.status is WriteStatus.OK for r in engine.bulk_index(name, ops))
+    engine.finish_bulk_load(name)
+    engine.set_aliases("instance", read=name, write=[name])
+    yield engine
+    engine.close()
+
+
+def _walking(engine: SearchEngine, budget: float) -> Search:
+    """Searches that walk the index leading with the first sort key whenever there is
+    one (``sqlite_search._walk_index`` walks only when the plan would sort many rows),
+    cut after ``budget`` seconds (0: mostly the planner's plan after an interrupted walk).
+    The walk must return the same rows as the planner's plan for any filter and keyset."""
+
+    def walk_index(
+        conn: Any, schema: Any, index: str, sql: str, params: Any, order: Any, limit: int
+    ) -> str | None:
+        return order_index(schema.resource, index, order[0].field) if order else None
+
+    def search(request: SearchRequest) -> list[StoredDocument]:
+        saved = sqlite_search._walk_index, sqlite_search.WALK_BUDGET_S
+        sqlite_search._walk_index, sqlite_search.WALK_BUDGET_S = walk_index, budget
+        try:
+            return engine.search("instance", request)
+        finally:
+            sqlite_search._walk_index, sqlite_search.WALK_BUDGET_S = saved
+
+    return search
+
+
+@pytest.fixture(scope="session")
 def paths(
-    query_cells: dict[str, sa.Engine], query_engines: dict[str, SearchEngine]
+    query_cells: dict[str, sa.Engine],
+    query_engines: dict[str, SearchEngine],
+    analyzed_engine: EmbeddedEngine,
 ) -> dict[str, Search]:
     out: dict[str, Search] = {f"cell-{d}": _cell_search(e) for d, e in query_cells.items()}
     for name, engine in query_engines.items():
         out[name] = lambda req, e=engine: e.search("instance", req)
+    out["embedded-walk"] = _walking(analyzed_engine, math.inf)
+    out["embedded-walk-cut"] = _walking(analyzed_engine, 0.0)
     return out

@@ -20,16 +20,20 @@ from indexer.query.cells import select_instances
 from indexer.query.dsl import search_body
 from indexer.query.prepare import QueryError, prepare
 from indexer.query.tree import (
+    And,
     Compare,
+    Contains,
     Direction,
     Exists,
     MatchAll,
     MatchNone,
     Not,
     Op,
+    Or,
     Regex,
     SearchRequest,
     SortKey,
+    after,
 )
 from tests.support import query_dataset as data
 
@@ -196,3 +200,47 @@ def test_select_instances_names_every_dialect() -> None:
         assert "EXISTS" in text and "LIMIT" in text, dialect
     assert fields["ip6"].many
     assert isinstance(select_instances(request, "mysql"), sa.Select)
+
+
+def test_keyset_bounds_its_first_key_where_one_comparison_can() -> None:
+    at = datetime(2024, 3, 1, tzinfo=UTC)
+    newest = (SortKey("created_at", Direction.DESC), SortKey("uuid"))
+    bounded = after(newest, (at, "u"), {"created_at", "uuid"})
+    assert isinstance(bounded, And)
+    assert bounded.children[0] == Compare("created_at", Op.LE, at)
+    assert bounded.children[1] == after(newest, (at, "u"))  # the OR expansion, unchanged
+    # Descending, a field that may be null: nulls come after every value, no plain bound
+    assert isinstance(after(newest, (at, "u")), Or)
+    # Ascending: nulls come first, so "at or after the value" is one comparison anyway
+    oldest = (SortKey("launched_at"), SortKey("uuid"))
+    ascending = after(oldest, (at, "u"))
+    assert isinstance(ascending, And)
+    assert ascending.children[0] == Compare("launched_at", Op.GE, at)
+    # After a null: ascending, every row is at or after it; descending, the branches
+    # already test for null
+    assert isinstance(after(oldest, (None, "u")), Or)
+    assert after(newest, (None, "u"), {"created_at"}) == after(newest, (None, "u"))
+
+
+def test_keyset_pages_can_range_scan_the_sort_index() -> None:
+    """prepare takes never-null fields from the registry: created_at and uuid."""
+    at = datetime(2024, 3, 1, tzinfo=UTC)
+    assert field_map("instance")["created_at"].never_null
+    assert not field_map("instance")["launched_at"].never_null
+    newest = (SortKey("created_at", Direction.DESC),)
+    request = SearchRequest(MatchAll(), newest, 5, after=(at, "u"))
+    node, _ = prepare(request)
+    assert isinstance(node, And) and node.children[0] == Compare("created_at", Op.LE, at)
+    assert "instances.created_at <= ?" in sql(request, "sqlite")
+    by_launch = SearchRequest(MatchAll(), (SortKey("launched_at", Direction.DESC),), 5, (at, "u"))
+    assert "instances.launched_at <= ?" not in sql(by_launch, "sqlite")
+
+
+def test_sql_tests_columns_before_subqueries_and_regexes() -> None:
+    tree = And(
+        (Regex("display_name", "^web"), Contains("tags", "prod"), Compare("host", Op.EQ, "h"))
+    )
+    for dialect in DIALECTS:
+        text = sql(SearchRequest(tree, (), 5), dialect)
+        where = text[text.index("WHERE") :]
+        assert where.index("host") < where.index("EXISTS") < where.index("display_name"), dialect
