@@ -8,10 +8,12 @@ it, then serves the API and shows a few requests answered from the index.
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 import urllib.request
 from contextlib import ExitStack
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -130,6 +132,8 @@ def demo(
         bound = server.servers[0].sockets[0].getsockname()[1]
         _show(bound)
         if serve:
+            # SIGTERM (a service manager, `timeout`) stops it as cleanly as Ctrl-C does.
+            signal.signal(signal.SIGTERM, _interrupt)
             console.print(
                 f"\nserving on http://{settings.api_host}:{bound} (Ctrl-C stops):\n"
                 f"  curl -H 'X-Auth-Token: me:admin' "
@@ -150,6 +154,10 @@ def demo(
         worker.join(30)
     engine.close()
     registry.close()
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def _show(port: int) -> None:
