@@ -9,9 +9,25 @@ from pathlib import Path
 
 def test_demo_seeds_syncs_indexes_and_serves_from_the_index(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "cellsight", "--data-dir", str(tmp_path / "data"), "demo",
-         "--cells", "2", "--instances", "200", "--no-serve", "--port", "0"],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "cellsight",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "demo",
+            "--cells",
+            "2",
+            "--instances",
+            "200",
+            "--no-serve",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
