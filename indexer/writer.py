@@ -197,6 +197,7 @@ class BatchWriter:
         for p in below_floor:
             if p.op.id not in stored:
                 # Its tombstone was purged: a very late event must not recreate it.
+                metrics.STALE.labels(p.op.resource).inc()
                 outcomes[p.position] = Outcome(
                     Verdict.STALE, "below_purge_floor", event_type=p.notification.event_type
                 )
@@ -217,12 +218,14 @@ class BatchWriter:
         for p, result in zip(pending, results, strict=True):
             event_type = p.notification.event_type
             if result.status is WriteStatus.OK:
+                metrics.INDEXED.labels(p.op.resource).inc()
                 outcomes[p.position] = Outcome(Verdict.INDEXED, event_type=event_type)
                 if p.notification.timestamp is not None:
                     metrics.LAG_SECONDS.observe(
                         max(0.0, (now - p.notification.timestamp).total_seconds())
                     )
             elif result.status is WriteStatus.STALE:
+                metrics.STALE.labels(p.op.resource).inc()
                 outcomes[p.position] = Outcome(Verdict.STALE, "stale", event_type=event_type)
             elif result.status is WriteStatus.REJECTED:
                 outcomes[p.position] = dead(

@@ -159,3 +159,21 @@ def test_unknown_instance_event_types_still_map(samples_dir: Path, event_type: s
     assert outcomes == [None]
     p: Planned = planned[0]
     assert p.op.resource == "instance" and p.op.document["event_type"] == event_type
+
+
+def test_writer_counts_indexed_and_stale_per_resource(samples_dir: Path, tmp_path: Path) -> None:
+    from indexer import metrics
+    from indexer.engines.embedded import EmbeddedEngine
+    from indexer.writer import BatchWriter
+
+    def count(counter: Any) -> float:
+        return float(counter.labels("instance")._value.get())
+
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    body = json.dumps(load(samples_dir, "instance-power_on-end"))
+    indexed, stale = count(metrics.INDEXED), count(metrics.STALE)
+    BatchWriter(engine).write([body, body])  # the duplicate is stale
+    engine.close()
+    assert count(metrics.INDEXED) == indexed + 1
+    assert count(metrics.STALE) == stale + 1
