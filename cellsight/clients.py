@@ -6,8 +6,9 @@ with the same names and arguments (see ``notifications.queues``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kombu import Exchange, Queue
 
@@ -17,6 +18,7 @@ from notifications.bus import Bus, open_bus
 from notifications.notifier import Notifier
 
 if TYPE_CHECKING:
+    from indexer.consumer import ConsumerConfig
     from indexer.engines.base import SearchEngine
 
 
@@ -91,3 +93,21 @@ def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[st
 
     registry = CellRegistry.from_settings(settings)
     return registry.cells_of
+
+
+def build_consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfig:
+    """The indexer consumer's names and batching from the settings; ``overrides`` (e.g. a
+    shorter ``batch_age`` for the demo) replace single fields."""
+    from indexer.consumer import ConsumerConfig
+
+    config = ConsumerConfig(
+        exchange=settings.exchange,
+        queue=settings.indexer_queue,
+        dead_letter_exchange=settings.dead_letter_exchange,
+        dead_letter_queue=settings.dead_letter_queue,
+        batch_count=settings.batch_count,
+        batch_bytes=settings.batch_bytes,
+        batch_age=settings.batch_age_ms / 1000,
+        prefetch=settings.prefetch,
+    )
+    return dataclasses.replace(config, **overrides)

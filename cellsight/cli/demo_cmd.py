@@ -45,8 +45,8 @@ def demo(
     from cells.mappings import CellRegistry
     from cells.operations import Operations
     from cellsight.cli.cells_cmd import seed
-    from cellsight.clients import build_bus, build_engine, build_notifier
-    from indexer.consumer import ConsumerConfig, IndexerConsumer
+    from cellsight.clients import build_bus, build_consumer_config, build_engine, build_notifier
+    from indexer.consumer import IndexerConsumer
     from indexer.sync import SyncOptions, run_sync
 
     settings = settings_of(ctx)
@@ -79,13 +79,7 @@ def demo(
         consumer = IndexerConsumer(
             connection,
             engine,
-            ConsumerConfig(
-                exchange=settings.exchange,
-                queue=settings.indexer_queue,
-                dead_letter_exchange=settings.dead_letter_exchange,
-                dead_letter_queue=settings.dead_letter_queue,
-                batch_age=0.1,
-            ),
+            build_consumer_config(settings, batch_age=0.1),
         )
         worker = threading.Thread(target=consumer.run, name="indexer", daemon=True)
         notifier = stack.enter_context(build_notifier(settings))

@@ -32,9 +32,14 @@ def parse_duration(value: str) -> timedelta:
 
 def run_indexer(ctx: typer.Context) -> None:
     """Consume the notification stream into the search indexes until SIGTERM/SIGINT."""
-    from cellsight.clients import build_bus, build_cell_resolver, build_engine
+    from cellsight.clients import (
+        build_bus,
+        build_cell_resolver,
+        build_consumer_config,
+        build_engine,
+    )
     from indexer import metrics
-    from indexer.consumer import ConsumerConfig, IndexerConsumer
+    from indexer.consumer import IndexerConsumer
 
     settings = settings_of(ctx)
     stop = threading.Event()
@@ -56,16 +61,7 @@ def run_indexer(ctx: typer.Context) -> None:
 
         registry = CellRegistry.from_settings(settings)
         start_periodic_verify(engine, registry, settings.verify_interval, stop)
-    config = ConsumerConfig(
-        exchange=settings.exchange,
-        queue=settings.indexer_queue,
-        dead_letter_exchange=settings.dead_letter_exchange,
-        dead_letter_queue=settings.dead_letter_queue,
-        batch_count=settings.batch_count,
-        batch_bytes=settings.batch_bytes,
-        batch_age=settings.batch_age_ms / 1000,
-        prefetch=settings.prefetch,
-    )
+    config = build_consumer_config(settings)
     with build_bus(settings) as bus, bus.connection() as connection:
         consumer = IndexerConsumer(
             connection, engine, config, stop=stop, cell_resolver=build_cell_resolver(settings)

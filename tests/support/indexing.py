@@ -12,9 +12,9 @@ from typing import Any
 
 from cells import reads, rows
 from cells.mappings import CellRegistry
-from cellsight.clients import build_bus
+from cellsight.clients import build_bus, build_consumer_config
 from cellsight.settings import Settings, load_settings
-from indexer.consumer import ConsumerConfig, IndexerConsumer
+from indexer.consumer import IndexerConsumer
 from indexer.documents import comparable, instance_document
 from indexer.engines.base import SearchEngine
 
@@ -38,25 +38,15 @@ def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
     )
 
 
-def consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfig:
-    values: dict[str, Any] = dict(
-        exchange=settings.exchange,
-        queue=settings.indexer_queue,
-        dead_letter_exchange=settings.dead_letter_exchange,
-        dead_letter_queue=settings.dead_letter_queue,
-        batch_age=0.05,
-    )
-    values.update(overrides)
-    return ConsumerConfig(**values)
-
-
 @contextmanager
 def running_indexer(
     settings: Settings, engine: SearchEngine, **overrides: Any
 ) -> Iterator[IndexerConsumer]:
     """An indexer consuming on a thread; stopped (flush, ack, close) on exit."""
     with build_bus(settings) as bus, bus.connection() as connection:
-        consumer = IndexerConsumer(connection, engine, consumer_config(settings, **overrides))
+        consumer = IndexerConsumer(
+            connection, engine, build_consumer_config(settings, **({"batch_age": 0.05} | overrides))
+        )
         thread = threading.Thread(target=consumer.run, daemon=True)
         thread.start()
         try:
