@@ -108,12 +108,10 @@ class IndexerConsumer:
                         flushed += 1
                         if max_batches is not None and flushed >= max_batches:
                             break
-                if self._batch and not self.writer.stop.is_set():
-                    self.flush(producer)
-                elif self._batch:
-                    # Shutdown: flush what we have; a write blocked by an outage is
-                    # abandoned unacked and redelivered after restart.
+                if self._batch and self.stop.is_set():
                     self._flush_on_shutdown(producer)
+                elif self._batch:
+                    self.flush(producer)
 
     def _wait_time(self) -> float:
         if not self._batch:
@@ -137,17 +135,11 @@ class IndexerConsumer:
 
     # Flush ----------------------------------------------------------------
     def _flush_on_shutdown(self, producer: Producer) -> None:
-        shutdown_stop = self.writer.stop
-        self.writer.stop = threading.Event()
-        try:
-            # One bounded attempt: the engine may be down; then nothing is acked.
-            self.writer.max_backoff = 0.5
-            self._flush_bounded(producer)
-        finally:
-            self.writer.stop = shutdown_stop
-
-    def _flush_bounded(self, producer: Producer) -> None:
-        timer = threading.Timer(5.0, self.writer.stop.set)
+        """Flush what we have with one bounded attempt (5 s): a write blocked by an
+        outage is abandoned unacked and redelivered after restart."""
+        deadline = threading.Event()
+        timer = threading.Timer(5.0, deadline.set)
+        self.writer.stop, self.writer.max_backoff = deadline, 0.5
         timer.start()
         try:
             self.flush(producer)
@@ -157,6 +149,7 @@ class IndexerConsumer:
             )
         finally:
             timer.cancel()
+            self.writer.stop = self.stop
 
     def flush(self, producer: Producer) -> None:
         batch, self._batch, self._bytes = self._batch, [], 0
