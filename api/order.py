@@ -13,10 +13,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from indexer.fields import INSTANCE_FIELDS, Kind
+from indexer.documents import DATE_FIELDS
 from indexer.query.tree import Direction, Scalar, SortKey
-
-DATE_FIELDS = frozenset(f.name for f in INSTANCE_FIELDS if f.kind is Kind.DATE)
 
 
 class _Desc:

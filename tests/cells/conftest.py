@@ -11,29 +11,8 @@ from cells.database import Engines
 from cells.mappings import CellMapping, CellRegistry
 from cells.nodes import add_compute_node
 from cells.operations import Operations
-from notifications.envelope import Notification
 from tests.conftest import DIALECTS, DatabaseFactory
-
-
-class CollectingPublisher:
-    """A real ``Publisher``: keeps what it is given, in order."""
-
-    def __init__(self) -> None:
-        self.sent: list[Notification] = []
-
-    def publish(self, notification: Notification) -> None:
-        self.sent.append(notification)
-
-    def publish_many(self, notifications: Sequence[Notification]) -> None:
-        self.sent.extend(notifications)
-
-    @property
-    def event_types(self) -> list[str]:
-        return [n.event_type for n in self.sent]
-
-    def take(self) -> list[Notification]:
-        sent, self.sent = self.sent, []
-        return sent
+from tests.support.publishers import CollectingPublisher
 
 
 @pytest.fixture(params=DIALECTS)

@@ -47,7 +47,7 @@ from notifications.payloads import (
     KeypairPayload,
     SharePayload,
 )
-from tests.cells.conftest import CollectingPublisher
+from tests.support.publishers import CollectingPublisher
 
 NOW = datetime(2026, 3, 14, 15, 9, 26, 535897, tzinfo=UTC)
 

@@ -20,6 +20,14 @@ class CollectingPublisher:
     def publish_many(self, notifications: Sequence[Notification]) -> None:
         self.sent.extend(notifications)
 
+    @property
+    def event_types(self) -> list[str]:
+        return [n.event_type for n in self.sent]
+
+    def take(self) -> list[Notification]:
+        sent, self.sent = self.sent, []
+        return sent
+
 
 class CountingPublisher:
     """Delegates to a real publisher and counts what it delivered."""
