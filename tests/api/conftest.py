@@ -175,6 +175,29 @@ def sqlite_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 @pytest.fixture(scope="module")
+def world(sqlite_world: World) -> World:
+    """The query v2 suites' world (modules that need another define their own)."""
+    return sqlite_world
+
+
+@pytest.fixture(scope="module")
+def pair(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The same world behind the index path and the fan-out path (query v2 suites)."""
+    from tests.support.query2_world import make_pair  # it imports this module
+
+    p = make_pair(tmp_path_factory.mktemp("q2-pair"), world)
+    yield p
+    p.close()
+
+
+@pytest.fixture(scope="module")
+def docs(world: World) -> list[dict[str, Any]]:
+    from tests.support.query2_world import instance_documents
+
+    return instance_documents(world)
+
+
+@pytest.fixture(scope="module")
 def postgres_world(
     tmp_path_factory: pytest.TempPathFactory, postgres_server: sa.URL
 ) -> Iterator[World]:

@@ -4,7 +4,6 @@ the data the filter's semantics select), direct lookups, statuses 1 and 3, nodes
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,11 +13,10 @@ import pytest
 from api.headers import PATH
 from api.query2 import instances
 from api.query2.fields import REGISTRY
-from tests.api.conftest import World, build_world
+from tests.api.conftest import World
 from tests.support.query2_world import (
     Pair,
     expected_uuids,
-    instance_documents,
     make_pair,
     node_documents,
     query,
@@ -26,25 +24,6 @@ from tests.support.query2_world import (
 
 ALL = list(REGISTRY["instance"])
 NODE_ALL = list(REGISTRY["node"])
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = build_world(tmp_path_factory.mktemp("q2-world"), "sqlite")
-    yield w
-    w.close()
-
-
-@pytest.fixture(scope="module")
-def pair(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    p = make_pair(tmp_path_factory.mktemp("q2-pair"), world)
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def docs(world: World) -> list[dict[str, Any]]:
-    return instance_documents(world)
 
 
 def _median(docs: list[dict[str, Any]], field: str) -> str:

@@ -4,44 +4,22 @@ and node queries), on the index and the fan-out path alike."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from api.headers import PATH
 from api.query2.fields import REGISTRY
-from tests.api.conftest import World, build_world, project_tokens
+from tests.api.conftest import World, project_tokens
 from tests.support.query2_world import (
     ADMIN,
     Pair,
     expected_uuids,
-    instance_documents,
-    make_pair,
     query,
 )
 
 ALL = list(REGISTRY["instance"])
 NODE_ALL = list(REGISTRY["node"])
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    w = build_world(tmp_path_factory.mktemp("q2-requests"), "sqlite")
-    yield w
-    w.close()
-
-
-@pytest.fixture(scope="module")
-def pair(world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    p = make_pair(tmp_path_factory.mktemp("q2-requests-pair"), world)
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def docs(world: World) -> list[dict[str, Any]]:
-    return instance_documents(world)
 
 
 # The fields call -----------------------------------------------------------------------
