@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import cast
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from fastapi_offline import FastAPIOffline
 
-from api import errors
-from api.auth import Authenticator
-from api.fanout import FanOut
-from api.paths import InstanceSearch
-from api.routes import health, query, servers, versions
-from api.safe_connect import SafeConnect
-from cells.database import Engines
-from cells.errors import DatabaseUnavailable
-from cells.mappings import CellRegistry
+from cellsight.api import errors, openapi
+from cellsight.api.auth import Authenticator
+from cellsight.api.fanout import FanOut
+from cellsight.api.index_probe import DeferredEngine, IndexProber
+from cellsight.api.metrics import ApiMetrics
+from cellsight.api.paths import InstanceSearch
+from cellsight.api.routes import health, nodes, query, reservations, servers, versions
+from cellsight.api.safe_connect import SafeConnect
+from cellsight.cells.database import Engines
+from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.mappings import CellRegistry
+from cellsight.indexer.engines.base import SearchEngine
 from cellsight.settings import Settings
-from indexer.engines.base import SearchEngine
 
 
 def create_app(
@@ -28,13 +32,14 @@ def create_app(
     registry: CellRegistry | None = None,
 ) -> FastAPI:
     """The API. ``engine`` and ``registry`` default to the configured ones (and are
-    then closed with the app); given ones are left to their owner."""
+    then closed with the app); given ones are left to their owner. The configured
+    engine is connected in the background: the app starts whatever its state."""
     owned_engine = engine is None
     owned_registry = registry is None
     if engine is None:
         from cellsight.clients import build_engine
 
-        engine = build_engine(settings)
+        engine = cast(SearchEngine, DeferredEngine(lambda: build_engine(settings)))
     if registry is None:
         registry = CellRegistry(
             settings.resolved_api_db_url,
@@ -43,19 +48,39 @@ def create_app(
                 statement_timeout=settings.cell_timeout,
             ),
         )
-    fanout = FanOut(cell_timeout=settings.cell_timeout, connect_timeout=settings.db_connect_timeout)
+    metrics = ApiMetrics()
+    fanout = FanOut(
+        cell_timeout=settings.cell_timeout,
+        connect_timeout=settings.db_connect_timeout,
+        max_workers=settings.fanout_workers,
+        admission_wait=settings.fanout_admission_wait,
+        metrics=metrics,
+    )
     safe_connect = SafeConnect(settings.safe_connect_cooldown)
+    search = InstanceSearch(registry, engine, fanout, safe_connect, metrics)
+
+    def next_probe_delay() -> float:
+        wait = safe_connect.next_probe_in()
+        if wait is None:
+            return settings.index_probe_interval
+        return 3600.0 if safe_connect.cooldown == 0 else wait
+
+    prober = IndexProber(search.probe, next_probe_delay, metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        safe_connect.request_probes = False
+        prober.start()
         yield
+        prober.stop()
         fanout.close()
         if owned_engine:
             engine.close()
         if owned_registry:
             registry.close()
 
-    app = FastAPI(
+    # /docs and /redoc with their assets served from the package: they work offline
+    app = FastAPIOffline(
         title="Cellsight",
         summary="List and query the instances of a multi-cell cluster",
         version="0.1.0",
@@ -67,15 +92,21 @@ def create_app(
     app.state.authenticator = Authenticator.from_settings(settings)
     app.state.safe_connect = safe_connect
     app.state.fanout = fanout
-    app.state.search = InstanceSearch(registry, engine, fanout, safe_connect)
+    app.state.search = search
+    app.state.prober = prober
+    app.state.metrics = metrics
     errors.install(app)
+    openapi.install(app)
 
     @app.exception_handler(DatabaseUnavailable)
     async def _database_down(request: Request, exc: DatabaseUnavailable) -> JSONResponse:
-        return errors.fault_response(503, f"A database is unavailable: {exc.why}")
+        failure = errors.unavailable("A database is unavailable", exc)
+        return errors.fault_response(503, failure.message)
 
     app.include_router(versions.router)
     app.include_router(health.router)
     app.include_router(servers.router)
     app.include_router(query.router)
+    app.include_router(reservations.router)
+    app.include_router(nodes.router)
     return app

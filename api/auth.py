@@ -24,7 +24,7 @@ from typing import Any
 
 from fastapi import Request
 
-from api.errors import Unauthorized
+from cellsight.api.errors import Unauthorized
 from cellsight.settings import ConfigError, Settings
 
 TOKEN_HEADER = "X-Auth-Token"

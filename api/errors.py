@@ -9,14 +9,24 @@ answered as a 500 in the same shape without internals, so no client ever sees a 
 from __future__ import annotations
 
 import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 
 log = logging.getLogger(__name__)
+
+# Nova's header; every answer carries it, and 5xx bodies name it instead of internals.
+REQUEST_ID_HEADER = "x-openstack-request-id"
+REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="req-none")
+# Bounds on the request line, checked before routing (a 4xx naming what was too big).
+MAX_QUERY_STRING = 16384
 
 # Nova's ``nova.api.openstack.wsgi.Fault._fault_names``.
 FAULT_NAMES = {
@@ -27,6 +37,7 @@ FAULT_NAMES = {
     405: "badMethod",
     409: "conflictingRequest",
     413: "overLimit",
+    414: "badRequest",
     415: "badMediaType",
     429: "overLimit",
     501: "notImplemented",
@@ -77,6 +88,14 @@ class ServiceUnavailable(ApiError):
     status = 503
 
 
+def unavailable(what: str, exc: BaseException) -> ServiceUnavailable:
+    """A 503 saying ``what`` failed: the driver's text goes to the log under the
+    request id, and the client gets the id, never the text."""
+    request_id = REQUEST_ID.get()
+    log.warning("%s [%s]: %s: %s", what, request_id, type(exc).__name__, exc)
+    return ServiceUnavailable(f"{what}. Request ID: {request_id}")
+
+
 def fault_body(status: int, message: str) -> dict[str, Any]:
     return {FAULT_NAMES.get(status, "computeFault"): {"code": status, "message": message}}
 
@@ -89,7 +108,7 @@ def fault_response(
 
 def _validation_message(exc: RequestValidationError) -> str:
     # Only path parameters reach FastAPI's validation (query strings are parsed by
-    # ``api.params``); name the first offending one.
+    # ``cellsight.api.params``); name the first offending one.
     for error in exc.errors():
         where = ".".join(str(p) for p in error.get("loc", ()) if p not in ("path", "query"))
         return f"Invalid input for {where or 'the request'}: {error.get('msg', 'invalid')}"
@@ -98,6 +117,23 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 def install(app: FastAPI) -> None:
     """Register the handlers; call once from the app factory."""
+
+    @app.middleware("http")
+    async def _request_id(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        request_id = f"req-{uuid.uuid4()}"
+        REQUEST_ID.set(request_id)
+        request.state.request_id = request_id
+        query = request.scope.get("query_string", b"")
+        if len(query) > MAX_QUERY_STRING:
+            response: Response = fault_response(
+                414, f"The query string is longer than {MAX_QUERY_STRING} bytes."
+            )
+        else:
+            response = await call_next(request)
+        response.headers[REQUEST_ID_HEADER] = request_id
+        return response
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -118,9 +154,17 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unexpected error serving %s %s", request.method, request.url.path)
+        request_id = getattr(request.state, "request_id", REQUEST_ID.get())
+        log.error(
+            "unexpected error serving %s %s [%s]",
+            request.method,
+            request.url.path,
+            request_id,
+            exc_info=exc,
+        )
         return fault_response(
             500,
             "Unexpected API Error. Please report this at the Cellsight issue tracker "
-            "and attach the API log if possible.",
+            f"and attach the API log if possible. Request ID: {request_id}",
+            {REQUEST_ID_HEADER: request_id},
         )

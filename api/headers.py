@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import quote
 
-from api.fanout import SkippedCell
+from cellsight.api.fanout import SkippedCell
 
 PATH = "X-Cellsight-Path"
 SKIPPED_CELLS = "X-Cellsight-Skipped-Cells"

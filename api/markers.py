@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.auth import Principal
-from api.celldocs import row_document
-from api.errors import BadRequest, ServiceUnavailable
-from api.fanout import FanOut
-from cells.database import connect
-from cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
-from cells.mappings import CellRegistry
-from cells.reads import get_instance
+from cellsight.api.auth import Principal
+from cellsight.api.cell_documents import row_document
+from cellsight.api.driver_errors import CELL_FAILURES
+from cellsight.api.errors import BadRequest, unavailable
+from cellsight.api.fanout import FanOut
+from cellsight.cells.database import connect
+from cellsight.cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.reads import get_instance
 
 
 def marker_not_found(marker: str) -> BadRequest:
@@ -35,7 +36,7 @@ def marker_document(
     except InstanceNotFound:
         raise marker_not_found(marker) from None
     except DatabaseUnavailable as exc:
-        raise ServiceUnavailable(f"The API database is unavailable: {exc.why}") from None
+        raise unavailable("The API database is unavailable", exc) from None
     if mapping.cell_uuid is None:
         raise marker_not_found(marker)
     if not principal.is_admin and mapping.project_id != principal.project_id:
@@ -47,12 +48,13 @@ def marker_document(
     try:
         with connect(fanout.engine(cell)) as conn:
             row = get_instance(conn, marker)
-    except Exception as exc:
+    except CELL_FAILURES as exc:
         # Only reached for an instance the caller may see: naming its cell leaks nothing.
-        raise ServiceUnavailable(
+        raise unavailable(
             f"The cell holding marker [{marker}] ({cell.name}) is unavailable; "
-            "retry, or list without the marker"
-        ) from exc
+            "retry, or list without the marker",
+            exc,
+        ) from None
     if row is None:
         raise marker_not_found(marker)
     if not principal.is_admin and row.get("project_id") != principal.project_id:

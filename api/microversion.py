@@ -12,11 +12,15 @@ from dataclasses import dataclass
 
 from fastapi import Request
 
-from api.errors import BadRequest, NotAcceptable
+from cellsight.api.errors import BadRequest, NotAcceptable
 
 HEADER = "OpenStack-API-Version"
 LEGACY_HEADER = "X-OpenStack-Nova-API-Version"
 _VERSION = re.compile(r"^([1-9]\d*)\.(0|[1-9]\d*)$")
+# Longer parts cannot name a served version; they are refused before ``int()`` (whose
+# digit limit would make a 500 of a header of thousands of digits).
+MAX_PART_DIGITS = 6
+MAX_HEADER_LENGTH = 256
 
 
 @dataclass(frozen=True, order=True)
@@ -34,10 +38,19 @@ class Version:
 def parse(text: str) -> Version:
     match = _VERSION.match(text.strip())
     if match is None:
+        shown = text if len(text) <= 40 else text[:37] + "..."
         raise BadRequest(
-            f"API Version String {text} is of invalid format. Must be of format MajorNum.MinorNum."
+            f"API Version String {shown} is of invalid format. Must be of format "
+            "MajorNum.MinorNum.",
+            parameter=HEADER,
         )
-    return Version(int(match.group(1)), int(match.group(2)))
+    major, minor = match.group(1), match.group(2)
+    if len(major) > MAX_PART_DIGITS or len(minor) > MAX_PART_DIGITS:
+        raise NotAcceptable(
+            f"Version {major[:6]}...{minor[-6:]} is not supported by the API. "
+            f"Minimum is {MIN} and maximum is {MAX}."
+        )
+    return Version(int(major), int(minor))
 
 
 MIN = Version(2, 1)
@@ -47,6 +60,9 @@ MAX = Version(2, 96)
 def requested(request: Request) -> Version:
     raw: str | None = None
     header = request.headers.get(HEADER)
+    for name in (HEADER, LEGACY_HEADER):
+        if len(request.headers.get(name, "")) > MAX_HEADER_LENGTH:
+            raise BadRequest(f"The {name} header is longer than {MAX_HEADER_LENGTH} characters.")
     if header:
         # "compute 2.60" (several services may be listed, comma-separated).
         for part in header.split(","):

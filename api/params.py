@@ -8,17 +8,18 @@ compute API (see the README's API section for the few deliberate differences).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from api import status as st
-from api.auth import Principal
-from api.errors import BadRequest, Forbidden
-from api.microversion import Version
-from api.sorting import parse_order
-from indexer.query.tree import (
+from cellsight.api import status as st
+from cellsight.api.auth import Principal
+from cellsight.api.errors import BadRequest, Forbidden
+from cellsight.api.microversion import Version
+from cellsight.api.options import TAG_FILTERS, applicable
+from cellsight.api.sort_params import parse_order
+from cellsight.query.regex import validate as validate_regex
+from cellsight.query.tree import (
     Compare,
     Contains,
     In,
@@ -42,11 +43,39 @@ REGEX_FILTERS = {  # parameter → document field; Nova matches these as regexes
     "node": "node",
     "availability_zone": "availability_zone",
     "key_name": "key_name",
+    "reservation_id": "reservation_id",
+    "hostname": "host_name",
+    "kernel_id": "kernel_id",
+    "ramdisk_id": "ramdisk_id",
+    "description": "display_description",
 }
+# Nova's aliases (its schema: "should be removed in the future with microversion bump").
+ALIASES = {"display_name": "name", "image_ref": "image", "display_description": "description"}
+# In Nova's query schema, but Cellsight holds no data to filter by (a 400 naming it).
+UNSUPPORTED = frozenset(
+    {
+        "launch_index",
+        "locked_by",
+        "root_device_name",
+        "config_drive",
+        "access_ip_v4",
+        "access_ip_v6",
+        "auto_disk_config",
+        "progress",
+        "launched_at",
+        "terminated_at",
+        "created_at",
+        "soft_deleted",
+        "page_reverse",
+    }
+)
+# Bounds checked before any value is converted (a 400 naming the parameter).
+MAX_PARAMETERS = 200
+MAX_NAME_LENGTH = 64
+MAX_ANY_VALUE_LENGTH = 1024
+MAX_DATE_LENGTH = 64
 EXACT_FILTERS = {"host": "host", "user_id": "user_id", "uuid": "uuid", "flavor": "flavor_flavorid"}
 MULTI = frozenset({"status", "vm_state", "task_state", "power_state", "sort_key", "sort_dir"})
-TAG_FILTERS = ("tags", "tags-any", "not-tags", "not-tags-any")
-ADMIN_ONLY = frozenset({"all_tenants", "project_id", "tenant_id", "host", "node", "deleted"})
 KNOWN = frozenset(
     {
         "limit",
@@ -65,15 +94,16 @@ KNOWN = frozenset(
         "changes-before",
         "deleted",
         "all_tenants",
+        "forthcoming",
         *REGEX_FILTERS,
         *EXACT_FILTERS,
         *TAG_FILTERS,
+        *ALIASES,
     }
 )
 _TRUE = frozenset({"1", "t", "true", "on", "y", "yes"})
 _FALSE = frozenset({"0", "f", "false", "off", "n", "no"})
 _ALL_TENANTS_POLICY = "os_compute_api:servers:index:get_all_tenants"
-_FILTERS_POLICY = "os_compute_api:servers:allow_all_filters"
 
 
 @dataclass(frozen=True)
@@ -95,6 +125,25 @@ def _bad(param: str, value: str, why: str) -> BadRequest:
     )
 
 
+def check_sizes(items: Sequence[tuple[str, str]]) -> None:
+    """Counts and lengths, before anything is parsed or converted."""
+    if len(items) > MAX_PARAMETERS:
+        raise BadRequest(
+            f"Invalid input for the query string: at most {MAX_PARAMETERS} parameters "
+            f"(got {len(items)}).",
+            parameter="query string",
+        )
+    for key, value in items:
+        if len(key) > MAX_NAME_LENGTH:
+            raise BadRequest(
+                f"Invalid input for query parameters: a parameter name of {len(key)} "
+                f"characters ({key[:40]!r}...) was unexpected.",
+                parameter=key[:40],
+            )
+        if len(value) > MAX_ANY_VALUE_LENGTH:
+            raise _bad(key, value, f"At most {MAX_ANY_VALUE_LENGTH} characters.")
+
+
 def parse_bool(param: str, value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in _TRUE:
@@ -108,13 +157,20 @@ def parse_bool(param: str, value: str) -> bool:
 
 def parse_time(param: str, value: str) -> datetime:
     text = value.strip()
+    if len(text) > MAX_DATE_LENGTH:
+        raise _bad(param, value, "Expected an ISO 8601 date-time.")
     try:
         if text[-1:] in ("z", "Z"):
             text = text[:-1] + "+00:00"
         parsed = datetime.fromisoformat(text)
+        # An offset at either end of the calendar moves the instant out of range.
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     except ValueError:
         raise _bad(param, value, "Expected an ISO 8601 date-time.") from None
-    return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        raise _bad(
+            param, value, "The date-time, converted to UTC, is outside years 1 to 9999."
+        ) from None
 
 
 def check_regex(param: str, pattern: str) -> str:
@@ -122,15 +178,7 @@ def check_regex(param: str, pattern: str) -> str:
     if len(pattern) > MAX_REGEX_LENGTH:
         raise _bad(param, pattern, f"A pattern is at most {MAX_REGEX_LENGTH} characters.")
     try:
-        from indexer.query.regex import validate
-    except ImportError:  # the portable-subset checker is not installed yet
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise _bad(param, pattern, f"Invalid regular expression: {exc}.") from None
-        return pattern
-    try:
-        validate(pattern)
+        validate_regex(pattern)
     except ValueError as exc:
         raise _bad(param, pattern, f"Invalid regular expression: {exc}") from None
     return pattern
@@ -159,7 +207,11 @@ def parse_limit(values: list[str] | None, max_limit: int) -> int:
     value = values[-1].strip()
     if not value.isdigit() or not value.isascii():
         raise _bad("limit", values[-1], "limit must be a non-negative integer.")
-    return min(int(value), max_limit)
+    digits = value.lstrip("0") or "0"
+    # Nova caps a limit at its maximum; a huge one is capped without converting it.
+    if len(digits) > len(str(max_limit)):
+        return max_limit
+    return min(int(digits), max_limit)
 
 
 def _power_states(values: list[str]) -> Node:
@@ -167,7 +219,8 @@ def _power_states(values: list[str]) -> Node:
     for value in values:
         text = value.strip().lower()
         if text.isdigit() and text.isascii():
-            name = st.POWER_STATES.get(int(text))
+            digits = text.lstrip("0") or "0"
+            name = st.POWER_STATES.get(int(digits)) if len(digits) < 4 else None
             if name is not None:
                 names.append(name)
         elif text in st.POWER_STATE_NUMBERS:
@@ -184,28 +237,31 @@ def parse_list_query(
     max_limit: int,
     version: Version,
 ) -> ListQuery:
-    params: dict[str, list[str]] = {}
+    check_sizes(items)
+    raw: dict[str, list[str]] = {}
     for key, value in items:
-        params.setdefault(key, []).append(value)
+        raw.setdefault(key, []).append(value)
+    admin = principal.is_admin
+    # Nova's handling first: unknown names, a member's disallowed options dropped.
+    params = applicable(raw, is_admin=admin, version=version)
     for key in params:
-        if key not in KNOWN:
+        if key in UNSUPPORTED:
+            raise BadRequest(
+                f"Invalid input for query parameters {key}: Cellsight holds no data to "
+                f"filter servers by {key}.",
+                parameter=key,
+            )
+        if key not in KNOWN:  # a name Nova's schema has and Cellsight does not act on
             raise BadRequest(
                 "Invalid input for query parameters: Additional properties are not allowed "
                 f"({key[:80]!r} was unexpected)",
                 parameter=key,
             )
-    admin = principal.is_admin
-    for key in sorted(ADMIN_ONLY & params.keys()):
-        if admin:
-            continue
-        if key == "all_tenants":
-            if _all_tenants(params["all_tenants"]):
-                raise Forbidden(f"Policy doesn't allow {_ALL_TENANTS_POLICY} to be performed.")
-        else:
-            raise Forbidden(
-                f"Policy doesn't allow {_FILTERS_POLICY} to be performed. "
-                f"(Only administrators may filter servers by {key}.)"
-            )
+    for alias, name in ALIASES.items():
+        if alias in params:
+            params[name] = params.pop(alias) + params.get(name, [])
+    if not admin and "all_tenants" in params and _all_tenants(params["all_tenants"]):
+        raise Forbidden(f"Policy doesn't allow {_ALL_TENANTS_POLICY} to be performed.")
 
     limit = parse_limit(params.get("limit"), max_limit)
     marker = _one("marker", params["marker"]).strip() if "marker" in params else None
@@ -224,8 +280,15 @@ def parse_list_query(
         # A URL to the image is accepted, as in Nova: its last path segment is the id.
         image = _one("image", params["image"]).split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
         clauses.append(Compare("image_uuid", Op.EQ, image))
+    deleted: bool | None = None
     if "vm_state" in params:
-        clauses.append(In("state", tuple(v.strip() for v in params["vm_state"])))
+        states = tuple(dict.fromkeys(v.strip() for v in params["vm_state"]))
+        if states == ("deleted",):
+            # Nova: listing the deleted state lists deleted servers, admins only.
+            if not admin:
+                raise Forbidden("Only administrators may list deleted instances")
+            deleted = True
+        clauses.append(In("state", states))
     if "task_state" in params:
         clauses.append(In("task_state", tuple(v.strip() for v in params["task_state"])))
     if "power_state" in params:
@@ -235,7 +298,6 @@ def parse_list_query(
         clauses.append(Compare("locked", Op.EQ, locked))
     clauses.extend(_tag_clauses(params))
 
-    deleted: bool | None = None
     if "status" in params:
         statuses = [s.strip().upper() for s in params["status"]]
         for s in statuses:
@@ -266,9 +328,17 @@ def parse_list_query(
     elif deleted is None and since is None and before is None:
         # Deleted servers are listed only on request, or as changes (as in Nova).
         deleted = False
-    filtered = bool(clauses) or "deleted" in params
+    filtered = bool(clauses) or "deleted" in params or "forthcoming" in params
     if deleted is not None:
         clauses.append(Compare("deleted", Op.EQ, deleted))
+    # Reservations only on request: a Nova client never sees one (Nova's own payloads
+    # carry no "forthcoming", hence "not true" rather than "== false").
+    if "forthcoming" in params and parse_bool(
+        "forthcoming", _one("forthcoming", params["forthcoming"])
+    ):
+        clauses.append(Compare("forthcoming", Op.EQ, True))
+    else:
+        clauses.append(Not(Compare("forthcoming", Op.EQ, True)))
 
     scope = _scope(params, principal)
     if scope is not None:

@@ -2,7 +2,7 @@
 
 ``InstanceSearch.search`` scopes the request (a non-administrator sees only their
 project), then asks the index when it may (a completed bulk sync marked the serving
-index synced, ``indexer.layout.is_synced``, and the safe-connect flag is clear), and
+index synced, ``cellsight.indexer.index_roles.is_synced``, and the safe-connect flag is clear), and
 otherwise, or when the index fails, fans out over the cells. Both paths return
 documents in the same form (``comparable``), so what is rendered from them is the same.
 """
@@ -17,21 +17,23 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from api.auth import Principal
-from api.errors import ServiceUnavailable
-from api.fanout import FanOut, SkippedCell
-from api.markers import marker_document
-from api.order import sort_values
-from api.render import Unreachable
-from api.safe_connect import SafeConnect
-from cells.database import connect
-from cells.errors import DatabaseUnavailable
-from cells.mappings import CellMapping, CellRegistry
-from cells.schema import instance_mappings
-from indexer.documents import comparable
-from indexer.engines.base import EngineError, SearchEngine
-from indexer.layout import is_synced
-from indexer.query.tree import Compare, Op, Scalar, SearchRequest, SortKey, conjunction
+from cellsight.api.auth import Principal
+from cellsight.api.errors import unavailable
+from cellsight.api.fanout import FanOut, SkippedCell
+from cellsight.api.index_probe import DeferredEngine
+from cellsight.api.markers import marker_document
+from cellsight.api.merge_order import sort_values
+from cellsight.api.metrics import ApiMetrics
+from cellsight.api.render import Unreachable
+from cellsight.api.safe_connect import SafeConnect
+from cellsight.cells.database import connect
+from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.schema import instance_mappings
+from cellsight.indexer.documents import comparable
+from cellsight.indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.index_roles import is_synced
+from cellsight.query.tree import Compare, Op, Scalar, SearchRequest, SortKey, conjunction
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +67,13 @@ class InstanceSearch:
         engine: SearchEngine,
         fanout: FanOut,
         safe_connect: SafeConnect,
+        metrics: ApiMetrics | None = None,
     ) -> None:
         self.registry = registry
         self.engine = engine
         self.fanout = fanout
         self.safe_connect = safe_connect
+        self.metrics = metrics or ApiMetrics()
         self._synced = False
         self._unsynced_at: float | None = None
         self._lock = threading.Lock()
@@ -90,6 +94,25 @@ class InstanceSearch:
             self._synced = synced
             self._unsynced_at = None if synced else time.monotonic()
         return synced
+
+    def probe(self) -> str:
+        """One background probe: connect if need be, read the synced marker. A success
+        clears the safe-connect flag; the result is for ``/readyz`` and the metrics."""
+        try:
+            if isinstance(self.engine, DeferredEngine):
+                self.engine.connect()
+            synced = is_synced(self.engine, "instance")
+        except EngineError as exc:
+            self.safe_connect.failed(exc)
+            return f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+        except Exception as exc:  # a bug: counted and logged; the thread must go on
+            self.metrics.bug("index probe", exc, log)
+            return f"error: {type(exc).__name__}"
+        with self._lock:
+            self._synced = synced
+            self._unsynced_at = None if synced else time.monotonic()
+        self.safe_connect.succeeded()
+        return "synced" if synced else "unsynced: not marked synced by a completed bulk sync"
 
     def mark_unsynced(self) -> None:
         """Forget the synced marker (a new sync is starting, or tests)."""
@@ -129,22 +152,27 @@ class InstanceSearch:
         if request.limit < 1:
             return Page([], "none", "limit is 0")
         path, reason = self.choose() if prefer_index else ("fanout", "fan-out requested")
+        why = "index" if path == "index" else reason.split(":", 1)[0]
         if path == "index":
             try:
                 stored = self.engine.search("instance", request)
             except EngineError as exc:
                 self.safe_connect.failed(exc)
-                reason = f"index failed, answered from the cells: {exc}"
+                reason, why = f"index failed, answered from the cells: {exc}", "index failed"
             except Exception as exc:
                 # Not the engine's failure but ours (a query it cannot take): answer
-                # from the cells without flagging the index, and log it loudly.
-                log.exception("index search failed; answering from the cells")
+                # from the cells without flagging the index; counted, and logged with
+                # its traceback once per kind.
+                self.metrics.bug("index search", exc, log)
                 self.safe_connect.release_probe()
-                reason = f"index search error, answered from the cells: {exc}"
+                why = f"index search error ({type(exc).__name__})"
+                reason = f"{why}, answered from the cells"
             else:
                 self.safe_connect.succeeded()
+                self.metrics.paths.labels("index", why).inc()
                 return Page([comparable(s.document) for s in stored], "index", reason)
         result = self.fanout.search(request, self.cells_for(project))
+        self.metrics.paths.labels("fanout", why[:60]).inc()
         return Page(result.documents, "fanout", reason, result.skipped, result.rows_read)
 
     def marker_values(
@@ -165,7 +193,7 @@ class InstanceSearch:
             with connect(self.registry.api_engine) as conn:
                 held = {row[0] for row in conn.execute(query)}
         except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
-            raise ServiceUnavailable(f"The API database is unavailable: {exc}") from None
+            raise unavailable("The API database is unavailable", exc) from None
         return [c for c in cells if c.uuid in held]
 
     def unreachable(

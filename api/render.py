@@ -4,9 +4,23 @@ Everything comes from the document (the index path makes no database call), so t
 index and the fan-out path give the same body for the same documents. Keys follow
 Nova's view builder for the request's microversion; ``OS-EXT-SRV-ATTR:*`` only for
 administrators (``hostname`` for everyone from 2.90, as in Nova). Values Cellsight does
-not hold (access IPs, config drive, security groups, launch index, root device, user
-data, trusted certificates, pinned zone, the instance's internal name) are rendered as
-Nova renders an unset value (``""`` or ``null``) or, for security groups, left out.
+not hold (access IPs, config drive, security groups, root device, user data, trusted
+certificates, pinned zone) are rendered as Nova renders an unset value (``""`` or
+``null``) or, for security groups, left out.
+
+Values Nova always has are typed as Tempest's schemas require:
+
+* ``OS-EXT-SRV-ATTR:instance_name``: Nova renders ``instance_name_template % id``
+  (``instance-%08x`` of the cell-local row id). Neither the notifications' update
+  payload nor the index document carries that id, so when the document holds no name
+  Cellsight renders the instance's uuid: Nova's own ``Instance.name`` when its
+  template cannot be filled.
+* ``OS-EXT-SRV-ATTR:launch_index`` (2.3+): ``0``, the index of a single create; the
+  notifications do not carry the index of a multi-create.
+* ``name``: ``""`` when the data has none (Nova requires a name at create; Tempest a
+  string).
+* ``server_groups`` (show, 2.71+): ``[]``, Nova's value for an instance in no group;
+  group membership is not in the notifications.
 """
 
 from __future__ import annotations
@@ -15,12 +29,13 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property, lru_cache
 from typing import Any
 from urllib.parse import urlencode
 
-from api import status as st
-from api.microversion import Version
-from api.order import parse_date
+from cellsight.api import status as st
+from cellsight.api.merge_order import parse_date
+from cellsight.api.microversion import Version
 
 
 @dataclass(frozen=True)
@@ -42,10 +57,36 @@ class LinkContext:
     def bookmark(self, collection: str, ident: str) -> str:
         return self._join(self.project or "", collection, ident)
 
+    # A page renders thousands of links: the prefixes are joined once per request.
+    @cached_property
+    def _server_self(self) -> str:
+        return self._join("v2.1", self.project or "", "servers") + "/"
+
+    @cached_property
+    def _server_bookmark(self) -> str:
+        return self._join(self.project or "", "servers") + "/"
+
+    @cached_property
+    def _flavor_bookmark(self) -> str:
+        return self._join(self.project or "", "flavors") + "/"
+
+    @cached_property
+    def _image_bookmark(self) -> str:
+        return self._join(self.project or "", "images") + "/"
+
+    @cached_property
+    def flags(self) -> ViewFlags:
+        return view_flags(self.version, self.is_admin)
+
     def links(self, ident: str) -> list[dict[str, str]]:
+        if not ident or "/" in ident:
+            return [
+                {"rel": "self", "href": self.self_link("servers", ident)},
+                {"rel": "bookmark", "href": self.bookmark("servers", ident)},
+            ]
         return [
-            {"rel": "self", "href": self.self_link("servers", ident)},
-            {"rel": "bookmark", "href": self.bookmark("servers", ident)},
+            {"rel": "self", "href": self._server_self + ident},
+            {"rel": "bookmark", "href": self._server_bookmark + ident},
         ]
 
     def next_link(self, collection: str, params: Sequence[tuple[str, str]], marker: str) -> str:
@@ -55,6 +96,42 @@ class LinkContext:
         kept = sorted(((k, v) for k, v in params if k != "marker"), key=lambda kv: kv[0])
         query = urlencode([*kept, ("marker", marker)])
         return f"{self._join('v2.1', self.project or '', collection)}?{query}"
+
+
+@dataclass(frozen=True)
+class ViewFlags:
+    """What a microversion and role put in the detail view, decided once per request
+    (comparing versions per server was half of the rendering time)."""
+
+    admin: bool
+    v2_3: bool
+    v2_9: bool
+    v2_19: bool
+    v2_26: bool
+    v2_47: bool
+    v2_63: bool
+    v2_73: bool
+    v2_90: bool
+    v2_96: bool
+
+
+@lru_cache(maxsize=512)
+def view_flags(version: Version, is_admin: bool) -> ViewFlags:
+    def at(text: str) -> bool:
+        return version.at_least(text)
+
+    return ViewFlags(
+        is_admin,
+        at("2.3"),
+        at("2.9"),
+        at("2.19"),
+        at("2.26"),
+        at("2.47"),
+        at("2.63"),
+        at("2.73"),
+        at("2.90"),
+        at("2.96"),
+    )
 
 
 def _canonical(value: str) -> bool:
@@ -107,12 +184,14 @@ def addresses(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 def _flavor(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
-    if not ctx.version.at_least("2.47"):
+    if not ctx.flags.v2_47:
         flavor_id = doc.get("flavor_flavorid") or ""
-        return {
-            "id": flavor_id,
-            "links": [{"rel": "bookmark", "href": ctx.bookmark("flavors", flavor_id)}],
-        }
+        href = (
+            ctx._flavor_bookmark + flavor_id
+            if flavor_id and "/" not in flavor_id
+            else ctx.bookmark("flavors", flavor_id)
+        )
+        return {"id": flavor_id, "links": [{"rel": "bookmark", "href": href}]}
     return {
         "vcpus": doc.get("flavor_vcpus"),
         "ram": doc.get("flavor_memory_mb"),
@@ -128,25 +207,26 @@ def _image(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any] | str:
     image_id = doc.get("image_uuid")
     if not image_id:
         return ""  # booted from volume
-    return {
-        "id": image_id,
-        "links": [{"rel": "bookmark", "href": ctx.bookmark("images", image_id)}],
-    }
+    href = (
+        ctx._image_bookmark + image_id if "/" not in image_id else ctx.bookmark("images", image_id)
+    )
+    return {"id": image_id, "links": [{"rel": "bookmark", "href": href}]}
 
 
 def summary(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
     """The index view."""
-    return {"id": doc["uuid"], "links": ctx.links(doc["uuid"]), "name": doc.get("display_name")}
+    ident = doc["uuid"]
+    return {"id": ident, "links": ctx.links(ident), "name": doc.get("display_name") or ""}
 
 
 def detail(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
     """The detail (and show) view."""
-    v = ctx.version
+    f = ctx.flags
     status = st.status_from_state(doc.get("state"), doc.get("task_state"))
     project = doc.get("tenant_id")
     server: dict[str, Any] = {
         "id": doc["uuid"],
-        "name": doc.get("display_name"),
+        "name": doc.get("display_name") or "",
         "status": status,
         "tenant_id": project or "",
         "user_id": doc.get("user_id") or "",
@@ -171,45 +251,45 @@ def detail(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
         "OS-EXT-STS:task_state": doc.get("task_state"),
         "OS-EXT-STS:vm_state": doc.get("state"),
         "OS-EXT-STS:power_state": st.power_state_number(doc.get("power_state")),
-        "os-extended-volumes:volumes_attached": _volumes(doc, v),
+        "os-extended-volumes:volumes_attached": _volumes(doc, f.v2_3),
     }
     if status in st.PROGRESS_STATUSES:
         server["progress"] = doc.get("progress") or 0
-    if ctx.is_admin:
+    if f.admin:
         server["OS-EXT-SRV-ATTR:host"] = doc.get("host")
         server["OS-EXT-SRV-ATTR:hypervisor_hostname"] = doc.get("node")
-        server["OS-EXT-SRV-ATTR:instance_name"] = None
-        if v.at_least("2.3"):
+        server["OS-EXT-SRV-ATTR:instance_name"] = doc.get("instance_name") or doc["uuid"]
+        if f.v2_3:
             server["OS-EXT-SRV-ATTR:reservation_id"] = doc.get("reservation_id")
-            server["OS-EXT-SRV-ATTR:launch_index"] = None
+            server["OS-EXT-SRV-ATTR:launch_index"] = doc.get("launch_index") or 0
             server["OS-EXT-SRV-ATTR:kernel_id"] = doc.get("kernel_id") or ""
             server["OS-EXT-SRV-ATTR:ramdisk_id"] = doc.get("ramdisk_id") or ""
             server["OS-EXT-SRV-ATTR:root_device_name"] = None
             server["OS-EXT-SRV-ATTR:user_data"] = None
-    if (ctx.is_admin and v.at_least("2.3")) or v.at_least("2.90"):
+    if (f.admin and f.v2_3) or f.v2_90:
         server["OS-EXT-SRV-ATTR:hostname"] = doc.get("host_name")
-    if v.at_least("2.9"):
+    if f.v2_9:
         server["locked"] = bool(doc.get("locked"))
-    if v.at_least("2.19"):
+    if f.v2_19:
         server["description"] = doc.get("display_description")
-    if v.at_least("2.26"):
+    if f.v2_26:
         server["tags"] = list(doc.get("tags") or [])
-    if v.at_least("2.63"):
+    if f.v2_63:
         server["trusted_image_certificates"] = None
-    if v.at_least("2.73"):
+    if f.v2_73:
         server["locked_reason"] = doc.get("locked_reason")
-    if v.at_least("2.96"):
+    if f.v2_96:
         server["pinned_availability_zone"] = None
     return server
 
 
-def _volumes(doc: Mapping[str, Any], v: Version) -> list[dict[str, Any]]:
+def _volumes(doc: Mapping[str, Any], v2_3: bool) -> list[dict[str, Any]]:
     out = []
     for bdm in doc.get("block_devices") or []:
         if not bdm.get("volume_id"):
             continue
         volume: dict[str, Any] = {"id": bdm["volume_id"]}
-        if v.at_least("2.3"):
+        if v2_3:
             volume["delete_on_termination"] = bool(bdm.get("delete_on_termination"))
         out.append(volume)
     return out

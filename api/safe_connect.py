@@ -28,6 +28,8 @@ class SafeConnect:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cooldown = cooldown
+        # False while a background prober runs: requests then never wait on the engine.
+        self.request_probes = True
         self.max_cooldown = (
             max_cooldown if max_cooldown is not None else max(cooldown * 16, cooldown)
         )
@@ -49,7 +51,12 @@ class SafeConnect:
         with self._lock:
             if not self._set:
                 return True
-            if self.cooldown == 0 or self._probing or self.clock() < self._next_probe:
+            if (
+                not self.request_probes
+                or self.cooldown == 0
+                or self._probing
+                or self.clock() < self._next_probe
+            ):
                 return False
             self._probing = True
             return True
@@ -81,6 +88,13 @@ class SafeConnect:
             self._probing = False
             self._failures = 0
             self._reason = ""
+
+    def next_probe_in(self) -> float | None:
+        """Seconds to the next probe while the flag is set, else None."""
+        with self._lock:
+            if not self._set:
+                return None
+            return max(0.0, self._next_probe - self.clock())
 
     def release_probe(self) -> None:
         """A probe that ended without an answer either way (e.g. not synced)."""

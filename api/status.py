@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from indexer.query.tree import Compare, In, Node, Not, Op, conjunction, disjunction
+from cellsight.query.tree import Compare, In, Node, Not, Op, conjunction, disjunction
 
 DEFAULT = "default"
 

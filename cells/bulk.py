@@ -14,7 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cells.database import connect
+from cellsight.cells.database import connect
 
 MAPPING_COLUMNS = (
     "instance_uuid",

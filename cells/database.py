@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from cells.errors import BadDatabaseURL, DatabaseUnavailable
+from cellsight.cells.errors import BadDatabaseURL, DatabaseUnavailable, safe_url
 
 DRIVERS = {
     "sqlite": "sqlite+pysqlite",
@@ -101,6 +101,14 @@ def create_engine(
         return _mysql_engine(parsed, connect_timeout, statement_timeout)
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
         raise BadDatabaseURL(str(url), f"its driver is not installed ({exc})") from None
+
+
+@event.listens_for(sa.Engine, "handle_error")
+def _name_the_database(context: sa.engine.ExceptionContext) -> None:
+    # A driver error does not say which database it came from; operators need to know
+    # (the CLI's one-line error shows this note). The type is left unchanged.
+    if context.sqlalchemy_exception is not None and context.engine is not None:
+        context.sqlalchemy_exception.add_note(f"database {safe_url(context.engine.url)}")
 
 
 def _sqlite_engine(
@@ -212,8 +220,13 @@ def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
     with connect(engine) as conn:
         if engine.dialect.name == "sqlite":
             conn = conn.execution_options(sqlite_begin="IMMEDIATE")
-        with conn.begin():
-            yield conn
+        try:
+            with conn.begin():
+                yield conn
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            # The server went away (or SQLite stayed locked) mid-transaction; whether a
+            # failed COMMIT applied is unknown, as for any lost connection.
+            raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
 
 
 def _first_line(exc: BaseException | None) -> str:

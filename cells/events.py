@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from cells.actions import Action
-from cells.rows import action_payload, create_payload, update_payload
-from notifications.envelope import Notification
-from notifications.payloads import AuditPeriodPayload, InstanceStateUpdatePayload
+from cellsight.cells.actions import Action
+from cellsight.cells.rows import action_payload, create_payload, update_payload
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.payloads import AuditPeriodPayload, InstanceStateUpdatePayload
 
 Row = Mapping[str, Any]
 

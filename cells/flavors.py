@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cells.errors import UnknownFlavor
+from cellsight.cells.errors import UnknownFlavor
 
 
 def _flavor(

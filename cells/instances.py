@@ -9,9 +9,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cells.rows import InstanceRow, payload_to_row
-from notifications.objects import Selection
-from notifications.payloads import FlavorPayload, InstanceCreatePayload, IpPayload, KeypairPayload
+from cellsight.cells.rows import InstanceRow, payload_to_row
+from cellsight.notifications.objects import Selection
+from cellsight.notifications.payloads import (
+    FlavorPayload,
+    InstanceCreatePayload,
+    IpPayload,
+    KeypairPayload,
+)
 
 DEFAULT_IMAGE = "155d900f-4e14-4e4c-a73d-069cbf4541e6"
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from cells.database import Engines, connect, parse_url, write_transaction
-from cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
-from cells.schema import (
+from cellsight.cells.database import Engines, connect, parse_url, write_transaction
+from cellsight.cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
+from cellsight.cells.schema import (
     cell_mappings,
     create_api_schema,
     create_cell_schema,

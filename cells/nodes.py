@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import uuid as uuidlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
-from cells.database import write_transaction
-from cells.errors import CellsError
-from cells.schema import compute_nodes, utcnow
+from cellsight.cells.database import write_transaction
+from cellsight.cells.errors import CellsError, NoValidHost
+from cellsight.cells.schema import compute_nodes, utcnow
 
 
 class DuplicateHost(CellsError):
@@ -32,8 +33,10 @@ def add_compute_node(
     ram_allocation_ratio: float = 1.0,
     disk_allocation_ratio: float = 1.0,
     uuid: str | None = None,
+    in_transaction: Callable[[sa.Connection, dict[str, Any]], object] | None = None,
 ) -> dict[str, Any]:
-    """Register one compute node with nothing used yet; returns its row."""
+    """Register one compute node with nothing used yet; returns its row.
+    ``in_transaction(conn, row)`` runs in the insert's transaction (the outbox)."""
     if not host:
         raise ValueError("a compute node needs a host name")
     if min(vcpus, memory_mb, local_gb) < 0:
@@ -64,6 +67,37 @@ def add_compute_node(
     try:
         with write_transaction(engine) as conn:
             conn.execute(compute_nodes.insert().values(**row))
+            if in_transaction is not None:
+                in_transaction(conn, row)
     except sa.exc.IntegrityError:
         raise DuplicateHost(host, row["hypervisor_hostname"]) from None
     return row
+
+
+def node_uuid(conn: sa.Connection, host: str | None, node: str | None) -> str | None:
+    """The uuid of ``host``'s compute node (``node`` when it has several), if any."""
+    c = compute_nodes.c
+    query = sa.select(c.uuid).where(c.host == host, c.deleted.is_(False))
+    if node is not None:
+        query = query.where(c.hypervisor_hostname == node)
+    value = conn.execute(query).scalar()
+    return None if value is None else str(value)
+
+
+def migration_destinations(
+    conn: sa.Connection, row: Mapping[str, Any], host: str | None
+) -> list[dict[str, Any]]:
+    """Enabled, online compute nodes of the cell other than ``row``'s host (or only
+    ``host``), most free memory first (Nova's default weigher)."""
+    c = compute_nodes.c
+    query = sa.select(compute_nodes).where(
+        c.deleted.is_(False), c.disabled.is_(False), c.offline.is_(False), c.host != row["host"]
+    )
+    if host is not None:
+        nodes = [dict(r) for r in conn.execute(query.where(c.host == host)).mappings()]
+        if not nodes:
+            raise NoValidHost(f"{host!r} is not an enabled compute host of this cell")
+        return nodes
+    # Most free memory first, Nova's default weigher.
+    free = c.memory_mb * c.ram_allocation_ratio - c.memory_mb_used
+    return [dict(r) for r in conn.execute(query.order_by(free.desc(), c.host)).mappings()]

@@ -1,12 +1,13 @@
-"""Cluster operations: one cell transaction each, notifications only after commit.
+"""Cluster operations: one cell transaction each, its notifications in the same one.
 
 Every change bumps the instance's ``revision`` and sets ``updated_at``; the UPDATE is
 guarded by the revision read under ``SELECT … FOR UPDATE`` (SQLite: ``BEGIN
 IMMEDIATE``), so a lost race raises ``ConcurrentUpdate`` instead of overwriting. The
-events (``events.py``) are built from the committed rows and published after the
-commit through the injected ``Publisher``; an operation that raises inside its
-transaction rolls back and publishes nothing. A publish failure after the commit
-propagates (the change stays committed; the index's anti-entropy check repairs it).
+events (``events.py``) are built from the changed rows and written to the cell's
+outbox (``cellsight.cells.outbox``) in the same transaction; after the commit they are published
+through the injected ``Publisher`` and deleted. An operation that raises inside its
+transaction rolls back and publishes nothing. A publish failure after the commit does
+not fail the operation: the notifications wait in the outbox for the relay.
 
 Boot writes two databases. The instance mapping (API database) is written first,
 then the instance rows (cell database). If the cell transaction fails, the mapping is
@@ -20,13 +21,15 @@ from __future__ import annotations
 import logging
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from cells.actions import (
+from cellsight.cells import outbox
+from cellsight.cells.actions import (
     ANY_STATE,
     DELETE,
     LIVE_MIGRATE,
@@ -42,8 +45,8 @@ from cells.actions import (
     UPDATE_METADATA,
     Action,
 )
-from cells.database import write_transaction
-from cells.errors import (
+from cellsight.cells.database import write_transaction
+from cellsight.cells.errors import (
     ConcurrentUpdate,
     DuplicateInstance,
     InstanceLocked,
@@ -51,18 +54,21 @@ from cells.errors import (
     InvalidInstanceState,
     NoValidHost,
 )
-from cells.events import action_events, create_events
-from cells.flavors import get_flavor
-from cells.instances import ADMIN, Actor, BootRequest, new_instance_row
-from cells.mappings import CellMapping, CellRegistry
-from cells.reads import get_instance
-from cells.rows import InstanceRow, action_payload, create_payload, flavor_columns
-from cells.scheduler import Resources, Scheduler, claim, release
-from cells.schema import compute_nodes, instances, utcnow
-from notifications.envelope import Notification
-from notifications.objects import Selection
-from notifications.payloads import InstanceActionPayload, InstanceCreatePayload
-from notifications.publisher import Publisher
+from cellsight.cells.events import action_events, create_events
+from cellsight.cells.flavors import get_flavor
+from cellsight.cells.instances import ADMIN, Actor, BootRequest, new_instance_row
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.nodeevents import USAGE_ACTIONS, node_events, places_of, read_nodes
+from cellsight.cells.nodes import migration_destinations, node_uuid
+from cellsight.cells.outbox import Outbox
+from cellsight.cells.reads import get_instance
+from cellsight.cells.room import schedule
+from cellsight.cells.rows import InstanceRow, action_payload, create_payload, flavor_columns
+from cellsight.cells.scheduler import Resources, Scheduler, claim, release
+from cellsight.cells.schema import instances, utcnow
+from cellsight.notifications.objects import Selection
+from cellsight.notifications.payloads import InstanceActionPayload, InstanceCreatePayload
+from cellsight.notifications.publisher import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +97,12 @@ class Operations:
         scheduler: Scheduler | None = None,
         before_commit: BeforeCommit | None = None,
         clock: Callable[[], datetime] = utcnow,
+        relay: Outbox | None = None,
     ) -> None:
         self.registry = registry
         self.publisher = publisher
+        self.relay = relay or Outbox(publisher)
+        self._outbox_ready: set[str] = set()
         self.publisher_id = publisher_id
         self.scheduler = scheduler or Scheduler(registry)
         self.before_commit = before_commit
@@ -104,12 +113,8 @@ class Operations:
     def boot(self, request: BootRequest, actor: Actor = ADMIN) -> BootResult:
         flavor = get_flavor(request.flavor)
         uuids = request.instance_uuids()
-        selections = self.scheduler.select_destinations(
-            flavor,
-            count=request.count,
-            cell=request.cell,
-            availability_zone=request.availability_zone,
-        )
+        # Moves reservations within a tight cell rather than refuse (cellsight.cells.room).
+        selections = schedule(self, flavor, request)
         cell = self.registry.get_cell(selections[0][0].cell_uuid)
         try:
             self.registry.map_instances(
@@ -128,10 +133,7 @@ class Operations:
                     "boot of %s failed and its mappings could not be removed", ", ".join(uuids)
                 )
             raise
-        now = self.clock()
-        self._publish(
-            [e for row in rows for e in create_events(row, cell.uuid, self.publisher_id, now)]
-        )
+        self.deliver(cell)
         return BootResult(cell, selections, [create_payload(row, cell.uuid) for row in rows])
 
     def _mapped(self, instance_uuid: str) -> bool:
@@ -152,7 +154,7 @@ class Operations:
     ) -> list[InstanceRow]:
         want = Resources.of_flavor(flavor)
         now = self.clock()
-        with write_transaction(self.registry.cell_engine(cell)) as conn:
+        with write_transaction(self.cell_engine_ready(cell)) as conn:
             for index, (uuid, choices) in enumerate(zip(uuids, selections, strict=True)):
                 chosen = next((s for s in choices if claim(conn, s.compute_node_uuid, want)), None)
                 if chosen is None:
@@ -164,8 +166,14 @@ class Operations:
                     raise DuplicateInstance(uuid) from None
             if self.before_commit is not None:
                 self.before_commit("create", conn)
-            rows = [get_instance(conn, u) for u in uuids]
-        return [r for r in rows if r is not None]
+            rows = [r for u in uuids if (r := get_instance(conn, u)) is not None]
+            nodes = read_nodes(conn, places_of(*rows))
+            outbox.add(
+                conn,
+                [e for r in rows for e in create_events(r, cell.uuid, self.publisher_id, now)]
+                + node_events(nodes, cell.uuid, self.publisher_id),
+            )
+        return rows
 
     # -------------------------------------------------------------- actions
 
@@ -229,7 +237,7 @@ class Operations:
                     uuid, f"resize to the same flavor {new['name']}", row["vm_state"], set()
                 )
             delta = Resources.of_flavor(new) - Resources.of_flavor(old)
-            node = self._node_uuid(conn, row["host"], row["node"])
+            node = node_uuid(conn, row["host"], row["node"])
             if node is None or not claim(conn, node, delta):
                 raise NoValidHost(
                     f"host {row['host']!r} has no room to resize {uuid} to {new['name']}"
@@ -249,7 +257,7 @@ class Operations:
                     uuid, f"live-migrate to its own host {host}", row["vm_state"], set()
                 )
             want = Resources.of_flavor(row["flavor"] or {})
-            for node in self._destinations(conn, row, host):
+            for node in migration_destinations(conn, row, host):
                 if claim(conn, node["uuid"], want):
                     release(conn, row["host"], row["node"], want)
                     return {
@@ -288,13 +296,13 @@ class Operations:
                 "terminated_at": now,
             }
 
-        cell, before, after = self._commit(uuid, DELETE, actor, change)
+        cell, before, after, nodes = self._commit(uuid, DELETE, actor, change)
         try:
             self.registry.queue_for_delete(uuid)
         except Exception:
             # The cell row is the truth; the flag only schedules the mapping's archival.
             log.exception("instance %s deleted but its mapping was not flagged", uuid)
-        return self._notify(DELETE, cell, before, after)
+        return self._notify(DELETE, cell, before, after, nodes)
 
     # ------------------------------------------------------------ machinery
 
@@ -305,9 +313,9 @@ class Operations:
 
     def _commit(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
-    ) -> tuple[CellMapping, InstanceRow, InstanceRow]:
+    ) -> tuple[CellMapping, InstanceRow, InstanceRow, list[dict[str, Any]]]:
         cell = self.registry.locate(uuid)
-        with write_transaction(self.registry.cell_engine(cell)) as conn:
+        with write_transaction(self.cell_engine_ready(cell)) as conn:
             before = get_instance(conn, uuid, for_update=True)
             if before is None or not actor.may_see(before):
                 raise InstanceNotFound(uuid, f"cell {cell.name}")
@@ -330,12 +338,24 @@ class Operations:
             if self.before_commit is not None:
                 self.before_commit(action.name, conn)
             after = get_instance(conn, uuid)
-        assert after is not None
-        return cell, before, after
+            assert after is not None
+            changed = action.name in USAGE_ACTIONS
+            nodes = read_nodes(conn, places_of(before, after)) if changed else []
+            outbox.add(
+                conn,
+                action_events(action, before, after, cell.uuid, self.publisher_id, self.clock())
+                + node_events(nodes, cell.uuid, self.publisher_id),
+            )
+        return cell, before, after, nodes
 
     def _check(self, row: InstanceRow, action: Action, actor: Actor) -> None:
         allowed = action.allowed or ANY_STATE
-        if row["deleted"] or row["vm_state"] not in allowed:
+        # A reservation changes through cellsight.cells.reservations; only a rename is shared.
+        if (
+            row["deleted"]
+            or row["vm_state"] not in allowed
+            or (row["forthcoming"] and action is not RENAME)
+        ):
             raise InvalidInstanceState(
                 row["uuid"], action.describe(), row["vm_state"], set(allowed)
             )
@@ -343,38 +363,28 @@ class Operations:
             raise InstanceLocked(row["uuid"], action.describe(), row["locked_reason"])
 
     def _notify(
-        self, action: Action, cell: CellMapping, before: InstanceRow, after: InstanceRow
+        self,
+        action: Action,
+        cell: CellMapping,
+        before: InstanceRow,
+        after: InstanceRow,
+        nodes: list[dict[str, Any]],
     ) -> InstanceActionPayload:
-        self._publish(
-            action_events(action, before, after, cell.uuid, self.publisher_id, self.clock())
-        )
+        self.deliver(cell)
         return action_payload(after, cell.uuid)
 
-    def _publish(self, events: list[Notification]) -> None:
-        if events:
-            self.publisher.publish_many(events)
+    def transaction(self, cell: CellMapping) -> AbstractContextManager[sa.Connection]:
+        """A write transaction on ``cell`` whose ``outbox.add`` commits with the change;
+        call ``deliver(cell)`` after it (the reservation and node modules do)."""
+        return write_transaction(self.cell_engine_ready(cell))
 
-    @staticmethod
-    def _node_uuid(conn: sa.Connection, host: str | None, node: str | None) -> str | None:
-        c = compute_nodes.c
-        query = sa.select(c.uuid).where(c.host == host, c.deleted.is_(False))
-        if node is not None:
-            query = query.where(c.hypervisor_hostname == node)
-        value = conn.execute(query).scalar()
-        return None if value is None else str(value)
+    def deliver(self, cell: CellMapping) -> None:
+        """Publish the cell's outbox now; on a bus failure it waits for the relay."""
+        self.relay.deliver(self.registry.cell_engine(cell))
 
-    def _destinations(
-        self, conn: sa.Connection, row: InstanceRow, host: str | None
-    ) -> list[dict[str, Any]]:
-        c = compute_nodes.c
-        query = sa.select(compute_nodes).where(
-            c.deleted.is_(False), c.disabled.is_(False), c.offline.is_(False), c.host != row["host"]
-        )
-        if host is not None:
-            nodes = [dict(r) for r in conn.execute(query.where(c.host == host)).mappings()]
-            if not nodes:
-                raise NoValidHost(f"{host!r} is not an enabled compute host of this cell")
-            return nodes
-        # Most free memory first, Nova's default weigher.
-        free = c.memory_mb * c.ram_allocation_ratio - c.memory_mb_used
-        return [dict(r) for r in conn.execute(query.order_by(free.desc(), c.host)).mappings()]
+    def cell_engine_ready(self, cell: CellMapping) -> sa.Engine:
+        engine = self.registry.cell_engine(cell)
+        if cell.uuid not in self._outbox_ready:
+            outbox.ensure_tables(engine)  # a cell created before the outbox existed
+            self._outbox_ready.add(cell.uuid)
+        return engine

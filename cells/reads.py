@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import sqlalchemy as sa
 
-from cells.rows import InstanceRow
-from cells.schema import compute_nodes, instances
+from cellsight.cells.rows import InstanceRow
+from cellsight.cells.schema import compute_nodes, instances
 
 
 def get_instance(conn: sa.Connection, uuid: str, *, for_update: bool = False) -> InstanceRow | None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from notifications.base import VersionedObject
-from notifications.objects import ComputeNodePayload
-from notifications.payloads import (
+from cellsight.notifications.base import VersionedObject
+from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.payloads import (
     InstanceActionPayload,
     InstanceCreatePayload,
     InstancePayload,

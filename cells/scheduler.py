@@ -18,12 +18,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cells.database import connect
-from cells.errors import NoValidHost
-from cells.mappings import CellMapping, CellRegistry
-from cells.reads import list_compute_nodes
-from cells.schema import compute_nodes, utcnow
-from notifications.objects import SchedulerLimits, Selection
+from cellsight.cells.database import connect
+from cellsight.cells.errors import NoValidHost
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.reads import list_compute_nodes
+from cellsight.cells.schema import compute_nodes, utcnow
+from cellsight.notifications.objects import SchedulerLimits, Selection
 
 ALLOCATION_REQUEST_VERSION = "1.36"
 

@@ -229,6 +229,30 @@ compute_nodes = sa.Table(
     **TABLE_OPTIONS,
 )
 
+# The transactional outbox (``cellsight.cells.outbox``): notifications written in the same
+# transaction as the change they describe, published and deleted after commit.
+outbox = sa.Table(
+    "outbox",
+    cell_metadata,
+    # Publication order: ids grow with commit order within one cell.
+    sa.Column("id", Id(), primary_key=True, autoincrement=True),
+    sa.Column("instance_uuid", Uuid()),
+    sa.Column("event_type", Str(255), nullable=False),
+    sa.Column("body", sa.Text().with_variant(mysql.LONGTEXT(), *MYSQL_NAMES), nullable=False),
+    sa.Column("created_at", UTCDateTime(), nullable=False),
+    **TABLE_OPTIONS,
+)
+
+# One row per cell: which relay may publish the outbox now, and until when.
+outbox_lease = sa.Table(
+    "outbox_lease",
+    cell_metadata,
+    sa.Column("name", Str(64), primary_key=True),
+    sa.Column("holder", Str(128)),
+    sa.Column("expires_at", UTCDateTime()),
+    **TABLE_OPTIONS,
+)
+
 
 def create_api_schema(engine: sa.Engine) -> None:
     api_metadata.create_all(engine)

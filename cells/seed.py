@@ -32,20 +32,20 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cells import bulk
-from cells.database import create_engine
-from cells.mappings import CellMapping, CellRegistry
-from cells.rows import create_payload
-from cells.schema import (
+from cellsight.cells import bulk
+from cellsight.cells.database import create_engine
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.rows import create_payload
+from cellsight.cells.schema import (
     compute_nodes,
     create_cell_indexes,
     create_cell_schema,
     instance_mappings,
     instances,
 )
-from cells.seeddata import Generator, HostUsage
-from notifications.envelope import Notification
-from notifications.publisher import Publisher
+from cellsight.cells.seeddata import Generator, HostUsage
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.publisher import Publisher
 
 Progress = Callable[[int], None]
 Tuples = list[tuple[Any, ...]]

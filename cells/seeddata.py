@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from itertools import accumulate
 from typing import Any
 
-from cells.flavors import FLAVORS
-from cells.rows import flavor_columns
-from cells.schema import instances
+from cellsight.cells.flavors import FLAVORS
+from cellsight.cells.rows import flavor_columns
+from cellsight.cells.schema import instances
 
 EPOCH = datetime(1970, 1, 1)
 SPAN_US = 730 * 86_400 * 1_000_000  # creation times spread over two years

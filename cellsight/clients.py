@@ -1,30 +1,76 @@
 """Every client of an outside system, built from the settings in one place.
 
 Producers and consumers take their bus entities from here so that both declare them
-with the same names and arguments (see ``notifications.queues``).
+with the same names and arguments (see ``cellsight.notifications.queues``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from kombu import Exchange, Queue
+from kombu import Connection, Exchange, Queue
+from kombu.exceptions import OperationalError
+from kombu.transport import resolve_transport
 
+from cellsight.notifications import queues
+from cellsight.notifications.bus import Bus, BusError, open_bus
+from cellsight.notifications.notifier import Notifier
 from cellsight.settings import Settings
-from notifications import queues
-from notifications.bus import Bus, open_bus
-from notifications.notifier import Notifier
 
 if TYPE_CHECKING:
-    from indexer.consumer import ConsumerConfig
-    from indexer.engines.base import SearchEngine
+    from cellsight.indexer.consumer import ConsumerConfig
+    from cellsight.indexer.engines.base import SearchEngine
+
+
+class BadBusURL(BusError):
+    """``bus_url`` names a transport kombu does not have."""
+
+
+class BusUnavailable(BusError):
+    """The broker cannot be reached or refused the login; the URL is shown masked."""
+
+    def __init__(self, shown_url: str, why: str) -> None:
+        super().__init__(f"message bus {shown_url} is unavailable: {why}")
+        self.url = shown_url
+        self.why = why
 
 
 def build_bus(settings: Settings) -> Bus:
     """The configured bus; the embedded one is started or attached to. Close it when done."""
-    return open_bus(settings.bus_url, settings.bus_dir, timeout=settings.publish_timeout)
+    if settings.bus_url is not None:
+        scheme = settings.bus_url.partition("://")[0]
+        try:
+            resolve_transport(scheme.partition("+")[0] or None)
+        except KeyError:  # kombu's signal for an unknown transport name
+            raise BadBusURL(
+                f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
+            ) from None
+    return open_bus(
+        settings.bus_url,
+        settings.bus_dir,
+        timeout=settings.publish_timeout,
+        visibility_timeout=settings.bus_visibility_timeout,
+    )
+
+
+@contextmanager
+def bus_connection(settings: Settings) -> Iterator[Connection]:
+    """A connected kombu connection to the configured bus, closed with the bus afterwards;
+    a broker that is down or refuses the login raises ``BusUnavailable``."""
+    with build_bus(settings) as bus, bus.connection() as connection:
+        try:
+            connection.connect()
+        except (
+            OperationalError,
+            *connection.connection_errors,
+            # a refused login (AMQP 403) is one of the transport's channel errors
+            *connection.channel_errors,
+        ) as exc:
+            raise BusUnavailable(bus.display_url, f"{type(exc).__name__}: {exc}") from exc
+        yield connection
 
 
 def notifications_exchange(settings: Settings) -> Exchange:
@@ -75,7 +121,7 @@ def build_notifier(
 def build_engine(settings: Settings) -> SearchEngine:
     """The configured search engine: embedded in the data directory unless
     ``search_url`` names an Elasticsearch/OpenSearch cluster."""
-    from indexer.engines import build_engine as build
+    from cellsight.indexer.engines import build_engine as build
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     return build(
@@ -89,7 +135,7 @@ def build_engine(settings: Settings) -> SearchEngine:
 def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[str, str]]:
     """Instance uuid → cell uuid from the instance mappings, for Nova's own payloads
     (Cellsight's producer puts the cell in the payload)."""
-    from cells.mappings import CellRegistry
+    from cellsight.cells.mappings import CellRegistry
 
     registry = CellRegistry.from_settings(settings)
     return registry.cells_of
@@ -98,7 +144,7 @@ def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[st
 def build_consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfig:
     """The indexer consumer's names and batching from the settings; ``overrides`` (e.g. a
     shorter ``batch_age`` for the demo) replace single fields."""
-    from indexer.consumer import ConsumerConfig
+    from cellsight.indexer.consumer import ConsumerConfig
 
     config = ConsumerConfig(
         exchange=settings.exchange,
@@ -109,5 +155,6 @@ def build_consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfi
         batch_bytes=settings.batch_bytes,
         batch_age=settings.batch_age_ms / 1000,
         prefetch=settings.prefetch,
+        max_in_flight=settings.max_in_flight,
     )
     return dataclasses.replace(config, **overrides)

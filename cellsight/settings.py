@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -38,19 +38,51 @@ class Settings(BaseSettings):
 
     # Message bus.
     bus_url: str | None = Field(None, description="amqp://… in production; default: embedded Redis")
-    exchange: str = "nova"
-    publisher_id: str = "cellsight-ops"
+    exchange: str = Field("nova", description="Topic exchange Nova publishes notifications to")
+    publisher_id: str = Field(
+        "cellsight-ops", description="publisher_id of the notifications Cellsight emits"
+    )
     publish_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a publish/confirm")
+    bus_visibility_timeout: float = Field(
+        120.0,
+        gt=0,
+        description="Embedded (Redis) bus: seconds before a fetched, unacked message is "
+        "redelivered (after a consumer crash)",
+    )
+    outbox_relay_interval: float | None = Field(
+        10.0,
+        gt=0,
+        description="Seconds between the indexer's outbox relay passes over every cell; "
+        "empty: off (then run `cellsight outbox relay` yourself)",
+    )
+    outbox_lease: float = Field(
+        30.0, gt=0, description="Seconds a relay holds a cell's outbox before another may"
+    )
 
     # Indexer.
-    indexer_queue: str = "cellsight.indexer"
-    dead_letter_exchange: str = "cellsight.dlx"
-    dead_letter_queue: str = "cellsight.dlq"
-    batch_count: int = Field(1000, ge=1)
-    batch_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    batch_age_ms: int = Field(200, ge=1)
-    prefetch: int = Field(2000, ge=1)
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    indexer_queue: str = Field(
+        "cellsight.indexer", description="The indexer's queue; one per indexer deployment"
+    )
+    dead_letter_exchange: str = Field(
+        "cellsight.dlx", description="Where undecodable or rejected messages go"
+    )
+    dead_letter_queue: str = Field(
+        "cellsight.dlq", description="Queue of dead letters (`cellsight dlq list|replay`)"
+    )
+    batch_count: int = Field(1000, ge=1, description="Indexer: flush a batch at this many messages")
+    batch_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, description="Indexer: flush a batch at this many bytes"
+    )
+    batch_age_ms: int = Field(
+        200, ge=1, description="Indexer: flush a batch this old (milliseconds)"
+    )
+    prefetch: int = Field(2000, ge=1, description="Messages the broker sends ahead of acks")
+    max_in_flight: int = Field(
+        0, ge=0, le=64, description="Bulk writes in flight per indexer; 0: 1 embedded, 5 HTTP"
+    )
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Indexer's Prometheus /metrics port; default off"
+    )
     verify_interval: float | None = Field(
         None, gt=0, description="Seconds between the indexer's anti-entropy repairs; default off"
     )
@@ -59,7 +91,7 @@ class Settings(BaseSettings):
     search_url: str | None = Field(
         None, description="http(s):// Elasticsearch/OpenSearch; default: embedded"
     )
-    search_timeout: float = Field(5.0, gt=0)
+    search_timeout: float = Field(5.0, gt=0, description="Seconds per search engine request")
     index_prefix: str = Field(
         "cellsight",
         pattern=r"^[a-z0-9][a-z0-9_.-]*$",
@@ -67,19 +99,42 @@ class Settings(BaseSettings):
     )
 
     # API.
-    api_host: str = "127.0.0.1"
-    api_port: int = Field(8774, ge=0, le=65535)
-    auth_mode: Literal["dev", "token"] = "dev"
-    token_file: Path | None = None
-    max_limit: int = Field(1000, ge=1)
+    api_host: str = Field("127.0.0.1", description="Address `cellsight api` binds")
+    api_port: int = Field(8774, ge=0, le=65535, description="Port `cellsight api` binds")
+    auth_mode: Literal["dev", "token"] = Field(
+        "dev", description="dev: X-Auth-Token user:project; token: tokens from token_file"
+    )
+    token_file: Path | None = Field(None, description="JSON/TOML token map for auth_mode token")
+    max_limit: int = Field(1000, ge=1, description="Largest page the API returns")
     safe_connect_cooldown: float = Field(
         30.0, ge=0, description="0 keeps the fallback until restart"
+    )
+    index_probe_interval: float = Field(
+        5.0, gt=0, description="Seconds between background probes of the search index"
+    )
+    fanout_workers: int = Field(32, ge=1, description="Cell queries run at once (fan-out)")
+    fanout_admission_wait: float = Field(
+        2.0, ge=0, description="Seconds a fan-out waits for room in the pool before a 503"
     )
     cell_timeout: float = Field(
         5.0, gt=0, description="Per-cell deadline on the fan-out path, seconds"
     )
+    node_cache_ttl: float = Field(600.0, ge=0, description="Node state cache entry TTL, s")
+    node_cache_refresh: float = Field(
+        0.0, ge=0, description="The API refreshes the node cache this often, s (0: never)"
+    )
+    node_cache_listen: bool = Field(
+        False, description="The API listens on the bus to drop changed node cache entries"
+    )
 
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="Log level of the API server; the CLI uses -v unless this is set"
+    )
+
+    @field_validator("outbox_relay_interval", mode="before")
+    @classmethod
+    def _blank_is_off(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @field_validator("bus_url", "search_url", "api_db_url")
     @classmethod
@@ -125,6 +180,13 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     token = _config_file.set(config)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = ".".join(str(p) for p in first["loc"]) or "settings"
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(
+            f"invalid setting {name} (CELLSIGHT_{name.upper()}): {first['msg']}{more}"
+        ) from None
     except ValueError as exc:
         raise ConfigError(f"invalid settings: {exc}") from None
     finally:

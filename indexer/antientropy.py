@@ -14,11 +14,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from cells.mappings import CellRegistry
-from indexer.engines.base import RESOURCES, SearchEngine
-from indexer.layout import LAST_VERIFY
-from indexer.lock import LockHeld, MaintenanceLock
-from indexer.verify import Verifier, VerifyReport
+from cellsight.cells.mappings import CellRegistry
+from cellsight.indexer.engines.base import RESOURCES, SearchEngine
+from cellsight.indexer.index_roles import LAST_VERIFY
+from cellsight.indexer.lock import LockHeld, MaintenanceLock
+from cellsight.indexer.verify import Verifier, VerifyReport
 
 log = logging.getLogger(__name__)
 

@@ -1,32 +1,40 @@
-"""The indexer's kombu consumer: batch, write, dead-letter, then ack.
+"""The indexer's kombu consumer: batch, decode, write, dead-letter, then ack.
 
 A message is acked only after its verdict (see ``writer``): nothing is acked before its
 write succeeded or was classified. A batch flushes at a count, a byte size or an age,
-whichever comes first, as one bulk request. On SIGTERM/SIGINT the caller sets ``stop``:
-the current batch is flushed and acked, then the channel closes.
+whichever comes first, as one bulk request. While a batch is written (on a writer
+thread, see ``inflight``) the next ones are received and decoded here; finished writes
+are settled in order. On SIGTERM/SIGINT the caller sets ``stop``: what was received is
+written and acked within a bounded time, then the channel closes.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
-from kombu import Connection, Consumer, Message, Producer
+from kombu import Connection, Consumer, Message
 
-from indexer import metrics
-from indexer.engines.base import SearchEngine
-from indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
-from notifications import queues
+from cellsight.indexer import metrics
+from cellsight.indexer.deadletter import (
+    REASON_CODE_HEADER,
+    REASON_HEADER,
+    DeadLetterer,
+    DeadLetterUnconfirmed,
+)
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.inflight import Flights, PlannedBatch, default_in_flight
+from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
+from cellsight.notifications import queues
 
 log = logging.getLogger(__name__)
 
-REASON_HEADER = "x-cellsight-reason"
-REASON_CODE_HEADER = "x-cellsight-reason-code"
+__all__ = ["REASON_CODE_HEADER", "REASON_HEADER", "ConsumerConfig", "IndexerConsumer"]
+
+SHUTDOWN_GRACE = 5.0  # seconds to finish writes after stop; the rest stays unacked
+BUSY_POLL = 0.005  # bus wait while writes are in flight, so their acks are not late
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,15 @@ class ConsumerConfig:
     batch_age: float = 0.2
     prefetch: int = 2000
     max_backoff: float = 30.0  # seconds between write retries while the engine is down
+    max_in_flight: int = 0  # bulk writes at once; 0: 1 on the embedded engine, 5 on HTTP
+
+    def in_flight_for(self, engine: SearchEngine) -> int:
+        return self.max_in_flight or default_in_flight(engine.distribution)
+
+    def prefetch_for(self, in_flight: int) -> int:
+        """Room for every batch in flight, one decoded and waiting, one being received:
+        with less, receiving stalls until a write is acked and the overlap is lost."""
+        return max(self.prefetch, self.batch_count * (in_flight + 2))
 
 
 class IndexerConsumer:
@@ -55,65 +72,102 @@ class IndexerConsumer:
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
+        # Retries end only when a shutdown's grace is over, not when ``stop`` is set.
+        self._abort = threading.Event()
         self.writer = BatchWriter(
-            engine, stop=self.stop, cell_resolver=cell_resolver, max_backoff=config.max_backoff
+            engine, stop=self._abort, cell_resolver=cell_resolver, max_backoff=config.max_backoff
         )
+        self.in_flight = config.in_flight_for(engine)
+        self.prefetch = config.prefetch_for(self.in_flight)
         self.exchange = queues.notifications_exchange(config.exchange)
         self.queue = queues.indexer_queue(config.queue, self.exchange)
         self.dlx = queues.dead_letter_exchange(config.dead_letter_exchange)
         self.dlq = queues.dead_letter_queue(config.dead_letter_queue, self.dlx)
+        self.dead_letters = DeadLetterer(
+            connection,
+            exchange=config.exchange,
+            dlx=self.dlx,
+            dlq=self.dlq,
+            stop=self.stop,
+            max_backoff=config.max_backoff,
+        )
         self._batch: list[Message] = []
         self._bytes = 0
         self._oldest = 0.0
+        self._ready: PlannedBatch | None = None
+        self._flights = Flights(self.writer, self.in_flight)
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
 
     # Run loop ---------------------------------------------------------------
     def run(self, max_batches: int | None = None) -> None:
-        """Consume until ``stop`` is set (or ``max_batches`` flushed, for tests)."""
+        """Consume until ``stop`` is set (or ``max_batches`` launched, for tests)."""
+        try:
+            self._run(max_batches)
+        except DeadLetterUnconfirmed as exc:
+            # Only raised once ``stop`` is set: the batch stays unacked for redelivery.
+            log.warning("%s; its batch stays unacked", exc)
+        finally:
+            self.dead_letters.close()
+
+    def _run(self, max_batches: int | None) -> None:
         backoff = 0.5
-        while not self.stop.is_set():
-            try:
-                self._consume(max_batches)
-                return
-            except self.connection.connection_errors as exc:
-                # Unacked messages of the lost channel are redelivered by the broker.
-                self._batch.clear()
-                self._bytes = 0
-                log.warning("bus connection lost (%s); reconnecting in %.1fs", exc, backoff)
-                self.stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-                self.connection = self.connection.clone()
+        try:
+            while not self.stop.is_set():
+                try:
+                    self._consume(max_batches)
+                    return
+                except self.connection.connection_errors as exc:
+                    # Unacked messages of the lost channel are redelivered by the broker;
+                    # writes in flight finish first so they cannot race their redelivery.
+                    self._batch.clear()
+                    self._bytes = 0
+                    self._ready = None
+                    self._flights.forget(grace=self.config.max_backoff)
+                    log.warning("bus connection lost (%s); reconnecting in %.1fs", exc, backoff)
+                    self.stop.wait(backoff)
+                    backoff = min(backoff * 2, 30.0)
+                    self.connection = self.connection.clone()
+        finally:
+            self._abort.set()
+            self._flights.forget(grace=SHUTDOWN_GRACE)
+            self._flights.close()
 
     def _consume(self, max_batches: int | None) -> None:
-        flushed = 0
+        launched = 0
         with self.connection.channel() as channel, self.connection.channel() as dl_channel:
             self.queue(channel).declare()
             self.dlq(dl_channel).declare()
-            channel.basic_qos(0, self.config.prefetch, False)
-            producer = Producer(dl_channel)
+            channel.basic_qos(0, self.prefetch, False)
             consumer = Consumer(
                 channel,
                 queues=[self.queue],
                 on_message=self._on_message,
                 no_ack=False,
-                prefetch_count=self.config.prefetch,
+                prefetch_count=self.prefetch,
             )
             with consumer:
                 while not self.stop.is_set():
-                    with contextlib.suppress(TimeoutError):
+                    # try/except, not contextlib.suppress: this runs once per message
+                    try:  # noqa: SIM105
                         self.connection.drain_events(timeout=self._wait_time())
-                    if self._due():
-                        self.flush(producer)
-                        flushed += 1
-                        if max_batches is not None and flushed >= max_batches:
+                    except TimeoutError:
+                        pass
+                    if self._flights.any_settled():
+                        self._settle()
+                    if self._ready is None and self._due():
+                        self._ready = self._plan()
+                    if self._ready is not None and self._flights.can_take(self._ready):
+                        self._flights.launch(self._ready)
+                        self._ready = None
+                        launched += 1
+                        if max_batches is not None and launched >= max_batches:
                             break
-                if self._batch and self.stop.is_set():
-                    self._flush_on_shutdown(producer)
-                elif self._batch:
-                    self.flush(producer)
+                self._finish(SHUTDOWN_GRACE if self.stop.is_set() else None)
 
     def _wait_time(self) -> float:
+        if self._flights or self._ready is not None:
+            return BUSY_POLL
         if not self._batch:
             return 1.0
         return max(0.0, self._oldest + self.config.batch_age - time.monotonic())
@@ -133,47 +187,40 @@ class IndexerConsumer:
         self._batch.append(message)
         self._bytes += len(message.body or b"")
 
-    # Flush ----------------------------------------------------------------
-    def _flush_on_shutdown(self, producer: Producer) -> None:
-        """Flush what we have with one bounded attempt (5 s): a write blocked by an
-        outage is abandoned unacked and redelivered after restart."""
-        deadline = threading.Event()
-        timer = threading.Timer(5.0, deadline.set)
-        self.writer.stop, self.writer.max_backoff = deadline, 0.5
-        timer.start()
-        try:
-            self.flush(producer)
-        except Exception as exc:
-            log.warning(
-                "shutdown flush abandoned, %d messages stay unacked: %s", len(self._batch), exc
-            )
-        finally:
-            timer.cancel()
-            self.writer.stop = self.stop
-
-    def flush(self, producer: Producer) -> None:
+    def _plan(self) -> PlannedBatch:
         batch, self._batch, self._bytes = self._batch, [], 0
-        if not batch:
-            return
-        started = time.perf_counter()
-        try:
-            outcomes = self.writer.write([m.body for m in batch])
-        except Exception:
-            self._batch = batch  # not acked: the caller decides (shutdown or crash)
-            raise
-        for message, outcome in zip(batch, outcomes, strict=True):
-            if outcome.verdict is Verdict.DEAD:
-                self._dead_letter(producer, message, outcome)
-            self.totals[outcome.verdict.value] += 1
-        self._ack(batch)
-        self.acked += len(batch)
-        metrics.BATCH_SIZE.observe(len(batch))
-        metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
-        log.debug(
-            "batch of %d: %s",
-            len(batch),
-            {v.value: sum(o.verdict is v for o in outcomes) for v in Verdict},
-        )
+        outcomes, planned = self.writer.plan([m.body for m in batch])
+        return PlannedBatch(batch, outcomes, planned)
+
+    # Settle -----------------------------------------------------------------
+    def _finish(self, grace: float | None) -> None:
+        """Write and settle what was received; with a ``grace`` (shutdown) only for that
+        long: a write blocked by an outage is abandoned unacked, redelivered later."""
+        pending = [b for b in (self._ready, self._plan() if self._batch else None) if b]
+        self._ready = None
+        deadline = time.monotonic() + grace if grace is not None else float("inf")
+        while (pending or self._flights) and time.monotonic() < deadline:
+            if pending and self._flights.can_take(pending[0]):
+                self._flights.launch(pending.pop(0))
+                continue
+            self._flights.wait_oldest(min(0.05, deadline - time.monotonic()))
+            self._settle()
+        if pending or self._flights:
+            self._abort.set()
+            left = sum(len(b.messages) for b in pending) + self._flights.forget(grace=1.0)
+            log.warning("shutdown: %d messages stay unacked (write not finished)", left)
+
+    def _settle(self) -> None:
+        for flight, outcomes in self._flights.settled():
+            for message, outcome in zip(flight.messages, outcomes, strict=True):
+                if outcome.verdict is Verdict.DEAD:
+                    self._dead_letter(message, outcome)
+                self.totals[outcome.verdict.value] += 1
+            self._ack(flight.messages)
+            self.acked += len(flight.messages)
+            metrics.BATCH_SIZE.observe(len(flight.messages))
+            metrics.BATCH_SECONDS.observe(time.perf_counter() - flight.started)
+            log.debug("batch of %d settled", len(flight.messages))
 
     def _ack(self, batch: list[Message]) -> None:
         """On AMQP one ``basic.ack`` with ``multiple`` acks the whole batch: it holds every
@@ -188,28 +235,11 @@ class IndexerConsumer:
         for message in batch:
             message.ack()
 
-    def _dead_letter(self, producer: Producer, message: Message, outcome: Outcome) -> None:
-        headers: dict[str, Any] = dict(message.headers or {})
-        headers.update(
-            {
-                REASON_HEADER: (outcome.reason or "")[:1000],
-                REASON_CODE_HEADER: outcome.reason_code or "unknown",
-                "x-cellsight-event-type": outcome.event_type or "",
-                "x-original-exchange": message.delivery_info.get("exchange")
-                or self.config.exchange,
-                "x-original-routing-key": message.delivery_info.get("routing_key") or "",
-                "x-dead-lettered-at": datetime.now(UTC).isoformat(),
-            }
-        )
-        # The original bytes travel unchanged so a replay after a fix is exact.
-        producer.publish(
-            message.body,
-            exchange=self.dlx,
-            routing_key=self.config.dead_letter_queue,
-            headers=headers,
-            content_type=message.content_type or "application/octet-stream",
-            content_encoding=message.content_encoding or "binary",
-            delivery_mode=2,
-            retry=True,
-            retry_policy={"max_retries": 5, "interval_start": 0.2, "interval_step": 0.5},
+    def _dead_letter(self, message: Message, outcome: Outcome) -> None:
+        """Returns once the DLQ holds the message (confirmed), before the batch is acked."""
+        self.dead_letters.send(
+            message,
+            outcome.reason_code or "unknown",
+            outcome.reason or "",
+            outcome.event_type or "",
         )

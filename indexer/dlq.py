@@ -6,10 +6,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Connection, Producer
+from kombu import Connection, Message
 
-from indexer.consumer import REASON_CODE_HEADER, REASON_HEADER
-from notifications import queues
+from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER
+from cellsight.notifications import queues
+from cellsight.notifications.confirm import (
+    ConfirmingProducer,
+    confirming_connection,
+    publish_confirmed,
+)
+from cellsight.notifications.errors import PublishError
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,14 @@ def peek(
             yield DeadLetter.from_message(message.headers or {}, message.body)
 
 
+class ReplayRefused(Exception):
+    """A dead letter could not be republished routably: it stays in the DLQ."""
+
+    def __init__(self, message: str, replayed: int) -> None:
+        super().__init__(message)
+        self.replayed = replayed
+
+
 def replay(
     connection: Connection,
     *,
@@ -58,39 +72,54 @@ def replay(
     dlq_name: str,
     limit: int | None = None,
     reason_code: str | None = None,
+    timeout: float = 10.0,
 ) -> tuple[int, int]:
-    """Republish dead letters to the notifications exchange, each acked only after its
-    republish was confirmed. Returns (replayed, left in the queue)."""
+    """Republish dead letters to the notifications exchange, each acked (removed from the
+    DLQ) only after the bus confirmed its republish reached a queue. Returns (replayed,
+    left in the queue with another reason).
+
+    Raises ``ReplayRefused`` at the first letter the bus does not take (nothing bound to
+    its routing key, a nack): that letter and all after it stay in the DLQ.
+    """
     exchange = queues.notifications_exchange(exchange_name)
     dlq = queues.dead_letter_queue(dlq_name, queues.dead_letter_exchange(dlx_name))
     replayed = skipped = 0
-    with connection.channel() as channel, connection.channel() as pub_channel:
+    held: list[Message] = []
+    with connection.channel() as channel, confirming_connection(connection) as publishing:
         bound = dlq(channel)
         bound.declare()
-        # kombu's Redis transport keeps exchange types per process: declare before use.
-        exchange(pub_channel).declare()
-        producer = Producer(pub_channel)
-        held = []
-        while limit is None or replayed < limit:
-            message = bound.get(no_ack=False, accept=None)
-            if message is None:
-                break
-            letter = DeadLetter.from_message(message.headers or {}, message.body)
-            if reason_code is not None and letter.reason_code != reason_code:
-                held.append(message)  # returned to the queue when the channel closes
-                skipped += 1
-                continue
-            producer.publish(
-                letter.body,
-                exchange=exchange,
-                routing_key=letter.routing_key or "versioned_notifications.info",
-                content_type=message.content_type or "application/json",
-                content_encoding=message.content_encoding or "utf-8",
-                delivery_mode=2,
-                retry=True,
-            )
-            message.ack()
-            replayed += 1
-        for message in held:
-            message.requeue()
+        producer = ConfirmingProducer(publishing.channel())
+        try:
+            while limit is None or replayed < limit:
+                message = bound.get(no_ack=False, accept=None)
+                if message is None:
+                    break
+                letter = DeadLetter.from_message(message.headers or {}, message.body)
+                if reason_code is not None and letter.reason_code != reason_code:
+                    held.append(message)
+                    skipped += 1
+                    continue
+                key = letter.routing_key or queues.routing_key("info")
+                try:
+                    publish_confirmed(
+                        producer,
+                        letter.body,
+                        exchange=exchange,
+                        routing_key=key,
+                        timeout=timeout,
+                        content_type=message.content_type or "application/json",
+                        content_encoding=message.content_encoding or "utf-8",
+                    )
+                except PublishError as exc:
+                    message.requeue()
+                    raise ReplayRefused(
+                        f"dead letter ({letter.reason_code} {letter.event_type or '-'}) not "
+                        f"replayed, it stays in {dlq_name!r}: {exc}",
+                        replayed,
+                    ) from exc
+                message.ack()
+                replayed += 1
+        finally:
+            for message in held:
+                message.requeue()
     return replayed, skipped

@@ -23,11 +23,11 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from indexer.fields import BOOKKEEPING_FIELDS, INSTANCE_FIELDS, NODE_FIELDS, Kind
-from notifications.base import DATA, VersionedObject, format_timestamp
-from notifications.envelope import EventType
-from notifications.objects import ComputeNodePayload
-from notifications.payloads import InstancePayload
+from cellsight.indexer.fields import BOOKKEEPING_FIELDS, INSTANCE_FIELDS, NODE_FIELDS, Kind
+from cellsight.notifications.base import DATA, VersionedObject, format_timestamp
+from cellsight.notifications.envelope import EventType
+from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.payloads import InstancePayload
 
 TIE_BITS = 10
 _PHASE_RANK = {"start": 0, None: 1, "progress": 1, "error": 2, "end": 3}

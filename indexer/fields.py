@@ -12,41 +12,14 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
-from notifications.base import VersionedObject
-from notifications.objects import ComputeNodePayload
-from notifications.payloads import InstancePayload
-
-
-class Kind(StrEnum):
-    KEYWORD = "keyword"
-    TEXT = "text"  # full text with a keyword sub-field, for names
-    LONG = "long"
-    DOUBLE = "double"
-    BOOLEAN = "boolean"
-    DATE = "date"
-    IP = "ip"
-    OBJECT = "object"  # stored and returned, never searched
-
-
-@dataclass(frozen=True)
-class DocField:
-    name: str
-    kind: Kind
-    many: bool = False
-    doc: str = ""
-    # Every document has a value (see ``NEVER_NULL``): a query may rely on it, e.g. the
-    # keyset's range bound on the first sort key (``tree.after``).
-    never_null: bool = False
-
-    @property
-    def sortable(self) -> bool:
-        return self.kind is not Kind.OBJECT and not self.many
-
+from cellsight.notifications.base import VersionedObject
+from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.payloads import InstancePayload
+from cellsight.query.fields import DocField, Kind
 
 # Names a person searches by words as well as exactly.
 TEXT_FIELDS = frozenset({"display_name", "display_description", "host_name"})
@@ -105,7 +78,7 @@ def fields_of(model: type[VersionedObject], skip: frozenset[str] = frozenset()) 
 
 
 def _flavor_fields() -> list[DocField]:
-    from notifications.payloads import FlavorPayload
+    from cellsight.notifications.payloads import FlavorPayload
 
     return [
         DocField(f"flavor_{f.name}", f.kind, f.many)
@@ -118,7 +91,7 @@ def _flavor_fields() -> list[DocField]:
 # Fields no document lacks. ``uuid`` is the document's id (the payload requires it);
 # ``created_at`` is set when Nova creates the instance row (oslo.db's TimestampMixin
 # default), before the first notification about it, and the cells set it on create
-# (``cells.instances``). Declaring a field here is a promise about the data: a keyset
+# (``cellsight.cells.instances``). Declaring a field here is a promise about the data: a keyset
 # page after a value of it leaves out documents without one (see ``tree.after``).
 NEVER_NULL: dict[str, frozenset[str]] = {
     "instance": frozenset({"uuid", "created_at"}),

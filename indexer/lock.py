@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.engines.base import EngineError, SearchEngine
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from itertools import islice
 
-from indexer.engines.base import SearchEngine
-from indexer.writer import PURGE_FLOOR_KEY
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.writer import PURGE_FLOOR_KEY
 
 
 def purge_tombstones(engine: SearchEngine, deleted_before: datetime, chunk: int = 1000) -> int:

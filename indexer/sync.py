@@ -1,6 +1,6 @@
 """Bulk sync: backfill or rebuild a resource's index from the cells with zero downtime.
 
-A full sync, holding the maintenance lock (``indexer.lock``):
+A full sync, holding the maintenance lock (``cellsight.indexer.lock``):
 
 1. finishes what an unfinished sync left (``layout.clean_up``), then creates a new
    index from the generated mapping with refresh off and no replicas;
@@ -34,16 +34,23 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from cells.database import connect
-from cells.mappings import CellMapping, CellRegistry
-from indexer.engines.base import SearchEngine
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.layout import LAST_SYNC, clean_up, layout, marker_key, new_index_name, restore, retire
-from indexer.loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
-from indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
-from indexer.rowdocs import SYNC_EVENT
-from indexer.sources import CellRef, Scope, count_rows, scope_of
-from indexer.syncmodel import (
+from cellsight.cells.database import connect
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.indexer.cell_streams import CellRef, Scope, count_rows, scope_of
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.index_roles import (
+    LAST_SYNC,
+    clean_up,
+    layout,
+    marker_key,
+    new_index_name,
+    restore,
+    retire,
+)
+from cellsight.indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
+from cellsight.indexer.row_documents import SYNC_EVENT
+from cellsight.indexer.sync_loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
+from cellsight.indexer.sync_request import (
     NoProgress,
     SyncFailed,
     SyncInterrupted,
@@ -51,7 +58,7 @@ from indexer.syncmodel import (
     SyncProgress,
     SyncReport,
 )
-from indexer.verify import Verifier
+from cellsight.indexer.verify import Verifier
 
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
 
@@ -134,28 +141,34 @@ class _Run:
             try:
                 tallies[cell.uuid].expected = self._count(scope, cell)
             except Exception as exc:
-                raise SyncFailed(f"cell {cell.name} is unreadable: {exc}") from exc
+                # the driver's first line: a CLI error is one line, without the SQL
+                why = getattr(exc, "orig", None) or exc
+                first = (str(why).strip().splitlines() or [""])[0]
+                raise SyncFailed(
+                    f"cell {cell.name} is unreadable: {type(why).__name__}: {first}"
+                ) from exc
         total = sum(t.expected for t in tallies.values())
         # Worker processes open their own: pooled connections to every cell would sit
         # here for the whole load, each with its page cache.
         self.registry.engines.dispose()
-        embedded = None
-        if isinstance(self.engine, EmbeddedEngine):
-            embedded = (str(self.engine.path), self.engine.prefix, self.engine.timeout)
+        reopen = None
+        if self.engine.capabilities.worker_processes:
+            reopen = self.engine.reopener()
         processes = self.options.processes
         if processes is None:
             processes = total >= PROCESS_MIN_ROWS and self.resource == "instance"
-        processes = processes and embedded is not None
+        processes = processes and reopen is not None
         # Processes: one writes while the others build (see loader). Threads: concurrent
-        # bulk requests for a cluster; two for the embedded engine's small loads.
-        default = (os.cpu_count() or 2) if processes else 4 if embedded is None else 2
+        # bulk requests for a cluster; two for an engine that writes one at a time.
+        single = self.engine.capabilities.max_in_flight == 1
+        default = (os.cpu_count() or 2) if processes else 2 if single else 4
         job = LoadJob(
             scope,
             SYNC_EVENT,
             self.options.batch_size,
             self.connect_timeout,
             index=index,
-            embedded=embedded,
+            reopen=reopen,
         )
         loader = Loader(
             [CellRef(c.uuid, c.name, c.database_url) for c in cells],
@@ -213,7 +226,7 @@ class _Run:
             raise self._failure(exc, new, old_read, problems) from exc
         report.cells = [t.as_dict() for t in tallies.values()]
         try:
-            report.documents = engine.count_index(new)
+            report.documents = engine.count(resource, index=new)
             engine.put_meta(marker_key(resource), self._marker(new, report))
         except Exception as exc:
             raise SyncFailed(
@@ -262,7 +275,7 @@ class _Run:
     ) -> bool:
         tally = tallies[cell.uuid]
         tally.rows_now = self._count(scope, cell)
-        tally.documents = self.engine.count_index(new, cell.uuid)
+        tally.documents = self.engine.count(self.resource, cell.uuid, index=new)
         return tally.rows_now == tally.documents
 
     def _marker(self, new: str, report: SyncReport) -> dict[str, Any]:

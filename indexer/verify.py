@@ -38,11 +38,17 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cells.database import connect
-from cells.mappings import CellMapping, CellRegistry
-from indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteResult, WriteStatus
-from indexer.rowdocs import REPAIR_EVENT, now_stamp
-from indexer.sources import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
+from cellsight.cells.database import connect
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.indexer.cell_streams import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
+from cellsight.indexer.engines.base import (
+    SearchEngine,
+    StoredDocument,
+    WriteOp,
+    WriteResult,
+    WriteStatus,
+)
+from cellsight.indexer.row_documents import REPAIR_EVENT, now_stamp
 
 MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 SAMPLES = 5
@@ -173,9 +179,9 @@ class Verifier:
         return report
 
     def _docs_stream(self, cell_uuid: str) -> Iterator[tuple[str, int]]:
-        if self.index is None:
-            return self.engine.iter_versions(self.resource, cell_uuid, self.batch_size)
-        return self.engine.iter_index_versions(self.index, cell_uuid, self.batch_size)
+        return self.engine.iter_versions(
+            self.resource, cell_uuid, self.batch_size, index=self.index
+        )
 
     def _cell(self, cell: CellMapping) -> CellDrift:
         drift = CellDrift(cell.uuid, cell.name)

@@ -13,9 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from tenacity import (
@@ -26,25 +24,17 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from indexer import metrics
-from indexer.documents import (
-    event_version,
-    instance_document,
-    node_document,
-    node_version,
-    snapshot_time,
-)
-from indexer.engines.base import (
+from cellsight.indexer import metrics
+from cellsight.indexer.engines.base import (
     EngineUnavailable,
     SearchEngine,
     StoredDocument,
-    WriteOp,
     WriteStatus,
 )
-from notifications.envelope import Notification, decode
-from notifications.errors import NotificationError
-from notifications.objects import ComputeNodePayload
-from notifications.payloads import InstancePayload
+from cellsight.indexer.outcomes import Outcome, Verdict, dead
+from cellsight.indexer.planning import Planned, plan
+
+__all__ = ["BatchWriter", "Outcome", "Planned", "Verdict", "dead", "merge_tags", "plan"]
 
 log = logging.getLogger(__name__)
 
@@ -52,71 +42,8 @@ CellResolver = Callable[[Sequence[str]], dict[str, str]]
 PURGE_FLOOR_KEY = "purge_floor:instance"
 
 
-class Verdict(StrEnum):
-    INDEXED = "indexed"
-    STALE = "stale"
-    IGNORED = "ignored"
-    DEAD = "dead"
-
-
-@dataclass(frozen=True)
-class Outcome:
-    verdict: Verdict
-    reason_code: str | None = None
-    reason: str | None = None
-    event_type: str | None = None
-
-
-@dataclass
-class Planned:
-    position: int
-    op: WriteOp
-    notification: Notification
-    snapshot_at: datetime | None
-
-
 class ItemsToRetry(EngineUnavailable):
     """Some items got 429/5xx: write those again after a backoff."""
-
-
-def dead(code: str, reason: str, event_type: str | None = None) -> Outcome:
-    return Outcome(Verdict.DEAD, code, reason, event_type)
-
-
-def plan(bodies: Sequence[Any]) -> tuple[list[Outcome | None], list[Planned]]:
-    """Decode and map a batch. Pure: no engine, no bus. Unplanned positions are final."""
-    outcomes: list[Outcome | None] = [None] * len(bodies)
-    planned: list[Planned] = []
-    for i, body in enumerate(bodies):
-        try:
-            n = decode(body)
-        except NotificationError as exc:
-            outcomes[i] = dead(exc.reason, f"{type(exc).__name__}: {exc.message}")
-            continue
-        payload, event = n.payload, n.event
-        if isinstance(payload, ComputeNodePayload):
-            version = node_version(payload)
-            op = WriteOp("node", payload.uuid, version, node_document(payload, version))
-            planned.append(Planned(i, op, n, payload.updated_at))
-        elif event.object == "instance":
-            if not isinstance(payload, InstancePayload):
-                outcomes[i] = dead(
-                    "not_an_instance",
-                    f"{n.event_type}: payload {payload.obj_name} {payload.obj_version} "
-                    "does not carry the InstancePayload fields",
-                    n.event_type,
-                )
-                continue
-            version = event_version(payload, event, n.timestamp)
-            doc = instance_document(payload, n.event_type, version)
-            planned.append(
-                Planned(
-                    i, WriteOp("instance", payload.uuid, version, doc), n, snapshot_time(payload)
-                )
-            )
-        else:
-            outcomes[i] = Outcome(Verdict.IGNORED, event_type=n.event_type)
-    return outcomes, planned
 
 
 def merge_tags(planned: Sequence[Planned], stored: dict[str, StoredDocument]) -> None:
@@ -152,6 +79,7 @@ class BatchWriter:
         self.max_backoff = max_backoff
         self.floor_ttl = floor_ttl
         self._floor: tuple[float, datetime | None] = (0.0, None)
+        self._ready: set[str] = set()
 
     def purge_floor(self) -> datetime | None:
         fetched_at, floor = self._floor
@@ -162,8 +90,17 @@ class BatchWriter:
         return floor
 
     def write(self, bodies: Sequence[Any]) -> list[Outcome]:
-        outcomes, planned = plan(bodies)
+        return self.commit(*self.plan(bodies))
+
+    def plan(self, bodies: Sequence[Any]) -> tuple[list[Outcome | None], list[Planned]]:
+        """Decode and map (CPU only): the consumer runs this while earlier batches are
+        being written, then hands the result to ``commit``."""
+        return plan(bodies)
+
+    def commit(self, outcomes: list[Outcome | None], planned: list[Planned]) -> list[Outcome]:
+        """Engine reads and the versioned bulk write of a planned batch: a verdict each."""
         if planned:
+            self._retrying(lambda: self._ensure_ready({p.op.resource for p in planned}))
             self._retrying(lambda: self._prepare(planned, outcomes))
             todo = [p for p in planned if outcomes[p.position] is None]
             if todo:
@@ -171,6 +108,12 @@ class BatchWriter:
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
         self._count(final)
         return final
+
+    def _ensure_ready(self, resources: set[str]) -> None:
+        # Node notifications may be the first a fresh index sees of its node alias.
+        for resource in sorted(resources - self._ready):
+            self.engine.ensure_ready(resource)
+            self._ready.add(resource)
 
     def _retrying(self, fn: Callable[[], None]) -> None:
         for attempt in Retrying(

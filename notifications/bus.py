@@ -5,7 +5,7 @@ wheel, listening on a unix socket only, with its data (RDB + append-only file) i
 bus directory, used through kombu's Redis transport. Any other URL (``amqp://`` in
 production) passes through unchanged.
 
-The server itself, and how processes share it, is ``notifications.embedded``.
+The server itself, and how processes share it, is ``cellsight.notifications.embedded``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Self
 
 from kombu import Connection
 
-from notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
+from cellsight.notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",

@@ -10,13 +10,15 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from notifications.base import Timestamp, VersionedObject, format_timestamp
-from notifications.errors import (
+from cellsight.notifications import wire
+from cellsight.notifications.base import Timestamp, VersionedObject, format_timestamp
+from cellsight.notifications.errors import (
     InvalidEnvelope,
     InvalidEventType,
-    MalformedNotification,
+    OutOfRange,
 )
-from notifications.registry import decode_payload
+from cellsight.notifications.limits import ENVELOPE_LENGTH
+from cellsight.notifications.registry import decode_payload
 
 OSLO_VERSION = "2.0"
 PHASES = frozenset({"start", "end", "error", "progress"})
@@ -134,16 +136,8 @@ ENVELOPE_KEYS = frozenset({"event_type", "publisher_id", "priority", "payload"})
 
 def unwrap(body: Any) -> dict[str, Any]:
     """The bare notification dict from a bare or oslo-wrapped body (dict, str or bytes)."""
-    if isinstance(body, bytes | bytearray | memoryview):
-        try:
-            body = bytes(body).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise MalformedNotification(f"body is not UTF-8: {exc}") from None
-    if isinstance(body, str):
-        try:
-            body = json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise MalformedNotification(f"body is not JSON: {exc}") from None
+    if isinstance(body, bytes | bytearray | memoryview | str):
+        body = wire.parse(body)
     if not isinstance(body, dict):
         raise InvalidEnvelope(f"a notification is a JSON object, got {type(body).__name__}")
     if "oslo.message" in body:
@@ -155,10 +149,7 @@ def unwrap(body: Any) -> dict[str, Any]:
         inner = body["oslo.message"]
         if not isinstance(inner, str):
             raise InvalidEnvelope("oslo.message must be the notification as a JSON string")
-        try:
-            body = json.loads(inner)
-        except json.JSONDecodeError as exc:
-            raise MalformedNotification(f"oslo.message is not JSON: {exc}") from None
+        body = wire.parse(inner, "oslo.message")
         if not isinstance(body, dict):
             raise InvalidEnvelope("oslo.message must hold a JSON object")
     missing = ENVELOPE_KEYS - body.keys()
@@ -170,9 +161,14 @@ def unwrap(body: Any) -> dict[str, Any]:
 def decode(body: Any) -> Notification:
     """Decode a notification from the bus or a file; raise a named error otherwise."""
     raw = unwrap(body)
-    for key in ("event_type", "publisher_id", "priority"):
-        if not isinstance(raw[key], str):
-            raise InvalidEnvelope(f"{key} must be a string, got {raw[key]!r:.60}")
+    for key in ("event_type", "publisher_id", "priority", "message_id"):
+        value = raw.get(key)
+        if value is None and key == "message_id":
+            continue
+        if not isinstance(value, str):
+            raise InvalidEnvelope(f"{key} must be a string, got {value!r:.60}")
+        if len(value) > ENVELOPE_LENGTH:
+            raise OutOfRange(f"{key} is {len(value)} characters, the limit is {ENVELOPE_LENGTH}")
     EventType.parse(raw["event_type"])
     priority = Priority.parse(raw["priority"])
     payload = decode_payload(raw["payload"])
@@ -198,5 +194,10 @@ def _parse_timestamp(value: Any) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidEnvelope(f"timestamp {value!r} is not an ISO 8601 time") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        raise InvalidEnvelope(f"timestamp {value!r:.80} is not an ISO 8601 time") from None
+    try:
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    except OverflowError:
+        raise OutOfRange(
+            f"timestamp {value!r} is outside years 1..9999 once normalised to UTC"
+        ) from None

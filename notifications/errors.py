@@ -45,6 +45,20 @@ class MissingField(MalformedNotification):
         self.field = field
 
 
+class OutOfRange(MalformedNotification):
+    """A value outside the contract's bounds (see ``cellsight.notifications.limits``): a string or
+    list too long, an integer beyond a signed 64-bit long, a time outside years 1..9999
+    in UTC."""
+
+    reason = "out_of_range"
+
+
+class TooLarge(MalformedNotification):
+    """The body is larger than ``limits.MAX_BODY_BYTES``; it was not parsed."""
+
+    reason = "too_large"
+
+
 class UnknownMajorVersion(NotificationError):
     """An object arrived with a major version this code cannot read."""
 

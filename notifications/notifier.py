@@ -22,22 +22,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid as uuidlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypedDict
 
-from kombu import Connection, Exchange, Producer, Queue
+from kombu import Connection, Exchange, Queue
 from kombu.pools import ProducerPool
-from kombu.transport import virtual
 
-from notifications.bus import Bus
-from notifications.envelope import Notification
-from notifications.errors import PublishError
-from notifications.publisher import Publisher
-from notifications.queues import DEFAULT_EXCHANGE, PERSISTENT, notifications_exchange
-
-AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+from cellsight.notifications.bus import Bus
+from cellsight.notifications.confirm import (
+    AMQP_SCHEMES,
+    ConfirmingProducer,
+    Refused,
+    Unroutable,
+    publish_confirmed,
+)
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.errors import PublishError
+from cellsight.notifications.publisher import Publisher
+from cellsight.notifications.queues import DEFAULT_EXCHANGE, notifications_exchange
 
 
 class RetryPolicy(TypedDict, total=False):
@@ -55,27 +59,6 @@ DEFAULT_RETRY_POLICY: RetryPolicy = {
     "interval_step": 0.5,
     "interval_max": 2.0,
 }
-
-
-class _Undeliverable(Exception):
-    """A message the bus would not route; never retried."""
-
-
-class _ConfirmingProducer(Producer):
-    """A producer that records the broker's ``basic.return`` for the message in flight.
-
-    Registering a handler keeps py-amqp from raising inside its confirm wait, which
-    would leave the ack that follows the return unread on the channel, to be taken
-    later for the confirm of the next message.
-    """
-
-    def __init__(self, channel: Any, *, watch_returns: bool) -> None:
-        self.returned: list[str] = []
-        # Virtual transports (Redis) have no ``basic.return`` and no channel events.
-        super().__init__(channel, on_return=self._on_return if watch_returns else None)
-
-    def _on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
-        self.returned.append(f"{exc} (exchange {exchange!r}, routing key {routing_key!r})")
 
 
 class Notifier:
@@ -119,7 +102,7 @@ class Notifier:
         self._producers = ProducerPool(
             self._connection.Pool(limit=pool_limit),
             limit=pool_limit,
-            Producer=functools.partial(_ConfirmingProducer, watch_returns=self._amqp),
+            Producer=functools.partial(ConfirmingProducer, watch_returns=self._amqp),
         )
         self._closed = False
 
@@ -168,44 +151,33 @@ class Notifier:
             self._producers.release(producer)
 
     def _publish_one(
-        self, producer: _ConfirmingProducer, notification: Notification, done: int, total: int
+        self, producer: ConfirmingProducer, notification: Notification, done: int, total: int
     ) -> None:
         notification = stamped(notification)
         key = notification.priority.routing_key
         body = notification.to_oslo()
 
         def attempt() -> None:
-            for entity in self._declare:
-                producer.maybe_declare(entity)
-            channel = producer.channel
-            if isinstance(channel, virtual.Channel) and not _routable(
-                channel, self.exchange.name, key
-            ):
-                raise _Undeliverable("no queue is bound to this routing key")
-            producer.returned.clear()
-            producer.publish(
+            publish_confirmed(
+                producer,
                 body,
                 exchange=self.exchange,
                 routing_key=key,
-                serializer="json",
-                delivery_mode=PERSISTENT,
-                mandatory=True,
-                message_id=notification.message_id,
                 timeout=self.timeout,
-                confirm_timeout=self.timeout,
+                declare=self._declare[1:],
+                serializer="json",
+                message_id=notification.message_id,
             )
-            if producer.returned:
-                raise _Undeliverable("; ".join(producer.returned))
 
         what = f"{notification.event_type} {notification.message_id}"
         where = f"{self.target} with routing key {key!r}"
         before = f" ({done} of {total} delivered before it)" if total > 1 else ""
         try:
             producer.connection.ensure(producer, attempt, **self.retry_policy)()
-        except _Undeliverable as exc:
-            raise PublishError(
-                f"{what} not routed to any queue by {where}: {exc}{before}"
-            ) from None
+        except Unroutable as exc:
+            raise Unroutable(f"{what} not routed to any queue by {where}: {exc}{before}") from None
+        except Refused as exc:
+            raise Refused(f"{what} refused by {where}: {exc}{before}") from None
         except Exception as exc:
             raise PublishError(
                 f"{what} not delivered to {where}: {type(exc).__name__}: {exc}{before}"
@@ -243,11 +215,6 @@ def stamped(notification: Notification) -> Notification:
     if notification.timestamp is None:
         update["timestamp"] = datetime.now(UTC)
     return notification.model_copy(update=update) if update else notification
-
-
-def _routable(channel: Any, exchange: str, key: str) -> bool:
-    table: Iterable[Any] = channel.get_table(exchange)
-    return bool(channel.typeof(exchange).lookup(table, exchange, key, None))
 
 
 if TYPE_CHECKING:

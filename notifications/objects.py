@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from notifications.base import Timestamp, UuidStr, VersionedObject
+from cellsight.notifications.base import Timestamp, UuidStr, VersionedObject
 
 
 class ComputeNodePayload(VersionedObject):

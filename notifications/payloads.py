@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import ConfigDict, Field
 
-from notifications.base import Timestamp, UuidStr, VersionedObject
+from cellsight.notifications.base import Timestamp, UuidStr, VersionedObject
 
 
 def _omit_none(value: Any) -> bool:

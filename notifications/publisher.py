@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from notifications.envelope import Notification
+from cellsight.notifications.envelope import Notification
 
 
 class Publisher(Protocol):

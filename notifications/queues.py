@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from kombu import Exchange, Queue
 
-from notifications.envelope import Priority
+from cellsight.notifications.envelope import Priority
 
 DEFAULT_EXCHANGE = "nova"
 DEFAULT_INDEXER_QUEUE = "cellsight.indexer"

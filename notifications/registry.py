@@ -11,10 +11,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from notifications.base import DATA, NAME, NAMESPACE, VERSION, WIRE_KEYS, VersionedObject
-from notifications.errors import MalformedNotification, MissingField, NotificationError
-from notifications.objects import CELLSIGHT_OBJECTS
-from notifications.payloads import NOVA_PAYLOADS, GenericPayload, InstancePayload
+from cellsight.notifications.base import DATA, NAME, NAMESPACE, VERSION, WIRE_KEYS, VersionedObject
+from cellsight.notifications.errors import (
+    MalformedNotification,
+    MissingField,
+    NotificationError,
+    OutOfRange,
+)
+from cellsight.notifications.limits import ENVELOPE_LENGTH
+from cellsight.notifications.objects import CELLSIGHT_OBJECTS
+from cellsight.notifications.payloads import NOVA_PAYLOADS, GenericPayload, InstancePayload
+
+# pydantic error types that mean "a bound of cellsight.notifications.limits", not "a wrong type".
+_RANGE_ERRORS = frozenset(
+    {"out_of_range", "string_too_long", "too_long", "finite_number", "int_parsing_size"}
+)
 
 REGISTRY: dict[tuple[str, str], type[VersionedObject]] = {
     (cls.OBJ_NAMESPACE, cls.OBJ_NAME): cls for cls in (*NOVA_PAYLOADS, *CELLSIGHT_OBJECTS)
@@ -44,8 +55,11 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
         raise MalformedNotification(
             f"{where}: not a versioned object (needs {', '.join(sorted(WIRE_KEYS))})"
         )
+    for key in (NAME, NAMESPACE, VERSION):
+        if not isinstance(obj[key], str):
+            raise MalformedNotification(f"{where}: {key} must be a string, got {obj[key]!r:.60}")
     cls = payload_class(obj)
-    label = f"{obj[NAME]} {obj[VERSION]}"
+    label = f"{obj[NAME]!s:.{ENVELOPE_LENGTH}} {obj[VERSION]!s:.{ENVELOPE_LENGTH}}"
     try:
         return cls.model_validate(obj)
     except NotificationError:
@@ -55,6 +69,7 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
         field = describe_location(err["loc"])
         if err["type"] == "missing" or (field == "uuid" and err.get("input") is None):
             raise MissingField(f"{where}: {label}: field {field} is required", field) from None
-        raise MalformedNotification(
+        error = OutOfRange if err["type"] in _RANGE_ERRORS else MalformedNotification
+        raise error(
             f"{where}: {label}: field {field}: {err['msg']} (got {err.get('input')!r:.80})"
         ) from None

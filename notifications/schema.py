@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from notifications.base import VersionedObject
-from notifications.registry import REGISTRY
+from cellsight.notifications.base import VersionedObject
+from cellsight.notifications.registry import REGISTRY
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

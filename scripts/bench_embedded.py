@@ -1,6 +1,10 @@
-"""Embedded engine write throughput: bulk sync load and live bulk writes.
+"""Embedded engine write throughput: bulk sync load and live bulk writes, and the same-run
+floor: the same rows through the same SQL with nothing else (``sqlite_floor_live``).
 
-    .venv/bin/python scripts/bench_embedded.py [--docs 200000] [--dir /tmp]
+    .venv/bin/python scripts/bench_embedded.py [--docs 200000] [--batch 1000] [--dir /tmp]
+
+Prints one JSON object: per path docs/s (wall), CPU µs per document (this thread), and
+``live_to_floor``, the live path's rate over the floor's.
 
 Documents are the Nova ``instance.create.end`` sample varied per instance (uuid, names,
 project, cell, timestamps, tags, addresses), built before the clock starts.
@@ -20,13 +24,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from indexer.documents import event_version, instance_document
-from indexer.engines.base import WriteOp, WriteStatus
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.engines.sqlite_rows import encode_json
-from notifications.base import format_timestamp
-from notifications.envelope import decode
-from notifications.payloads import InstancePayload
+from cellsight.indexer.documents import event_version, instance_document
+from cellsight.indexer.engines.base import WriteOp, WriteStatus
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.sqlite_rows import RowBuilder, encode_json
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS, doc_table, side_table
+from cellsight.notifications.base import format_timestamp
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.payloads import InstancePayload
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "nova-notification-samples"
 SAMPLE = SAMPLES / "instance-create-end.json"
@@ -61,6 +66,54 @@ def build(count: int) -> list[WriteOp]:
     return ops
 
 
+class Clock:
+    """Wall and CPU (this thread) time of a block."""
+
+    def __enter__(self) -> Clock:
+        self.wall, self.cpu = time.perf_counter(), time.thread_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.thread_time() - self.cpu
+
+    def figures(self, docs: int) -> dict[str, float]:
+        return {
+            "docs_per_s": round(docs / self.wall),
+            "cpu_us_per_doc": round(self.cpu / docs * 1e6, 1),
+            "seconds": round(self.wall, 3),
+        }
+
+
+def sqlite_floor(path: Path, ops: list[WriteOp], batch: int) -> dict[str, float]:
+    """The same rows into the same tables and indexes with nothing but the SQL: rows
+    prepared before the clock, no version reads, no checks; one transaction per batch.
+    What the engine's live path cannot beat on this machine."""
+    engine = EmbeddedEngine(path, prefix="floor")
+    engine.ensure_ready("instance")
+    (info,) = engine.indexes("instance")
+    index, schema = info.name, SCHEMAS["instance"]
+    builder = RowBuilder(schema)
+    prepared = [builder.prepare(op) for op in ops]
+    conn = engine._conn()  # the engine's own connection: same pragmas
+    insert = schema.upsert_sql(index).split(" ON CONFLICT")[0]
+    docs_sql = f"INSERT INTO {doc_table(index)} VALUES (?, ?)"
+    side_sql = f"INSERT INTO {side_table(index)} VALUES (?, ?, ?)"
+    with Clock() as clock:
+        for k in range(0, len(prepared), batch):
+            chunk = prepared[k : k + batch]
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(insert, [(k + n + 1, *p.row) for n, p in enumerate(chunk)])
+            conn.executemany(docs_sql, [(k + n + 1, p.doc) for n, p in enumerate(chunk)])
+            conn.executemany(
+                side_sql,
+                [(k + n + 1, f, v) for n, p in enumerate(chunk) for f, v in p.side],
+            )
+            conn.execute("COMMIT")
+    engine.close()
+    return clock.figures(len(ops))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--docs", type=int, default=200_000)
@@ -71,42 +124,44 @@ def main() -> None:
     # A real sync streams its documents; pre-built ones would make every garbage
     # collection walk all of them, which is the benchmark's cost, not the engine's.
     gc.freeze()
-    print(
-        f"{args.docs:,} documents, JSON encoder: {encode_json.__name__}, "
-        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
-    )
+    out: dict[str, Any] = {
+        "docs": args.docs,
+        "batch": args.batch,
+        "json_encoder": encode_json.__name__,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": round(os.getloadavg()[0], 1),
+    }
     workdir = Path(tempfile.mkdtemp(dir=args.dir))
 
     engine = EmbeddedEngine(workdir / "sync.db", prefix="bench")
     engine.create_index("instance", "bench-instance-sync", bulk_load=True)
-    t0 = time.perf_counter()
-    results = list(engine.bulk_index("bench-instance-sync", iter(ops), chunk_size=2000))
-    t1 = time.perf_counter()
-    engine.finish_bulk_load("bench-instance-sync")
-    t2 = time.perf_counter()
+    with Clock() as load:
+        results = list(engine.bulk_index("bench-instance-sync", iter(ops), chunk_size=2000))
+    with Clock() as finish:
+        engine.finish_bulk_load("bench-instance-sync")
     assert all(r.status is WriteStatus.OK for r in results), results[:3]
-    print(
-        f"bulk_index (bulk load): {len(ops) / (t1 - t0):,.0f} docs/s ({t1 - t0:.2f} s), "
-        f"finish_bulk_load {t2 - t1:.2f} s; with finish {len(ops) / (t2 - t0):,.0f} docs/s"
-    )
+    out["bulk_index"] = load.figures(len(ops)) | {"finish_seconds": round(finish.wall, 3)}
 
     live = EmbeddedEngine(workdir / "live.db", prefix="bench")
     live.ensure_ready("instance")
-    t0 = time.perf_counter()
-    for k in range(0, len(ops), args.batch):
-        live.bulk(ops[k : k + args.batch])
-    t1 = time.perf_counter()
-    print(f"bulk (live, indexed, batches of {args.batch}): {len(ops) / (t1 - t0):,.0f} docs/s")
-    t0 = time.perf_counter()
-    for k in range(0, len(ops), args.batch):
-        live.bulk(ops[k : k + args.batch])
-    t1 = time.perf_counter()
-    print(f"bulk (live, all duplicates → stale): {len(ops) / (t1 - t0):,.0f} docs/s")
-    size = sum(p.stat().st_size for p in workdir.iterdir()) / 2**20
-    print(f"files: {size:,.0f} MiB")
+    with Clock() as fresh:
+        for k in range(0, len(ops), args.batch):
+            live.bulk(ops[k : k + args.batch])
+    out["bulk_live_new"] = fresh.figures(len(ops))
+    with Clock() as stale:
+        for k in range(0, len(ops), args.batch):
+            live.bulk(ops[k : k + args.batch])
+    out["bulk_live_stale"] = stale.figures(len(ops))
+    out["sqlite_floor_live"] = sqlite_floor(workdir / "floor.db", ops, args.batch)
+    out["live_to_floor"] = round(
+        out["bulk_live_new"]["docs_per_s"] / out["sqlite_floor_live"]["docs_per_s"], 2
+    )
+    out["files_mib"] = round(sum(p.stat().st_size for p in workdir.iterdir()) / 2**20)
+    out["load_average_at_end"] = round(os.getloadavg()[0], 1)
     engine.close()
     live.close()
     shutil.rmtree(workdir)
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -34,20 +34,20 @@ from urllib.parse import urlencode, urlsplit
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from api.app import create_app
-from api.celldocs import search_cell
-from api.microversion import MIN
-from api.order import order_key, sort_values
-from api.params import parse_list_query
-from api.paths import InstanceSearch
-from api.render import LinkContext, detail
-from cells.database import Engines, connect
-from cells.mappings import CellRegistry
-from cells.seed import seed
+from cellsight.api.app import create_app
+from cellsight.api.cell_documents import search_cell
+from cellsight.api.merge_order import order_key, sort_values
+from cellsight.api.microversion import MIN
+from cellsight.api.params import parse_list_query
+from cellsight.api.paths import InstanceSearch
+from cellsight.api.render import LinkContext, detail
+from cellsight.cells.database import Engines, connect
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.sync import SyncOptions, run_sync
+from cellsight.query.tree import SearchRequest
 from cellsight.settings import load_settings
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.query.tree import SearchRequest
-from indexer.sync import SyncOptions, run_sync
 
 ADMIN = {"X-Auth-Token": "bench:admin"}
 REQUESTS = {
@@ -137,7 +137,7 @@ def reference_page(
 
 
 def _admin() -> Any:
-    from api.auth import dev_principal
+    from cellsight.api.auth import dev_principal
 
     return dev_principal(ADMIN["X-Auth-Token"])
 

@@ -11,9 +11,9 @@ import json
 import tempfile
 from pathlib import Path
 
-from cells.database import Engines
-from cells.mappings import CellRegistry
-from cells.seed import seed
+from cellsight.cells.database import Engines
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
 
 
 def main() -> None:

@@ -37,14 +37,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cells.database import connect
-from cells.mappings import CellRegistry
-from cells.seed import seed
+from cellsight.cells.database import connect
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
 from cellsight.clients import build_engine
+from cellsight.indexer.cell_streams import CellDocs, Scope
+from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.row_documents import SYNC_EVENT
 from cellsight.settings import Settings, load_settings
-from indexer.engines.base import SearchEngine, WriteOp, WriteStatus
-from indexer.rowdocs import SYNC_EVENT
-from indexer.sources import CellDocs, Scope
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "from cellsight.cli import main; main()"]
@@ -132,7 +132,7 @@ def drift(settings: Settings, fraction: float) -> int:
     deleted from the index. Returns how many documents now differ."""
     import sqlalchemy as sa
 
-    from cells.schema import instances
+    from cellsight.cells.schema import instances
 
     registry = CellRegistry.from_settings(settings)
     engine = build_engine(settings)

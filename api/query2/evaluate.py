@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
-from indexer.query.regex import to_python
-from indexer.query.tree import (
+from cellsight.query.regex import to_python
+from cellsight.query.tree import (
     And,
     Compare,
     Contains,

@@ -1,13 +1,13 @@
 """The query2 field registry: Ganeti-style definitions derived from the document fields.
 
-Every field of ``indexer.fields`` (itself generated from the payload objects) becomes a
+Every field of ``cellsight.indexer.fields`` (itself generated from the payload objects) becomes a
 query2 field, except the indexer's own bookkeeping (``version``, ``event_type``,
 ``indexed_at``): those exist only in the index, and both paths must answer alike.
 Only the instance's ``display_name`` is renamed, to ``name``, the name Ganeti's
 clients (and the direct-lookup filters) use; everything else keeps its document name,
 so one name means the same thing in a query2 filter, the index and the payload.
 
-One computed field: the instance ``status`` Nova's API shows (``api.status``), which a
+One computed field: the instance ``status`` Nova's API shows (``cellsight.api.status``), which a
 filter matches through the (vm_state, task_state) pairs that show it.
 
 Kinds follow Ganeti: sizes (``*_mb``, ``*_gb``, the flavor's swap) are ``unit`` and keep
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from indexer.fields import FIELDS_BY_RESOURCE, DocField, Kind
+from cellsight.indexer.fields import FIELDS_BY_RESOURCE, DocField, Kind
 
 RESOURCES = ("instance", "node")
 

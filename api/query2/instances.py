@@ -1,4 +1,4 @@
-"""Instance queries: the index or the fan-out path (``api.paths``), or a direct lookup.
+"""Instance queries: the index or the fan-out path (``cellsight.api.paths``), or a direct lookup.
 
 * **Walk**: every matching instance in ``uuid`` order, one ``InstanceSearch`` page at a
   time (``settings.max_limit`` rows) with a keyset on the last uuid, so the index and
@@ -23,17 +23,17 @@ from typing import Any
 import sqlalchemy as sa
 from starlette.datastructures import State
 
-from api.auth import Principal
-from api.celldocs import search_cell
-from api.errors import BadRequest, ServiceUnavailable
-from api.fanout import FanOut, SkippedCell
-from api.paths import InstanceSearch, scope
-from api.query2.evaluate import evaluate
-from cells.database import connect
-from cells.errors import DatabaseUnavailable
-from cells.mappings import CellRegistry
-from cells.schema import instance_mappings
-from indexer.query.tree import (
+from cellsight.api.auth import Principal
+from cellsight.api.cell_documents import search_cell
+from cellsight.api.errors import BadRequest, unavailable
+from cellsight.api.fanout import FanOut, SkippedCell
+from cellsight.api.paths import InstanceSearch, scope
+from cellsight.api.query2.evaluate import evaluate
+from cellsight.cells.database import connect
+from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.schema import instance_mappings
+from cellsight.query.tree import (
     Compare,
     Node,
     Op,
@@ -173,14 +173,14 @@ def _api_db(what: Callable[[sa.Connection], Any], registry: CellRegistry) -> Any
         with connect(registry.api_engine) as conn:
             return what(conn)
     except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
-        raise ServiceUnavailable(f"The API database is unavailable: {exc}") from None
+        raise unavailable("The API database is unavailable", exc) from None
 
 
 def _list_cells(registry: CellRegistry) -> list[Any]:
     try:
         return registry.list_cells()
     except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
-        raise ServiceUnavailable(f"The API database is unavailable: {exc}") from None
+        raise unavailable("The API database is unavailable", exc) from None
 
 
 def _mapped_cells(registry: CellRegistry, uuids: list[str], project: str | None) -> dict[str, str]:

@@ -1,32 +1,35 @@
-"""Node queries: the node state cache, loaded from the index or the cells.
+"""Node queries: the node state cache (``cellsight.api.query2.node_cache``), filled from
+the index or cells.
 
-Loading: from the index's node documents when the node index is marked synced by a
-completed bulk sync and the safe-connect flag is clear (an index failure sets it, as
-for instances); otherwise from every cell's ``compute_nodes`` table through the fan-out
-pool, each row as the very document bulk sync writes for it (``indexer.rowdocs``).
-Queries then filter the cached documents in memory (``evaluate``), with the filter
-tree's semantics, so both sources answer alike.
+A snapshot of the cells the cache misses (``load_cells``) reads the index's node
+documents when the node index is marked synced by a completed bulk sync and the
+safe-connect flag is clear (an index failure sets it, as for instances): one search for
+all those cells. Otherwise it reads each cell's ``compute_nodes`` table through the
+fan-out pool, one SELECT per cell, each row as the very document bulk sync writes for
+it (``cellsight.indexer.row_documents``). Queries then filter the cached documents in memory
+(``evaluate``), with the filter tree's semantics, so both sources answer alike.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from starlette.datastructures import State
 
-from api.fanout import FanOut
-from api.node_cache import NodeCache, NodeSnapshot
-from api.query2.evaluate import evaluate
-from api.safe_connect import SafeConnect
-from cells.mappings import CellMapping, CellRegistry
-from cells.reads import list_compute_nodes
-from indexer.documents import comparable
-from indexer.engines.base import EngineError, SearchEngine
-from indexer.layout import is_synced
-from indexer.query.tree import MatchAll, Node, SearchRequest, SortKey
-from indexer.rowdocs import node_row_document
+from cellsight.api.fanout import FanOut
+from cellsight.api.query2.evaluate import evaluate
+from cellsight.api.query2.node_cache import CellLoad, NodeCache, NodeSnapshot
+from cellsight.api.safe_connect import SafeConnect
+from cellsight.cells.mappings import CellMapping
+from cellsight.cells.reads import list_compute_nodes
+from cellsight.indexer.documents import comparable
+from cellsight.indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.index_roles import is_synced
+from cellsight.indexer.row_documents import node_row_document
+from cellsight.query.tree import In, Node, SearchRequest, SortKey
 
 log = logging.getLogger(__name__)
 
@@ -41,54 +44,95 @@ def node_cache(state: State) -> NodeCache:
         with _lock:
             cache = getattr(state, "node_cache", None)
             if cache is None:
-                cache = NodeCache(lambda: load_nodes(state))
+                cache = NodeCache(
+                    lambda: state.registry.list_cells(),
+                    lambda cells: load_cells(state, cells),
+                    ttl=state.settings.node_cache_ttl,
+                )
                 state.node_cache = cache
+                if state.settings.node_cache_refresh > 0:
+                    _start_refresh(cache, state.settings.node_cache_refresh)
+                if state.settings.node_cache_listen:
+                    from cellsight.api.node_listener import start_listener
+
+                    state.node_listener = start_listener(state.settings, cache)
     return cache
 
 
-def load_nodes(state: State) -> NodeSnapshot:
+def _start_refresh(cache: NodeCache, interval: float) -> None:
+    """Refill every entry every ``interval`` seconds, so requests rarely miss."""
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(interval):
+            try:
+                cache.refresh()
+            except Exception:
+                log.warning("periodic node cache refresh failed", exc_info=True)
+
+    threading.Thread(target=run, name="node-cache-refresh", daemon=True).start()
+
+
+def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
+    """One snapshot of ``cells``: a single index search, or one SELECT per cell."""
     engine: SearchEngine = state.engine
     safe: SafeConnect = state.safe_connect
     if safe.use_index():
         try:
             if is_synced(engine, "node"):
-                documents = _from_index(engine)
+                documents = _from_index(engine, [c.uuid for c in cells])
                 safe.succeeded()
-                return NodeSnapshot.of(documents, "index")
+                by_cell: dict[str, list[dict[str, Any]]] = {c.uuid: [] for c in cells}
+                for doc in documents:
+                    by_cell.setdefault(str(doc.get("cell_uuid")), []).append(doc)
+                return CellLoad(by_cell, (), "index")
             safe.release_probe()
         except EngineError as exc:
             safe.failed(exc)
-        except Exception:
+        except Exception as exc:
             # Our failure, not the engine's (a query it cannot take): answer from the
-            # cells without flagging the index, as the instance search does.
-            log.exception("node index read failed; reading the cells")
+            # cells without flagging the index, as the instance search does; counted,
+            # and logged with its traceback once per kind.
+            state.metrics.bug("node index read", exc, log)
             safe.release_probe()
-    return _from_cells(state.registry, state.fanout)
+    return _from_cells(list(cells), state.fanout)
 
 
-def _from_index(engine: SearchEngine) -> list[dict[str, Any]]:
+def _from_index(engine: SearchEngine, cells: list[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     after: tuple[Any, ...] | None = None
+    where = In("cell_uuid", tuple(cells))
     while True:
-        page = engine.search("node", SearchRequest(MatchAll(), (SortKey("uuid"),), PAGE, after))
+        page = engine.search("node", SearchRequest(where, (SortKey("uuid"),), PAGE, after))
         out.extend(comparable(s.document) for s in page)
         if len(page) < PAGE:
             return out
         after = (page[-1].document["uuid"],)
 
 
-def _from_cells(registry: CellRegistry, fanout: FanOut) -> NodeSnapshot:
+def _from_cells(cells: list[CellMapping], fanout: FanOut) -> CellLoad:
     def read(cell: CellMapping, conn: Any) -> list[dict[str, Any]]:
         return [comparable(node_row_document(row, cell.uuid)) for row in list_compute_nodes(conn)]
 
-    results = fanout.map_cells(registry.list_cells(), read)
-    documents = [doc for docs in results.results.values() for doc in docs]
-    documents.sort(key=lambda d: str(d["uuid"]))
-    return NodeSnapshot.of(documents, "cells", tuple(results.skipped))
+    results = fanout.map_cells(cells, read)
+    return CellLoad(dict(results.results), tuple(results.skipped), "cells")
+
+
+MEMO_LIMIT = 256  # distinct filters remembered per snapshot
 
 
 def select(snapshot: NodeSnapshot, tree: Node) -> list[dict[str, Any]]:
-    """The cached node documents ``tree`` matches, in uuid order."""
-    chosen = [dict(d) for d in snapshot.documents if evaluate(tree, d) is True]
-    chosen.sort(key=lambda d: str(d["uuid"]))
-    return chosen
+    """The cached node documents ``tree`` matches, in uuid order.
+
+    Remembered per snapshot: the snapshot is immutable, so a repeated query on a warm
+    cache costs a dictionary lookup, not an evaluation of every node."""
+    memo = snapshot.selections
+    try:
+        chosen = memo.get(tree)
+    except TypeError:  # a tree holding an unhashable value: evaluate, do not remember
+        return [dict(d) for d in snapshot.documents if evaluate(tree, d) is True]
+    if chosen is None:
+        chosen = [d for d in snapshot.documents if evaluate(tree, d) is True]
+        if len(memo) < MEMO_LIMIT:
+            memo[tree] = chosen
+    return [dict(d) for d in chosen]

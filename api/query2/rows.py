@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any
 
-from api.query2.fields import REGISTRY, FieldDef, QKind
-from api.status import status_from_state
+from cellsight.api.query2.fields import REGISTRY, FieldDef, QKind
+from cellsight.api.status import status_from_state
 
 
 class Status(IntEnum):

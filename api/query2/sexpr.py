@@ -1,4 +1,4 @@
-"""Ganeti-style S-expression filters → the filter tree (``indexer.query.tree``).
+"""Ganeti-style S-expression filters → the filter tree (``cellsight.query.tree``).
 
 A filter is a JSON list whose head is an operator::
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from api.query2.fields import REGISTRY, FieldDef, QKind
-from api.status import status_filter
-from indexer.fields import Kind, field_map
-from indexer.query.prepare import QueryError, prepare_filter
-from indexer.query.regex import InvalidRegex, validate
-from indexer.query.tree import (
+from cellsight.api.query2.fields import REGISTRY, FieldDef, QKind
+from cellsight.api.status import status_filter
+from cellsight.indexer.fields import Kind, field_map
+from cellsight.query.prepare import QueryError, prepare_filter
+from cellsight.query.regex import InvalidRegex, validate
+from cellsight.query.tree import (
     Compare,
     Contains,
     Exists,
@@ -255,7 +255,10 @@ def _value(field: FieldDef, op: str, value: Any) -> Scalar:
         raise WrongValueKind(field.name, op, value, "true or false")
     if kind is Kind.DATE:
         return _timestamp(field, op, value)
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise WrongValueKind(field.name, op, value, "a number")
+    # isfinite() of an int past a double's range raises: ints are checked by range below.
+    if isinstance(value, float) and not math.isfinite(value):
         raise WrongValueKind(field.name, op, value, "a number")
     if kind is Kind.LONG:
         if isinstance(value, float):
@@ -265,7 +268,10 @@ def _value(field: FieldDef, op: str, value: Any) -> Scalar:
         if not LONG_MIN <= value <= LONG_MAX:
             raise WrongValueKind(field.name, op, value, "a 64-bit integer")
         return value
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise WrongValueKind(field.name, op, value, "a number within a double's range") from None
 
 
 def _storable(field: FieldDef, op: str, value: str) -> str:

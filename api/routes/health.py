@@ -1,18 +1,93 @@
-"""``GET /healthz``: which path serves listings and why (no authentication: it says
-nothing about any instance)."""
+"""Liveness and readiness (no authentication: they say nothing about any instance).
+
+``/healthz``: the process is up and answering (always 200 while it is), with the
+path summary it always gave.
+``/readyz``: which path serves listings and why, each cell's state (one row of its
+``instances`` table, under the cell deadline), the index's state and the background
+prober's last result, the safe-connect flag and the next probe. 503 only when neither
+path can serve: the index is not serving and no cell answers.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from api.paths import InstanceSearch
+from cellsight.api.errors import unavailable
+from cellsight.api.fanout import FanOut, Saturated
+from cellsight.api.index_probe import IndexProber
+from cellsight.api.metrics import ApiMetrics
+from cellsight.api.paths import InstanceSearch
+from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.schema import instances
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", summary="Which path serves listings, and why")
+@router.get("/healthz", summary="Liveness: the process answers (and which path serves)")
 def healthz(request: Request) -> dict[str, Any]:
     search: InstanceSearch = request.app.state.search
     return {"status": "ok", **search.status()}
+
+
+def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, str]]]:
+    try:
+        cells = search.registry.list_cells()
+    except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+        unavailable("readiness: the API database is unavailable", exc)
+        return "down", []
+    try:
+        # One row of the instances table: the cell answers, and its schema is there.
+        probe = sa.select(instances.c.id).limit(1)
+        answered = fanout.map_cells(cells, lambda cell, conn: conn.execute(probe).all())
+    except Saturated:
+        return "up", [{"name": c.name, "uuid": c.uuid, "state": "busy"} for c in cells]
+    states = {uuid: "up" for uuid in answered.results}
+    states.update({s.uuid: s.reason for s in answered.skipped})
+    return "up", [{"name": c.name, "uuid": c.uuid, "state": states[c.uuid]} for c in cells]
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: which path serves, cells, index, safe-connect flag",
+    responses={503: {"description": "Neither the index nor any cell can serve"}},
+)
+def readyz(request: Request) -> JSONResponse:
+    state = request.app.state
+    search: InstanceSearch = state.search
+    prober: IndexProber = state.prober
+    status = search.status()
+    api_db, cells = _cells(search, state.fanout)
+    any_cell = any(c["state"] in ("up", "busy") for c in cells)
+    ready = status["path"] == "index" or any_cell
+    body = {
+        "status": "ready" if ready else "unavailable",
+        "path": status["path"] if status["path"] == "index" or not any_cell else "fanout",
+        "reason": status["reason"],
+        "index": {
+            "engine": status["engine"],
+            "synced": status["synced"],
+            "probe": prober.status(),
+        },
+        "safe_connect": status["safe_connect"],
+        "api_database": api_db,
+        "cells": cells,
+    }
+    if not ready:
+        body["path"] = "none"
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics of this API process",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
+def metrics(request: Request) -> Response:
+    registry: ApiMetrics = request.app.state.metrics
+    return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)

@@ -4,7 +4,11 @@
   the registry come back as kind ``unknown``, as Ganeti answers.
 * ``POST /v2.1/query/{resource}`` with ``{"fields": [...], "filter": [...] | null}``:
   ``{"fields": [definitions], "data": [[[status, value], ...], ...]}``, rows in uuid
-  order (statuses in ``api.query2.rows``, filters in ``api.query2.sexpr``).
+  order (statuses in ``cellsight.api.query2.rows``, filters in
+  ``cellsight.api.query2.sexpr``). The filter may also be a string in Ganeti's
+  human-readable syntax (``cellsight.api.query2.text``).
+* ``GET /v2.1/query/{resource}?fields=a,b&filter=TEXT``: the same answer, the filter
+  (optional) in the human-readable syntax.
 
 Scoping, as the servers resource: a non-administrator sees only their project's
 instances, and may neither filter on ``host``, ``node``, ``cell_uuid``, ``tenant_id``
@@ -29,21 +33,30 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
-from api import headers
-from api.auth import Principal, current_principal
-from api.errors import BadRequest, Forbidden, NotFound
-from api.fanout import SkippedCell
-from api.query2 import nodes
-from api.query2.fields import REGISTRY, RESOURCES, definitions
-from api.query2.instances import MAPPING_FIELDS, query_instances
-from api.query2.rows import INSTANCE_LIVE, NODE_LIVE, Item, render
-from api.query2.sexpr import FilterError, ParsedFilter, parse
-from indexer.query.tree import Node
+from cellsight.api import headers
+from cellsight.api.auth import Principal, current_principal
+from cellsight.api.encoding import FastJSONResponse
+from cellsight.api.errors import BadRequest, Forbidden, NotFound
+from cellsight.api.fanout import SkippedCell
+from cellsight.api.params import parse_bool
+from cellsight.api.query2 import nodes
+from cellsight.api.query2.fields import REGISTRY, RESOURCES, definitions
+from cellsight.api.query2.instances import MAPPING_FIELDS, query_instances
+from cellsight.api.query2.rows import INSTANCE_LIVE, NODE_LIVE, Item, render
+from cellsight.api.query2.sexpr import FilterError, ParsedFilter, parse
+from cellsight.api.query2.text import parse_text
+from cellsight.query.tree import Node
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["query"])
 
 MAX_BODY = 1024 * 1024
+# Bounds on a query before it is parsed: a field named 10,000 times, or a filter of a
+# million nodes, is a 400 naming the part, not seconds of work.
+MAX_FIELDS = 200
+MAX_FIELD_NAME = 64
+MAX_FILTER_NODES = 2000
+MAX_FILTER_STRING = 4096
 ADMIN_ONLY_VALUES = frozenset(
     {"host", "node", "reservation_id", "kernel_id", "ramdisk_id", "cell_uuid"}
 )
@@ -54,6 +67,7 @@ ADMIN_ONLY_FILTERS = ADMIN_ONLY_VALUES | {"tenant_id", "deleted"}
 class QueryBody:
     fields: list[str]
     filter: Any
+    bypass_cache: bool = False  # node queries: snapshot the cells, refill the cache
 
 
 def _resource(resource: str) -> str:
@@ -85,7 +99,44 @@ def _body(raw: bytes) -> QueryBody:
     fields = body.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
         raise BadRequest(f"'fields' must be a list of field names. {usage}", parameter="fields")
+    check_fields(fields)
+    check_filter_size(body.get("filter"))
     return QueryBody(fields, body.get("filter"))
+
+
+def check_fields(fields: list[str]) -> None:
+    if len(fields) > MAX_FIELDS:
+        raise BadRequest(
+            f"'fields' names at most {MAX_FIELDS} fields (got {len(fields)})", parameter="fields"
+        )
+    for name in fields:
+        if len(name) > MAX_FIELD_NAME:
+            raise BadRequest(
+                f"'fields': a field name is at most {MAX_FIELD_NAME} characters "
+                f"({name[:40]!r}... has {len(name)})",
+                parameter="fields",
+            )
+
+
+def check_filter_size(tree: Any) -> None:
+    """At most ``MAX_FILTER_NODES`` lists and values (strings of at most
+    ``MAX_FILTER_STRING`` characters), counted without recursion."""
+    seen, stack = 0, [tree]
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_FILTER_NODES:
+            raise BadRequest(
+                f"The filter has more than {MAX_FILTER_NODES} operators and values",
+                parameter="filter",
+            )
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str) and len(node) > MAX_FILTER_STRING:
+            raise BadRequest(
+                f"The filter has a value of {len(node)} characters (at most {MAX_FILTER_STRING})",
+                parameter="filter",
+            )
 
 
 def _forbid(principal: Principal, resource: str, fields: list[str], named: frozenset[str]) -> None:
@@ -101,25 +152,33 @@ def _forbid(principal: Principal, resource: str, fields: list[str], named: froze
 
 def _answer(state: State, principal: Principal, resource: str, body: QueryBody) -> JSONResponse:
     try:
-        parsed = parse(resource, body.filter)
+        if isinstance(body.filter, str):
+            parsed = parse_text(resource, body.filter)
+        else:
+            parsed = parse(resource, body.filter)
     except FilterError as exc:
         raise BadRequest(str(exc), parameter="filter") from None
     _forbid(principal, resource, body.fields, parsed.fields)
     if resource == "node":
-        items, path, skipped = _nodes(state, parsed.tree)
+        items, path, skipped = _nodes(state, parsed.tree, body.bypass_cache)
     else:
         items, path, skipped = _instances(state, principal, body.fields, parsed)
     out = {headers.PATH: path}
     if skipped:
         out[headers.SKIPPED_CELLS] = headers.skipped_cells(skipped)
     data = render(resource, body.fields, items)
-    return JSONResponse({"fields": definitions(resource, body.fields), "data": data}, headers=out)
+    return FastJSONResponse(
+        {"fields": definitions(resource, body.fields), "data": data}, headers=out
+    )
 
 
-def _nodes(state: State, tree: Node) -> tuple[list[Item], str, list[SkippedCell]]:
-    snapshot = nodes.node_cache(state).get()
+def _nodes(state: State, tree: Node, bypass: bool) -> tuple[list[Item], str, list[SkippedCell]]:
+    snapshot = nodes.node_cache(state).get(bypass=bypass)
     items = [
-        Item(doc, offline=NODE_LIVE if doc.get("offline") else frozenset())
+        # A node of a cell that did not answer: its last known identity, no live data.
+        Item(doc, known=set(doc) - NODE_LIVE)
+        if snapshot.stale(doc)
+        else Item(doc, offline=NODE_LIVE if doc.get("offline") else frozenset())
         for doc in nodes.select(snapshot, tree)
     ]
     path = "index" if snapshot.source == "index" else "fanout"
@@ -162,9 +221,45 @@ def query_fields(
         raise BadRequest(
             f"Unknown query parameter(s): {', '.join(k[:40] for k in extra)}", parameter=extra[0]
         )
-    raw = request.query_params.getlist("fields")
-    names = None if not raw else [n.strip() for part in raw for n in part.split(",") if n.strip()]
+    names = _field_names(request.query_params.getlist("fields"))
     return JSONResponse({"fields": definitions(resource, names)})
+
+
+def _bypass(request: Request) -> bool:
+    values = request.query_params.getlist("bypass_cache")
+    if len(values) > 1:
+        raise BadRequest("'bypass_cache' given more than once", parameter="bypass_cache")
+    return bool(values) and parse_bool("bypass_cache", values[0])
+
+
+def _field_names(raw: list[str]) -> list[str] | None:
+    """``fields=a,b&fields=c`` → names, bounded (``check_fields``); None when absent."""
+    if not raw:
+        return None
+    names = [n.strip() for part in raw for n in part.split(",") if n.strip()]
+    check_fields(names)
+    return names
+
+
+@router.get("/v2.1/query/{resource}", summary="Query v2 with a human-readable filter")
+async def query_get(
+    resource: str, request: Request, principal: Principal = Depends(current_principal)
+) -> JSONResponse:
+    _resource(resource)
+    params = request.query_params
+    extra = sorted({k for k in params if k not in ("fields", "filter", "bypass_cache")})
+    if extra:
+        raise BadRequest(
+            f"Unknown query parameter(s): {', '.join(k[:40] for k in extra)}", parameter=extra[0]
+        )
+    names = _field_names(params.getlist("fields"))
+    if not names:
+        raise BadRequest("'fields' is required: a comma-separated list", parameter="fields")
+    filters = params.getlist("filter")
+    if len(filters) > 1:
+        raise BadRequest("'filter' given more than once", parameter="filter")
+    body = QueryBody(names, filters[0] if filters else None, _bypass(request))
+    return await run_in_threadpool(_answer, request.app.state, principal, resource, body)
 
 
 # The body is read by hand (see the module docstring); this documents it all the same.
@@ -177,11 +272,16 @@ _BODY_SCHEMA = {
                 "required": ["fields"],
                 "additionalProperties": False,
                 "properties": {
-                    "fields": {"type": "array", "items": {"type": "string"}},
+                    "fields": {
+                        "type": "array",
+                        "maxItems": MAX_FIELDS,
+                        "items": {"type": "string", "maxLength": MAX_FIELD_NAME},
+                    },
                     "filter": {
-                        "type": ["array", "null"],
+                        "type": ["array", "string", "null"],
                         "description": 'An S-expression such as ["&", ["==", "state", '
-                        '"active"], ["=~", "name", "^web"]]',
+                        '"active"], ["=~", "name", "^web"]], or the same as text: '
+                        "'state == \"active\" and name =~ m/^web/'",
                     },
                 },
             }
@@ -199,6 +299,12 @@ async def query(
     resource: str, request: Request, principal: Principal = Depends(current_principal)
 ) -> JSONResponse:
     _resource(resource)
+    extra = sorted({k for k in request.query_params if k != "bypass_cache"})
+    if extra:
+        raise BadRequest(
+            f"Unknown query parameter(s): {', '.join(k[:40] for k in extra)}", parameter=extra[0]
+        )
     body = _body(await request.body())
+    body = QueryBody(body.fields, body.filter, _bypass(request))
     # The paths block on databases: keep them off the event loop.
     return await run_in_threadpool(_answer, request.app.state, principal, resource, body)

@@ -9,25 +9,28 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
-from api import headers, microversion
-from api.auth import Principal, current_principal
-from api.celldocs import row_document
-from api.errors import BadRequest, NotFound, ServiceUnavailable
-from api.params import parse_list_query
-from api.paths import InstanceSearch
-from api.render import LinkContext, Unreachable, detail, summary, unknown
-from cells.database import connect
-from cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
-from cells.mappings import CellRegistry
-from cells.reads import get_instance
-from indexer.query.tree import SearchRequest
+from cellsight.api import headers, microversion
+from cellsight.api.auth import Principal, current_principal
+from cellsight.api.cell_documents import row_document
+from cellsight.api.driver_errors import CELL_FAILURES, classify
+from cellsight.api.encoding import FastJSONResponse
+from cellsight.api.errors import BadRequest, NotFound, unavailable
+from cellsight.api.params import parse_list_query
+from cellsight.api.paths import InstanceSearch
+from cellsight.api.render import LinkContext, Unreachable, detail, summary, unknown
+from cellsight.cells.database import connect
+from cellsight.cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.reads import get_instance
+from cellsight.query.tree import SearchRequest
 
 router = APIRouter(tags=["servers"])
 
 # Nova answers a down cell with minimal records from this microversion on.
 DOWN_CELL_VERSION = "2.69"
+# ``GET /servers/{id}`` shows ``server_groups`` from this microversion on.
+SERVER_GROUPS_VERSION = "2.71"
 
 
 def _context(request: Request, principal: Principal, project_id: str | None) -> LinkContext:
@@ -43,7 +46,7 @@ def _context(request: Request, principal: Principal, project_id: str | None) -> 
 
 def list_servers(
     request: Request, principal: Principal, project_id: str | None, *, detailed: bool
-) -> JSONResponse:
+) -> FastJSONResponse:
     ctx = _context(request, principal, project_id)
     state = request.app.state
     search: InstanceSearch = state.search
@@ -81,12 +84,12 @@ def list_servers(
     out[headers.PATH] = page.path
     if page.skipped:
         out[headers.SKIPPED_CELLS] = headers.skipped_cells(page.skipped)
-    return JSONResponse(body, headers=out)
+    return FastJSONResponse(body, headers=out)
 
 
 def show_server(
     request: Request, principal: Principal, project_id: str | None, server_id: str
-) -> JSONResponse:
+) -> FastJSONResponse:
     """From the instance's cell, never the index (it must be current)."""
     ctx = _context(request, principal, project_id)
     state = request.app.state
@@ -100,26 +103,31 @@ def show_server(
     except (InstanceNotFound, UnknownCell):
         raise not_found from None
     except DatabaseUnavailable as exc:
-        raise ServiceUnavailable(f"The API database is unavailable: {exc.why}") from None
+        raise unavailable("The API database is unavailable", exc) from None
     if not principal.is_admin and mapping.project_id != principal.project_id:
         raise not_found
     out = microversion.response_headers(ctx.version)
     try:
         with connect(state.fanout.engine(cell)) as conn:
             row = get_instance(conn, server_id)
-    except Exception as exc:
+    except CELL_FAILURES as exc:  # anything else is our bug: a logged 500
         if not ctx.version.at_least(DOWN_CELL_VERSION):
-            raise ServiceUnavailable(
-                f"The cell holding instance {server_id} ({cell.name}) is unavailable"
-            ) from exc
+            raise unavailable(
+                f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
+            ) from None
         entry = Unreachable(server_id, mapping.project_id, None)
-        out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason=error"
-        return JSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
+        out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"
+        return FastJSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
     if row is None or row.get("deleted"):
         raise not_found
     if not principal.is_admin and row.get("project_id") != principal.project_id:
         raise not_found
-    return JSONResponse({"server": detail(row_document(row, cell.uuid), ctx)}, headers=out)
+    server = detail(row_document(row, cell.uuid), ctx)
+    if ctx.version.at_least(SERVER_GROUPS_VERSION):
+        # Nova's show lists the one group holding the instance; groups are not in the
+        # notifications Cellsight is built from, so: none (Nova's value for no group).
+        server["server_groups"] = []
+    return FastJSONResponse({"server": server}, headers=out)
 
 
 @router.get("/v2.1/servers", summary="List servers")

@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
-from api import microversion
+from cellsight.api import microversion
 
 router = APIRouter(tags=["versions"])
 

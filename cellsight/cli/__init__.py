@@ -1,22 +1,63 @@
-"""The ``cellsight`` command. Each group lives in its own module; this one assembles them."""
+"""The ``cellsight`` command: the root options and the error boundary.
+
+The command groups are registered in one place, ``cellsight.cli.groups``. Group
+modules import only Typer at the top and their heavy parts inside the commands,
+so ``cellsight --help`` starts quickly.
+"""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+# Typer (>= 0.29) vendors Click: its exceptions, not the ``click`` package's, are the
+# ones Click's main loop turns into usage messages.
+from typer._click.core import Context
+from typer._click.exceptions import ClickException
+from typer.core import TyperGroup
+
 from cellsight.cli.context import State, fail
-from cellsight.settings import ConfigError, load_settings
+
+
+class BoundaryGroup(TyperGroup):
+    """Runs a command and turns what it raises into one line and an exit code."""
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort, ClickException):
+            raise
+        except (Exception, KeyboardInterrupt) as exc:
+            state = ctx.obj
+            if isinstance(state, State) and state.debug:
+                raise
+            from rich.markup import escape
+
+            from cellsight.cli.errors import describe
+
+            loaded = state.loaded if isinstance(state, State) else None
+            code, message = describe(exc, loaded.bus_url if loaded else None)
+            fail(escape(message), code=code)
+
 
 app = typer.Typer(
     name="cellsight",
+    cls=BoundaryGroup,
     help="List and query the instances of a multi-cell cluster fast.",
+    epilog=(
+        "Exit codes: 0 done; 1 runtime failure (a bus, engine or database failed or "
+        "refused); 2 usage (bad option, value, setting or name); 3 lock held; "
+        "130 interrupted."
+    ),
     no_args_is_help=True,
+    add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+LEVELS = {0: "WARNING", 1: "INFO"}
 
 
 @app.callback()
@@ -24,33 +65,43 @@ def _root(
     ctx: typer.Context,
     config: Annotated[
         Path | None,
-        typer.Option("--config", help="TOML file of settings (CELLSIGHT_* keys, lowercase)"),
+        typer.Option("--config", help="TOML file of settings (the CELLSIGHT_* names, lowercase)"),
     ] = None,
     data_dir: Annotated[
         Path | None,
-        typer.Option("--data-dir", help="Embedded data directory (default ./.cellsight)"),
+        typer.Option(
+            "--data-dir",
+            help="Embedded data directory (default: ./.cellsight, or CELLSIGHT_DATA_DIR)",
+        ),
     ] = None,
+    verbose: Annotated[
+        int,
+        typer.Option("--verbose", "-v", count=True, help="More log output (-v info, -vv debug)"),
+    ] = 0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the traceback of a failure instead of one line")
+    ] = False,
 ) -> None:
     overrides: dict[str, object] = {}
     if data_dir is not None:
         overrides["data_dir"] = data_dir
-    try:
-        settings = load_settings(config, **overrides)
-    except ConfigError as exc:
-        fail(str(exc))
+    import logging
+
     logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=LEVELS.get(verbose, "DEBUG"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    ctx.obj = State(settings)
+    ctx.obj = State(config, overrides, debug)
 
 
 def _register() -> None:
-    # Imported here so that each group module can import ``app``-free helpers only.
     from cellsight.cli import groups
 
     groups.register(app)
 
 
+_register()
+
+
 def main() -> None:
-    _register()
     app()

@@ -6,29 +6,42 @@ from typing import Annotated
 
 import typer
 
-from cellsight.cli.context import fail, settings_of
-from cellsight.settings import ConfigError
+from cellsight.cli.context import settings_of
+
+# Literal so that --help needs no settings import; a test checks them against Settings.
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8774
 
 
 def serve(
     ctx: typer.Context,
-    host: Annotated[str | None, typer.Option("--host", help="Default: api_host")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help=f"Address to bind (default: {DEFAULT_HOST}, or CELLSIGHT_API_HOST)",
+            show_default=False,
+        ),
+    ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", min=0, max=65535, help="Default: api_port")
+        int | None,
+        typer.Option(
+            "--port",
+            min=0,
+            max=65535,
+            help=f"Port to bind (default: {DEFAULT_PORT}, or CELLSIGHT_API_PORT)",
+            show_default=False,
+        ),
     ] = None,
 ) -> None:
-    """Serve the Nova-compatible server list, query v2 and /healthz (OpenAPI at /openapi.json)."""
+    """Serve the Nova-compatible server list, query v2, /healthz and the docs at /docs
+    (OpenAPI at /openapi.json)."""
     import uvicorn
 
-    from api.app import create_app
-    from cells.errors import CellsError
-    from indexer.engines.base import EngineError
+    from cellsight.api.app import create_app
 
     settings = settings_of(ctx)
-    try:
-        app = create_app(settings)
-    except (ConfigError, CellsError, EngineError) as exc:
-        fail(str(exc))
+    app = create_app(settings)
     uvicorn.run(
         app,
         host=host or settings.api_host,

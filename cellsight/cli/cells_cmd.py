@@ -4,27 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.table import Table
 
-from cells.database import connect
-from cells.errors import CellsError
-from cells.mappings import CellRegistry
-from cells.nodes import add_compute_node
-from cells.reads import count_instances
-from cells.seed import seed as seed_cells
 from cellsight.cli.context import console, fail, settings_of
-from notifications.errors import NotificationError
+
+if TYPE_CHECKING:
+    from cellsight.cells.mappings import CellRegistry
 
 app = typer.Typer(
     name="cells", help="The cell databases: register, list, seed.", no_args_is_help=True
@@ -32,24 +20,26 @@ app = typer.Typer(
 
 
 @contextmanager
-def cli_errors() -> Iterator[None]:
-    """Named errors and bad values become one clear line and exit code 2."""
-    try:
-        yield
-    except (CellsError, NotificationError) as exc:
-        fail(exc.message)
-    except ValueError as exc:
-        fail(str(exc))
-
-
-@contextmanager
 def open_registry(ctx: typer.Context) -> Iterator[CellRegistry]:
-    with cli_errors():
-        registry = CellRegistry.from_settings(settings_of(ctx))
+    from cellsight.cells.mappings import CellRegistry
+
+    registry = CellRegistry.from_settings(settings_of(ctx))
     try:
         yield registry
     finally:
         registry.close()
+
+
+def _check_sqlite_directory(db_url: str, create: bool) -> None:
+    """A SQLite path in a directory that does not exist is a typo more often than not."""
+    from cellsight.cells.database import parse_url
+
+    parsed = parse_url(db_url)
+    if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
+        return
+    parent = Path(parsed.database or "").parent
+    if not parent.is_dir() and not create:
+        fail(f"--db-url {db_url}: directory {parent} does not exist (--create makes it)")
 
 
 @app.command("add")
@@ -57,10 +47,25 @@ def add(
     ctx: typer.Context,
     name: Annotated[str, typer.Option("--name", help="Unique cell name")],
     db_url: Annotated[str, typer.Option("--db-url", help="sqlite:///…, postgresql://…, mysql://…")],
-    uuid: Annotated[str | None, typer.Option("--uuid", help="Cell uuid (default: new)")] = None,
+    uuid: Annotated[
+        str | None, typer.Option("--uuid", help="Cell uuid (default: a new one)")
+    ] = None,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create a SQLite file's missing directory")
+    ] = False,
 ) -> None:
-    """Register a cell; its database is checked and its tables created."""
-    with open_registry(ctx) as registry, cli_errors():
+    """Register a cell: its database must be reachable; its tables are created."""
+    import uuid as uuidlib
+
+    if not name.strip():
+        fail("--name: a cell needs a non-empty name")
+    if uuid is not None:
+        try:
+            uuid = str(uuidlib.UUID(uuid))
+        except ValueError:
+            fail(f"--uuid {uuid!r}: not a uuid")
+    _check_sqlite_directory(db_url, create)
+    with open_registry(ctx) as registry:
         cell = registry.add_cell(name, db_url, uuid=uuid)
     console.print(
         f"added cell {cell.name} {cell.uuid} ({cell.safe_url})", highlight=False, soft_wrap=True
@@ -73,7 +78,13 @@ def list_cells(
     counts: Annotated[bool, typer.Option("--counts", help="Count each cell's instances")] = False,
 ) -> None:
     """The registered cells (database passwords masked)."""
-    with open_registry(ctx) as registry, cli_errors():
+    from rich.table import Table
+
+    from cellsight.cells.database import connect
+    from cellsight.cells.errors import CellsError
+    from cellsight.cells.reads import count_instances
+
+    with open_registry(ctx) as registry:
         table = Table("name", "uuid", "database", "disabled", *(["instances"] if counts else []))
         for cell in registry.list_cells():
             extra: list[str] = []
@@ -92,13 +103,15 @@ def add_host(
     ctx: typer.Context,
     cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
     host: Annotated[str, typer.Option("--host", help="Compute host name")],
-    vcpus: Annotated[int, typer.Option(min=1)] = 64,
-    memory_mb: Annotated[int, typer.Option("--memory-mb", min=1)] = 262_144,
-    disk_gb: Annotated[int, typer.Option("--disk-gb", min=1)] = 4_000,
-    availability_zone: Annotated[str, typer.Option("--az")] = "nova",
+    vcpus: Annotated[int, typer.Option(min=1, help="Virtual CPUs")] = 64,
+    memory_mb: Annotated[int, typer.Option("--memory-mb", min=1, help="Memory, MiB")] = 262_144,
+    disk_gb: Annotated[int, typer.Option("--disk-gb", min=1, help="Local disk, GiB")] = 4_000,
+    availability_zone: Annotated[str, typer.Option("--az", help="Availability zone")] = "nova",
 ) -> None:
     """Register a compute node in a cell, for the scheduler to place instances on."""
-    with open_registry(ctx) as registry, cli_errors():
+    from cellsight.cells.nodes import add_compute_node
+
+    with open_registry(ctx) as registry:
         row = add_compute_node(
             registry.cell_engine(cell),
             host,
@@ -118,17 +131,31 @@ def seed(
     cells: Annotated[int, typer.Option("--cells", min=1, help="How many new cells")] = 1,
     instances: Annotated[int, typer.Option("--instances", min=0, help="Instances per cell")] = 1000,
     db_url: Annotated[
-        list[str] | None, typer.Option("--db-url", help="One per cell (default: SQLite files)")
+        list[str] | None,
+        typer.Option("--db-url", help="One per cell (default: SQLite files in the data dir)"),
     ] = None,
     seed_value: Annotated[int, typer.Option("--seed", help="Same seed, same data")] = 0,
-    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1)] = 10_000,
+    chunk_size: Annotated[
+        int, typer.Option("--chunk-size", min=1, help="Rows per insert")
+    ] = 10_000,
     notify: Annotated[
         bool, typer.Option("--notify", help="Publish instance.create.end for every instance")
     ] = False,
 ) -> None:
     """Create new cells filled with a realistic spread of instances, fast."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from cellsight.cells.seed import seed as seed_cells
+
     settings = settings_of(ctx)
-    with open_registry(ctx) as registry, ExitStack() as stack, cli_errors():
+    with open_registry(ctx) as registry, ExitStack() as stack:
         publisher = None
         if notify:
             from cellsight.clients import build_notifier  # the bus is only needed here

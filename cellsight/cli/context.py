@@ -1,14 +1,22 @@
-"""What every command receives: the settings, built once by the root callback."""
+"""What every command receives: the settings, built on first use from the root options.
+
+Settings are loaded lazily so that ``--help`` and commands that need none start fast;
+a bad configuration is raised as ``ConfigError`` and printed by the CLI boundary.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NoReturn
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
 
-from cellsight.settings import Settings
+from cellsight.cli.errors import USAGE
+
+if TYPE_CHECKING:
+    from cellsight.settings import Settings
 
 console = Console()
 err_console = Console(stderr=True)
@@ -16,16 +24,36 @@ err_console = Console(stderr=True)
 
 @dataclass
 class State:
-    settings: Settings
+    config: Path | None = None
+    overrides: dict[str, object] = field(default_factory=dict)
+    debug: bool = False
+    _settings: Settings | None = None
+
+    @property
+    def loaded(self) -> Settings | None:
+        """The settings if a command asked for them (the error boundary names the bus)."""
+        return self._settings
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            from cellsight.settings import load_settings
+
+            self._settings = load_settings(self.config, **self.overrides)
+            if "log_level" in self._settings.model_fields_set:
+                import logging
+
+                # Asked for explicitly (CELLSIGHT_LOG_LEVEL or --config): it wins over -v.
+                logging.getLogger().setLevel(self._settings.log_level)
+        return self._settings
 
 
 def settings_of(ctx: typer.Context) -> Settings:
     state = ctx.find_root().obj
     assert isinstance(state, State), "root callback did not run"
-    return state.settings
+    return state.settings()
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    """A clear one-line error and a non-zero exit, instead of a traceback."""
+def fail(message: str, code: int = USAGE) -> NoReturn:
+    """A clear one-line error and a non-zero exit (see ``cellsight.cli.errors``)."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -10,22 +10,26 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from cellsight.cli.context import console, fail, settings_of
-from cellsight.cli.indexer_cmd import index_app
 
 if TYPE_CHECKING:
-    from cells.mappings import CellRegistry
+    from cellsight.cells.mappings import CellRegistry
+    from cellsight.indexer.engines.base import SearchEngine
     from cellsight.settings import Settings
-    from indexer.engines.base import SearchEngine
 
 
 def collect(engine: Any, registry: Any, resource: str) -> dict[str, Any]:
-    from cells.database import connect
-    from indexer.layout import LAST_SYNC, LAST_VERIFY, describe_indexes, is_synced, marker_key
-    from indexer.lock import describe, is_free, lock_key
-    from indexer.sources import count_rows, scope_of
+    from cellsight.cells.database import connect
+    from cellsight.indexer.cell_streams import count_rows, scope_of
+    from cellsight.indexer.index_roles import (
+        LAST_SYNC,
+        LAST_VERIFY,
+        describe_indexes,
+        is_synced,
+        marker_key,
+    )
+    from cellsight.indexer.lock import describe, is_free, lock_key
 
     marker = engine.get_meta(marker_key(resource))
     lock = engine.get_meta(lock_key(resource))
@@ -62,34 +66,23 @@ def collect(engine: Any, registry: Any, resource: str) -> dict[str, Any]:
 
 @contextmanager
 def clients(settings: Settings) -> Iterator[tuple[SearchEngine, CellRegistry]]:
-    """The engine and the cells, closed afterwards; their errors (an engine or a
-    database that does not answer, an unknown cell) become one line and exit code 1."""
-    from cells.errors import CellsError
-    from cells.mappings import CellRegistry
+    """The engine and the cells, closed afterwards (their errors reach the CLI boundary)."""
+    from cellsight.cells.mappings import CellRegistry
     from cellsight.clients import build_engine
-    from indexer.engines.base import EngineError
 
-    try:
-        engine = build_engine(settings)
-    except EngineError as exc:
-        fail(str(exc), code=1)
+    engine = build_engine(settings)
     try:
         registry = CellRegistry.from_settings(settings)
-    except CellsError as exc:
+    except BaseException:
         engine.close()
-        fail(exc.message, code=1)
+        raise
     try:
         yield engine, registry
-    except EngineError as exc:
-        fail(str(exc), code=1)
-    except CellsError as exc:
-        fail(exc.message, code=1)
     finally:
         engine.close()
         registry.close()
 
 
-@index_app.command("status")
 def index_status(
     ctx: typer.Context,
     resource: Annotated[
@@ -113,6 +106,8 @@ def index_status(
 
 
 def _print(status: dict[str, Any]) -> None:
+    from rich.table import Table
+
     resource = status["resource"]
     table = Table("index", "role", "documents", "read", "write", "created", title=resource)
     for i in status["indexes"]:

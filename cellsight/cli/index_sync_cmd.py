@@ -1,4 +1,4 @@
-"""``cellsight index sync|verify|status`` (registered on ``index_app``).
+"""``cellsight index sync|verify`` (registered in ``cellsight.cli.groups``).
 
 Exit codes: 0 done (verify: no drift left); 1 the sync failed (cleaned up, the old index
 still serves) or verify left drift; 2 bad usage; 3 another sync or verify of the type
@@ -10,30 +10,18 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-from rich.text import Text
 
 from cellsight.cli.context import console, err_console, fail, settings_of
-from cellsight.cli.index_status_cmd import clients  # (importing it registers `status`)
-from cellsight.cli.indexer_cmd import index_app
+from cellsight.cli.index_status_cmd import clients
+
+if TYPE_CHECKING:
+    from cellsight.cli.progress import PlainProgress, RichProgress
 
 TypeOption = Annotated[str, typer.Option("--type", help="instance or node")]
 CellOption = Annotated[
@@ -42,78 +30,10 @@ CellOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print a JSON summary, no progress")]
 
 
-class RateColumn(ProgressColumn):
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text(f"{speed:,.0f} docs/s" if speed else "", style="progress.data.speed")
+def _progress(as_json: bool) -> AbstractContextManager[RichProgress | PlainProgress | None]:
+    from cellsight.cli.progress import progress_for
 
-
-class RichProgress:
-    """Bars per cell and in total; updates are batched (Rich takes a lock per call)."""
-
-    def __init__(self, out: Console) -> None:
-        self.bars = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            RateColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=out,
-        )
-        self.tasks: dict[str, TaskID] = {}
-        self.total: TaskID | None = None
-        self.pending: dict[str, int] = {}
-        self.flushed = 0.0
-
-    def phase(self, text: str) -> None:
-        self.flush()
-        self.bars.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {text}", highlight=False)
-
-    def start_cells(self, cells: Sequence[tuple[str, str, int | None]]) -> None:
-        for uuid, name, expected in cells:
-            self.tasks[uuid] = self.bars.add_task(f"cell {name}", total=expected)
-        if len(cells) > 1 or not self.tasks:
-            known = [e for _, _, e in cells]
-            total = sum(e or 0 for e in known) if None not in known else None
-            self.total = self.bars.add_task("[bold]total", total=total)
-
-    def advance(self, cell_uuid: str, n: int) -> None:
-        self.pending[cell_uuid] = self.pending.get(cell_uuid, 0) + n
-        if time.monotonic() - self.flushed > 0.2:
-            self.flush()
-
-    def flush(self) -> None:
-        pending, self.pending = self.pending, {}
-        for uuid, n in pending.items():
-            self.bars.advance(self.tasks[uuid], n)
-            if self.total is not None:
-                self.bars.advance(self.total, n)
-        self.flushed = time.monotonic()
-
-
-class PlainProgress:
-    def phase(self, text: str) -> None:
-        print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
-
-    def start_cells(self, cells: Sequence[tuple[str, str, int | None]]) -> None:
-        pass
-
-    def advance(self, cell_uuid: str, n: int) -> None:
-        pass
-
-
-@contextmanager
-def _progress(as_json: bool) -> Iterator[RichProgress | PlainProgress | None]:
-    if as_json:
-        yield None
-    elif console.is_terminal:
-        rich = RichProgress(console)
-        with rich.bars:
-            yield rich
-            rich.flush()
-    else:
-        yield PlainProgress()
+    return progress_for(console, as_json)
 
 
 @contextmanager
@@ -140,7 +60,6 @@ def _emit(data: dict[str, Any]) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
-@index_app.command("sync")
 def index_sync(
     ctx: typer.Context,
     resource: TypeOption = "instance",
@@ -159,8 +78,8 @@ def index_sync(
 
     A full sync builds a new index and swaps it in; --cell rewrites those cells'
     documents in the serving index (versioned: newer documents are kept)."""
-    from indexer.lock import LockHeld
-    from indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
+    from cellsight.indexer.lock import LockHeld
+    from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
 
     settings = settings_of(ctx)
     options = SyncOptions(_resource(resource), cell or (), workers, batch_size, keep_old)
@@ -201,7 +120,6 @@ def index_sync(
         console.print(f"dropped old indexes: {', '.join(data['dropped'])}")
 
 
-@index_app.command("verify")
 def index_verify(
     ctx: typer.Context,
     resource: Annotated[
@@ -214,8 +132,8 @@ def index_verify(
 ) -> None:
     """Compare the cells with the index (uuid and version); report missing, stale and
     orphaned documents per cell, and with --repair rewrite exactly those."""
-    from indexer.antientropy import verify_resource
-    from indexer.lock import LockHeld
+    from cellsight.indexer.antientropy import verify_resource
+    from cellsight.indexer.lock import LockHeld
 
     resources = [_resource(resource)] if resource else ["instance", "node"]
     reports = []

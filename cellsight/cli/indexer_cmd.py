@@ -1,13 +1,11 @@
-"""``cellsight indexer``, ``cellsight dlq …`` and ``cellsight index get|purge``."""
+"""``cellsight indexer``, ``cellsight dlq …`` and ``cellsight index get|purge``
+(registered in ``cellsight.cli.groups``)."""
 
 from __future__ import annotations
 
 import json
 import re
-import signal
-import threading
 from datetime import UTC, datetime, timedelta
-from types import FrameType
 from typing import Annotated
 
 import typer
@@ -17,7 +15,6 @@ from cellsight.cli.context import console, fail, settings_of
 dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
 )
-index_app = typer.Typer(help="Operate the search indexes.", no_args_is_help=True)
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 
@@ -30,48 +27,26 @@ def parse_duration(value: str) -> timedelta:
     return timedelta(**{units[match.group(2)]: int(match.group(1))})
 
 
-def run_indexer(ctx: typer.Context) -> None:
+def run_indexer(
+    ctx: typer.Context,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            min=1,
+            max=64,
+            help="Consumer processes on the queue (writes are versioned, so any order is safe)",
+        ),
+    ] = 1,
+) -> None:
     """Consume the notification stream into the search indexes until SIGTERM/SIGINT."""
-    from cellsight.clients import (
-        build_bus,
-        build_cell_resolver,
-        build_consumer_config,
-        build_engine,
-    )
-    from indexer import metrics
-    from indexer.consumer import IndexerConsumer
+    from cellsight.cli.indexer_workers import consume, supervise
 
     settings = settings_of(ctx)
-    stop = threading.Event()
-
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        console.print(f"signal {signum}: flushing and stopping")
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port)
-    engine = build_engine(settings)
-    for resource in ("instance", "node"):
-        engine.ensure_ready(resource)
-    if settings.verify_interval:
-        from cells.mappings import CellRegistry
-        from indexer.antientropy import start_periodic_verify
-
-        registry = CellRegistry.from_settings(settings)
-        start_periodic_verify(engine, registry, settings.verify_interval, stop)
-    config = build_consumer_config(settings)
-    with build_bus(settings) as bus, bus.connection() as connection:
-        consumer = IndexerConsumer(
-            connection, engine, config, stop=stop, cell_resolver=build_cell_resolver(settings)
-        )
-        console.print(
-            f"indexer: {engine.distribution} engine, queue {config.queue} on {bus.display_url}"
-        )
-        consumer.run()
-        console.print(f"indexer stopped: {consumer.totals}")
-    engine.close()
+    if workers == 1:
+        consume(settings)
+        return
+    raise typer.Exit(supervise(settings, workers))
 
 
 @dlq_app.command("list")
@@ -81,11 +56,11 @@ def dlq_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line")] = False,
 ) -> None:
     """Show dead-lettered messages and why (they stay in the queue)."""
-    from cellsight.clients import build_bus
-    from indexer.dlq import peek
+    from cellsight.clients import bus_connection
+    from cellsight.indexer.dlq import peek
 
     settings = settings_of(ctx)
-    with build_bus(settings) as bus, bus.connection() as connection:
+    with bus_connection(settings) as connection:
         letters = list(
             peek(connection, settings.dead_letter_exchange, settings.dead_letter_queue, limit)
         )
@@ -120,23 +95,25 @@ def dlq_replay(
     reason: Annotated[str | None, typer.Option(help="Only letters with this reason code")] = None,
 ) -> None:
     """Republish dead letters to the notifications exchange (after a fix)."""
-    from cellsight.clients import build_bus
-    from indexer.dlq import replay
+    from cellsight.clients import bus_connection
+    from cellsight.indexer.dlq import ReplayRefused, replay
 
     settings = settings_of(ctx)
-    with build_bus(settings) as bus, bus.connection() as connection:
-        done, skipped = replay(
-            connection,
-            exchange_name=settings.exchange,
-            dlx_name=settings.dead_letter_exchange,
-            dlq_name=settings.dead_letter_queue,
-            limit=limit,
-            reason_code=reason,
-        )
+    with bus_connection(settings) as connection:
+        try:
+            done, skipped = replay(
+                connection,
+                exchange_name=settings.exchange,
+                dlx_name=settings.dead_letter_exchange,
+                dlq_name=settings.dead_letter_queue,
+                limit=limit,
+                reason_code=reason,
+            )
+        except ReplayRefused as exc:
+            fail(f"{exc} ({exc.replayed} replayed before it)", code=1)
     console.print(f"replayed {done}, left {skipped} with another reason")
 
 
-@index_app.command("get")
 def index_get(
     ctx: typer.Context,
     uuid: Annotated[str, typer.Argument(help="Instance (or node) uuid")],
@@ -163,7 +140,6 @@ def index_get(
     )
 
 
-@index_app.command("purge")
 def index_purge(
     ctx: typer.Context,
     older_than: Annotated[
@@ -173,7 +149,7 @@ def index_purge(
     """Remove tombstones of instances deleted longer ago than --older-than, and record a
     floor so that a very late stale event cannot recreate them."""
     from cellsight.clients import build_engine
-    from indexer.purge import purge_tombstones
+    from cellsight.indexer.purge import purge_tombstones
 
     try:
         age = parse_duration(older_than)
@@ -188,6 +164,3 @@ def index_purge(
         f"purged {removed} tombstone(s) deleted before {datetime.now(UTC) - age:%Y-%m-%d %H:%M}Z"
     )
 
-
-# sync, status and verify live in their own module; importing it registers them here.
-from cellsight.cli import index_sync_cmd  # noqa: E402, F401

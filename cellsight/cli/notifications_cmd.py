@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 
 from cellsight.cli.context import fail, settings_of
-from cellsight.clients import build_notifier
-from notifications.bus import BusError
-from notifications.envelope import Notification, decode
-from notifications.errors import NotificationError, PublishError
-from notifications.schema import write_schemas
+
+if TYPE_CHECKING:
+    from cellsight.notifications.envelope import Notification
 
 app = typer.Typer(
     name="notifications",
@@ -29,15 +27,32 @@ Files = Annotated[
 ]
 
 
+class UnexpectedDecodeError(Exception):
+    """Decoding raised something the contract has no name for (a bug): reported like
+    the indexer's ``internal`` dead letters, as one line."""
+
+
 def _read(path: Path) -> Notification:
-    """Decode one file; raises ``NotificationError`` or ``OSError``."""
-    return decode(path.read_bytes())
+    """Decode one file; raises ``NotificationError``, ``OSError`` or
+    ``UnexpectedDecodeError``."""
+    from cellsight.notifications.envelope import decode
+    from cellsight.notifications.errors import NotificationError
+
+    body = path.read_bytes()
+    try:
+        return decode(body)
+    except NotificationError:
+        raise
+    except Exception as exc:
+        raise UnexpectedDecodeError(f"internal: {type(exc).__name__}: {exc}") from exc
 
 
 def _describe_error(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return f"cannot read: {exc.strerror or exc}"
-    return f"{type(exc).__name__}: {exc}"
+    # A reason can quote a huge or binary value: keep the line short and printable.
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @app.command()
@@ -47,6 +62,8 @@ def schema(
     ] = Path("schemas"),
 ) -> None:
     """Write one JSON Schema per payload class and version (e.g. InstanceActionPayload-1.9.json)."""
+    from cellsight.notifications.schema import write_schemas
+
     try:
         written = write_schemas(out)
     except OSError as exc:
@@ -59,11 +76,13 @@ def schema(
 @app.command()
 def validate(files: Files) -> None:
     """Decode each file; print its event type, payload class and version, or the error."""
+    from cellsight.notifications.errors import NotificationError
+
     failed = 0
     for path in files:
         try:
             notification = _read(path)
-        except (NotificationError, OSError) as exc:
+        except (NotificationError, OSError, UnexpectedDecodeError) as exc:
             failed += 1
             typer.echo(f"FAIL {path}: {_describe_error(exc)}", err=True)
             continue
@@ -87,21 +106,18 @@ def publish(
     ] = True,
 ) -> None:
     """Publish the files onto the configured bus (all are validated before any is sent)."""
+    from cellsight.clients import build_notifier
+    from cellsight.notifications.errors import NotificationError
+
     notifications = []
     for path in files:
         try:
             notifications.append(_read(path))
-        except (NotificationError, OSError) as exc:
+        except (NotificationError, OSError, UnexpectedDecodeError) as exc:
             fail(escape(f"{path}: {_describe_error(exc)} (nothing published)"))
     settings = settings_of(ctx)
-    try:
-        notifier = build_notifier(settings, declare_indexer_queue=declare_indexer_queue)
-    except BusError as exc:
-        fail(escape(str(exc)))
-    with notifier:
-        try:
-            notifier.publish_many(notifications)
-        except PublishError as exc:
-            fail(escape(str(exc)))
+    # a bus that is down or refuses is reported by the CLI boundary (exit 1)
+    with build_notifier(settings, declare_indexer_queue=declare_indexer_queue) as notifier:
+        notifier.publish_many(notifications)
         target = notifier.target
     typer.echo(f"published {len(notifications)} notifications to {target}")

@@ -5,19 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from cells.database import connect
-from cells.errors import InstanceNotFound
-from cells.instances import DEFAULT_IMAGE, BootRequest
-from cells.operations import Operations
-from cells.reads import get_instance
-from cells.rows import action_payload
-from cellsight.cli.cells_cmd import cli_errors, open_registry
-from cellsight.cli.context import console, settings_of
-from notifications.payloads import InstancePayload
+from cellsight.cli.cells_cmd import open_registry
+from cellsight.cli.context import console, fail, settings_of
+
+if TYPE_CHECKING:
+    from cellsight.cells.operations import Operations
+    from cellsight.notifications.payloads import InstancePayload
 
 app = typer.Typer(
     name="ops", help="Cluster operations on instances (each one notified).", no_args_is_help=True
@@ -29,16 +26,18 @@ Uuid = Annotated[str, typer.Argument(help="Instance uuid")]
 
 @contextmanager
 def operations(ctx: typer.Context) -> Iterator[Operations]:
-    settings = settings_of(ctx)
-    with open_registry(ctx) as registry, cli_errors():
-        from cellsight.clients import build_notifier  # the bus is only needed here
+    from cellsight.cells.operations import Operations
+    from cellsight.cells.outbox import Outbox
+    from cellsight.clients import build_notifier
 
-        with build_notifier(settings) as notifier:
-            yield Operations(registry, notifier, publisher_id=settings.publisher_id)
+    settings = settings_of(ctx)
+    with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+        relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
+        yield Operations(registry, notifier, publisher_id=settings.publisher_id, relay=relay)
 
 
 def _run(ctx: typer.Context, action: Callable[[Operations], T]) -> T:
-    with operations(ctx) as ops, cli_errors():
+    with operations(ctx) as ops:
         return action(ops)
 
 
@@ -58,20 +57,29 @@ def boot(
     flavor: Annotated[str, typer.Option("--flavor", help="Flavor name, e.g. m1.small")],
     project: Annotated[str, typer.Option("--project", help="Project (tenant) id")],
     user: Annotated[str, typer.Option("--user", help="User id")],
-    image: Annotated[str, typer.Option("--image")] = DEFAULT_IMAGE,
-    count: Annotated[int, typer.Option("--count", min=1)] = 1,
-    cell: Annotated[str | None, typer.Option("--cell", help="Cell name or uuid")] = None,
-    availability_zone: Annotated[str | None, typer.Option("--az")] = None,
-    key_name: Annotated[str | None, typer.Option("--key-name")] = None,
-    tag: Annotated[list[str] | None, typer.Option("--tag")] = None,
+    image: Annotated[
+        str | None, typer.Option("--image", help="Image ref (default: the cells' default image)")
+    ] = None,
+    count: Annotated[int, typer.Option("--count", min=1, help="How many instances")] = 1,
+    cell: Annotated[
+        str | None, typer.Option("--cell", help="Cell name or uuid (default: the scheduler picks)")
+    ] = None,
+    availability_zone: Annotated[
+        str | None, typer.Option("--az", help="Availability zone (default: any)")
+    ] = None,
+    key_name: Annotated[str | None, typer.Option("--key-name", help="Key pair name")] = None,
+    tag: Annotated[list[str] | None, typer.Option("--tag", help="Tag (repeatable)")] = None,
 ) -> None:
     """Schedule and build instances; prints each one and the scheduler's selections."""
+    from cellsight.cells.instances import BootRequest
+
+    optional = {"image_ref": image} if image else {}
     request = BootRequest(
         display_name=name,
         flavor=flavor,
         project_id=project,
         user_id=user,
-        image_ref=image,
+        **optional,  # type: ignore[arg-type]
         count=count,
         cell=cell,
         availability_zone=availability_zone,
@@ -90,7 +98,12 @@ def boot(
 @app.command("show")
 def show(ctx: typer.Context, uuid: Uuid) -> None:
     """The instance's snapshot as notifications carry it (JSON)."""
-    with open_registry(ctx) as registry, cli_errors():
+    from cellsight.cells.database import connect
+    from cellsight.cells.errors import InstanceNotFound
+    from cellsight.cells.reads import get_instance
+    from cellsight.cells.rows import action_payload
+
+    with open_registry(ctx) as registry:
         cell = registry.locate(uuid)
         with connect(registry.cell_engine(cell)) as conn:
             row = get_instance(conn, uuid)
@@ -100,7 +113,10 @@ def show(ctx: typer.Context, uuid: Uuid) -> None:
 
 
 @app.command("rename")
-def rename(ctx: typer.Context, uuid: Uuid, name: Annotated[str, typer.Argument()]) -> None:
+def rename(
+    ctx: typer.Context, uuid: Uuid, name: Annotated[str, typer.Argument(help="New display name")]
+) -> None:
+    """Change the display name."""
     _show(_run(ctx, lambda ops: ops.rename(uuid, name)))
 
 
@@ -116,8 +132,7 @@ def meta(
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            with cli_errors():
-                raise ValueError(f"metadata item {item!r} is not key=value")
+            fail(f"metadata item {item!r} is not key=value")
         pairs[key] = value
     _show(_run(ctx, lambda ops: ops.update_metadata(uuid, pairs, remove or [])))
 
@@ -146,13 +161,20 @@ def start(ctx: typer.Context, uuid: Uuid) -> None:
 
 @app.command("reboot")
 def reboot(
-    ctx: typer.Context, uuid: Uuid, hard: Annotated[bool, typer.Option("--hard")] = False
+    ctx: typer.Context,
+    uuid: Uuid,
+    hard: Annotated[
+        bool, typer.Option("--hard", help="Power-cycle instead of a clean reboot")
+    ] = False,
 ) -> None:
+    """Reboot (soft by default)."""
     _show(_run(ctx, lambda ops: ops.reboot(uuid, hard=hard)))
 
 
 @app.command("resize")
-def resize(ctx: typer.Context, uuid: Uuid, flavor: Annotated[str, typer.Argument()]) -> None:
+def resize(
+    ctx: typer.Context, uuid: Uuid, flavor: Annotated[str, typer.Argument(help="New flavor name")]
+) -> None:
     """Change the flavor (on the same host)."""
     _show(_run(ctx, lambda ops: ops.resize(uuid, flavor)))
 
@@ -171,13 +193,17 @@ def migrate(
 
 @app.command("lock")
 def lock(
-    ctx: typer.Context, uuid: Uuid, reason: Annotated[str | None, typer.Option("--reason")] = None
+    ctx: typer.Context,
+    uuid: Uuid,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (shown to users)")] = None,
 ) -> None:
+    """Lock: only admins may act on the instance until it is unlocked."""
     _show(_run(ctx, lambda ops: ops.lock(uuid, reason)))
 
 
 @app.command("unlock")
 def unlock(ctx: typer.Context, uuid: Uuid) -> None:
+    """Unlock."""
     _show(_run(ctx, lambda ops: ops.unlock(uuid)))
 
 

@@ -15,8 +15,8 @@ import urllib.request
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
-from indexer.engines.http import redact_url
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
+from cellsight.indexer.engines.http import redact_url
 
 if TYPE_CHECKING:
     from email.message import Message
@@ -40,15 +40,15 @@ def build_engine(
     """The engine for ``url``: embedded at ``embedded_path`` when ``url`` is empty,
     otherwise Elasticsearch or OpenSearch as the cluster at ``url`` reports itself."""
     if not url:
-        from indexer.engines.embedded import EmbeddedEngine
+        from cellsight.indexer.engines.embedded import EmbeddedEngine
 
         return EmbeddedEngine(embedded_path, prefix=prefix, timeout=timeout)
     distribution = detect_distribution(url, timeout=timeout)
     if distribution == "opensearch":
-        from indexer.engines.opensearch import OpenSearchEngine
+        from cellsight.indexer.engines.opensearch import OpenSearchEngine
 
         return OpenSearchEngine(url, prefix=prefix, timeout=timeout)
-    from indexer.engines.elasticsearch import ElasticsearchEngine
+    from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
 
     return ElasticsearchEngine(url, prefix=prefix, timeout=timeout)
 

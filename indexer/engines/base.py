@@ -1,4 +1,5 @@
-"""The search engine interface. Each implementation lives in its own module.
+"""The search engine interfaces, by role, and what they exchange. Each engine lives in its
+own module(s) and implements every role.
 
 Resources are ``instance`` and ``node``. Each has a read alias (``<prefix>-<resource>``)
 and a write alias (``<prefix>-<resource>-write``); a full sync builds a new concrete
@@ -9,28 +10,45 @@ read alias atomically. ``bulk`` writes every op to every index behind the write 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from indexer.query.tree import SearchRequest
+    from cellsight.query.tree import SearchRequest
 
 RESOURCES = ("instance", "node")
 
 
 class EngineError(Exception):
-    """Base of engine errors."""
+    """Base of engine errors. ``status`` and ``body``: the HTTP status and decoded body
+    of the answer it was classified from, for the HTTP engines."""
+
+    def __init__(self, message: str, *, status: int | None = None, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 class EngineUnavailable(EngineError):
-    """Transient: connection refused, timeout, 429, 5xx. Retry; do not ack."""
+    """Transient: connection refused, timeout, 408, 429, 5xx, a busy database. Retry;
+    do not ack."""
 
 
 class IndexMissing(EngineError):
-    """The alias or index does not exist (not created, or deleted under us)."""
+    """The alias, index or document does not exist (not created, or deleted under us)."""
+
+
+class EngineConflict(EngineError):
+    """A compare-and-set lost: someone else wrote in between (HTTP 409)."""
+
+
+class EngineRejected(EngineError):
+    """The engine refused the request as it is (another 4xx): retrying will not help."""
 
 
 class WriteStatus(StrEnum):
@@ -71,34 +89,36 @@ class IndexInfo:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-class SearchEngine(abc.ABC):
-    """What the indexer, bulk sync and the API need from a search engine."""
+@dataclass(frozen=True)
+class Capabilities:
+    """What an engine can do, declared, so callers branch on flags, not on classes."""
 
-    distribution: str = "unknown"
+    # Scans (``iter_versions``, ``iter_tombstones``) read one point-in-time snapshot.
+    point_in_time: bool = False
+    # ``submit_bulk`` runs up to this many bulk requests at once (1: one write at a time,
+    # serialised on the engine's write lock, as the embedded engine is).
+    max_in_flight: int = 1
+    # ``reopener()`` gives a picklable factory: worker processes open their own engine
+    # on the same storage (a local file), so a bulk sync can build in processes.
+    worker_processes: bool = False
+
+
+class Names:
+    """Alias names. Resources are ``instance`` and ``node``."""
 
     def __init__(self, prefix: str = "cellsight") -> None:
         self.prefix = prefix
 
-    # Names --------------------------------------------------------------
     def read_alias(self, resource: str) -> str:
         return f"{self.prefix}-{resource}"
 
     def write_alias(self, resource: str) -> str:
         return f"{self.prefix}-{resource}-write"
 
-    # Lifecycle ----------------------------------------------------------
-    @abc.abstractmethod
-    def ensure_ready(self, resource: str) -> None:
-        """Create the first index and both aliases if the read alias does not exist."""
 
-    @abc.abstractmethod
-    def ping(self) -> None:
-        """Raise ``EngineUnavailable`` unless the engine answers."""
+class DocumentStore(abc.ABC):
+    """Documents read and write: the indexer's role."""
 
-    @abc.abstractmethod
-    def close(self) -> None: ...
-
-    # Writes --------------------------------------------------------------
     @abc.abstractmethod
     def bulk(self, ops: Sequence[WriteOp]) -> list[WriteResult]:
         """Write ops with external versions to every index behind the write alias.
@@ -108,6 +128,22 @@ class SearchEngine(abc.ABC):
         the whole request failed transiently.
         """
 
+    def submit_bulk(self, ops: Sequence[WriteOp]) -> Future[list[WriteResult]]:
+        """``bulk`` without waiting: a future of its results. Blocks while
+        ``capabilities.max_in_flight`` requests are already running, so a caller that
+        keeps submitting is paced by the engine. Futures complete in any order; a
+        caller acks in submission order by waiting on the oldest first (see
+        ``cellsight.indexer.engines.bulk_queue``). Versions are external, so two requests in flight
+        with the same id still leave the higher version stored.
+
+        This default runs ``bulk`` now, in the caller's thread (one write in flight)."""
+        future: Future[list[WriteResult]] = Future()
+        try:
+            future.set_result(self.bulk(ops))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
     @abc.abstractmethod
     def delete(self, resource: str, ids: Sequence[str]) -> int:
         """Remove documents outright (tombstone purge). Returns how many were removed."""
@@ -115,7 +151,6 @@ class SearchEngine(abc.ABC):
     @abc.abstractmethod
     def refresh(self, resource: str) -> None: ...
 
-    # Reads ----------------------------------------------------------------
     @abc.abstractmethod
     def get(self, resource: str, doc_id: str) -> StoredDocument | None:
         """From the read alias."""
@@ -124,30 +159,56 @@ class SearchEngine(abc.ABC):
     def get_many(self, resource: str, ids: Sequence[str]) -> dict[str, StoredDocument]:
         """From the write alias's newest index (what the writer compares against)."""
 
-    @abc.abstractmethod
-    def count(self, resource: str, cell_uuid: str | None = None) -> int: ...
 
-    @abc.abstractmethod
-    def iter_versions(
-        self, resource: str, cell_uuid: str | None = None, batch_size: int = 5000
-    ) -> Iterator[tuple[str, int]]:
-        """(id, version) of the read alias's documents in ascending id order, streamed."""
+class Search(abc.ABC):
+    """Queries and scans. ``index``: a concrete index (bulk sync, before it serves)
+    instead of the read alias; the HTTP engines refresh it first, since a bulk-loaded
+    index is only searchable as of its last refresh."""
 
     @abc.abstractmethod
     def search(self, resource: str, request: SearchRequest) -> list[StoredDocument]:
         """One page from the read alias: the documents matching
         ``request.effective_filter()`` in ``request.order`` (a total order), at most
         ``request.limit``. Every engine returns the same ids in the same order for the
-        same request (``indexer.query.tree`` defines the semantics). Raises
-        ``indexer.query.prepare.QueryError`` for a request that does not fit the fields.
+        same request (``cellsight.query.tree`` defines the semantics). Raises
+        ``cellsight.query.prepare.QueryError`` for a request that does not fit the fields.
         """
+
+    @abc.abstractmethod
+    def count(
+        self, resource: str, cell_uuid: str | None = None, *, index: str | None = None
+    ) -> int:
+        """Documents (of one cell), current as of the call."""
+
+    @abc.abstractmethod
+    def iter_versions(
+        self,
+        resource: str,
+        cell_uuid: str | None = None,
+        batch_size: int = 5000,
+        *,
+        index: str | None = None,
+    ) -> Iterator[tuple[str, int]]:
+        """(id, version) of the documents in ascending id order, streamed."""
 
     @abc.abstractmethod
     def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
         """Ids of the read alias's documents with ``deleted`` true and ``deleted_at``
         before ``deleted_before``, in ascending id order, streamed (tombstone purge)."""
 
-    # Index management (bulk sync) -------------------------------------------
+
+class IndexAdmin(abc.ABC):
+    """Concrete indexes and aliases: bulk sync's role. A full sync builds a new index
+    beside the live one, points the write alias at both while it loads, then swaps the
+    read alias atomically."""
+
+    @abc.abstractmethod
+    def ensure_ready(self, resource: str) -> None:
+        """Create the first index and both aliases if the read alias does not exist."""
+
+    @abc.abstractmethod
+    def new_index_name(self, resource: str) -> str: ...
+
     @abc.abstractmethod
     def create_index(self, resource: str, name: str, *, bulk_load: bool = False) -> None:
         """A concrete index with the generated mapping; ``bulk_load`` turns refresh off
@@ -169,30 +230,49 @@ class SearchEngine(abc.ABC):
 
     @abc.abstractmethod
     def bulk_index(
-        self, name: str, docs: Iterator[WriteOp], chunk_size: int = 2000
+        self,
+        name: str,
+        docs: Iterator[WriteOp],
+        chunk_size: int = 2000,
+        *,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> Iterator[WriteResult]:
-        """Stream documents into one concrete index (bulk sync), external versions kept."""
+        """Stream documents into one concrete index (bulk sync), external versions kept.
 
-    # Metadata (synced marker, purge floor) ---------------------------------------
+        ``lock`` is held around each chunk's write and not while it is prepared, so
+        loaders in several processes prepare at once and take turns writing (an engine
+        with one writer at a time would otherwise have them wait on its own lock)."""
+
+
+class MetaStore(abc.ABC):
+    """Small JSON values (synced marker, purge floor) and the sync lock's compare-and-set."""
+
     @abc.abstractmethod
     def get_meta(self, key: str) -> dict[str, Any] | None: ...
 
     @abc.abstractmethod
     def put_meta(self, key: str, value: dict[str, Any]) -> None: ...
 
-    # Bulk sync and anti-entropy: one concrete index before it serves; the sync lock ----
-    def count_index(self, name: str, cell_uuid: str | None = None) -> int:
-        """Documents in the concrete index ``name`` (of one cell), current as of the call
-        (the HTTP engines refresh it first)."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement count_index")
-
-    def iter_index_versions(
-        self, name: str, cell_uuid: str | None = None, batch_size: int = 5000
-    ) -> Iterator[tuple[str, int]]:
-        """``iter_versions`` over the concrete index ``name`` instead of the read alias."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement iter_index_versions")
-
+    @abc.abstractmethod
     def swap_meta(self, key: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
         """Set ``key`` to ``value`` only if it holds ``expected`` now (``None``: absent),
         atomically against every other writer; False when it held something else."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement swap_meta")
+
+
+class SearchEngine(Names, DocumentStore, Search, IndexAdmin, MetaStore):
+    """Every role, as the indexer, bulk sync and the API get it from ``build_engine``."""
+
+    distribution: str = "unknown"
+    capabilities: Capabilities = Capabilities()
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise ``EngineUnavailable`` unless the engine answers."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def reopener(self) -> Callable[[], SearchEngine]:
+        """A picklable factory of this engine for a worker process; only when
+        ``capabilities.worker_processes``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be reopened in a process")

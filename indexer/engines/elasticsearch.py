@@ -1,7 +1,8 @@
 """``SearchEngine`` on an Elasticsearch 8/9 cluster, through the official client.
 
-All the REST logic is shared with OpenSearch in ``indexer.engines.http``; this module
-only adapts the ``elasticsearch`` client: raw requests, the bulk helper, and its errors.
+All the REST logic is shared with OpenSearch in ``cellsight.indexer.engines.http``; this module
+only adapts the ``elasticsearch`` client: raw requests, the bulk helper, the point in
+time (``_pit``), and its errors, classified here once (``http_errors.from_status``).
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from typing import Any
 from elasticsearch import ApiError, Elasticsearch, TransportError, UnsupportedProductError
 from elasticsearch.helpers import streaming_bulk
 
-from indexer.engines.base import EngineError, EngineUnavailable
-from indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine, HttpError
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable
+from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
+from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
+from cellsight.indexer.engines.http_errors import from_status
 
 
 def _as_is(action: BulkAction) -> BulkAction:
@@ -39,18 +42,15 @@ class ElasticsearchEngine(HttpEngine):
         }
         return Elasticsearch(url, **(defaults | options))
 
-    def close(self) -> None:
-        self.client.close()
-
     @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """The client's exceptions in the shapes ``HttpEngine`` expects."""
+    def _errors(self, where: str) -> Iterator[None]:
+        """The client's exceptions as engine errors, by type and status code."""
         try:
             yield
         except UnsupportedProductError as exc:  # a 2xx without the product header
             raise EngineError(f"{self.url} is not Elasticsearch: {exc}") from exc
         except ApiError as exc:
-            raise HttpError(exc.meta.status, exc.body) from exc
+            raise from_status(exc.meta.status, exc.body, f"elasticsearch {where}") from exc
         except TransportError as exc:  # connection refused or reset, timeout, TLS
             raise EngineUnavailable(f"elasticsearch at {self.url}: {exc}") from exc
 
@@ -65,7 +65,7 @@ class ElasticsearchEngine(HttpEngine):
         headers = {"accept": "application/json"}
         if body is not None:
             headers["content-type"] = "application/json"
-        with self._errors():
+        with self._errors(f"{method} {path}"):
             response = self.client.perform_request(
                 method, path, params=params, headers=headers, body=body
             )
@@ -74,7 +74,7 @@ class ElasticsearchEngine(HttpEngine):
     def _stream_bulk(
         self, actions: Iterable[BulkAction], *, chunk_size: int, timeout: float
     ) -> Iterator[BulkItem]:
-        with self._errors():
+        with self._errors("POST /_bulk"):
             yield from streaming_bulk(
                 self.client.options(request_timeout=timeout),
                 actions,  # type: ignore[arg-type]  # (header, source) pairs, see _as_is
@@ -85,3 +85,10 @@ class ElasticsearchEngine(HttpEngine):
                 raise_on_exception=True,
                 max_retries=0,
             )
+
+    def _open_pit(self, target: str) -> str:
+        body = self._send("POST", f"/{target}/_pit", params={"keep_alive": PIT_KEEP_ALIVE})
+        return str(body["id"])
+
+    def _close_pit(self, pit: str) -> None:
+        self._send("DELETE", "/_pit", body={"id": pit})

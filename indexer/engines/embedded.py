@@ -18,15 +18,17 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from indexer.engines import sqlite_search
-from indexer.engines.base import (
+from cellsight.indexer.engines import sqlite_search
+from cellsight.indexer.engines.base import (
+    Capabilities,
     EngineError,
     EngineUnavailable,
     IndexInfo,
@@ -36,10 +38,10 @@ from indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
-from indexer.engines.sqlite_connections import SYNC_MODES, Connections, translate
-from indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
-from indexer.engines.sqlite_write import Writer, rejected
-from indexer.query.tree import SearchRequest
+from cellsight.indexer.engines.sqlite_connections import SYNC_MODES, Connections, translate
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
+from cellsight.indexer.engines.sqlite_write import Writer, rejected
+from cellsight.query.tree import SearchRequest
 
 
 class EmbeddedEngine(SearchEngine):
@@ -50,6 +52,7 @@ class EmbeddedEngine(SearchEngine):
     """
 
     distribution = "embedded"
+    capabilities = Capabilities(point_in_time=False, max_in_flight=1, worker_processes=True)
 
     def __init__(
         self,
@@ -65,6 +68,8 @@ class EmbeddedEngine(SearchEngine):
             raise ValueError(f"synchronous must be one of {', '.join(SYNC_MODES)}")
         self.path = Path(path)
         self.timeout = timeout
+        self.synchronous = synchronous.upper()
+        self.cache_mb = cache_mb
         self._connections = Connections(
             self.path, prefix, timeout=timeout, synchronous=synchronous.upper(), cache_mb=cache_mb
         )
@@ -73,6 +78,16 @@ class EmbeddedEngine(SearchEngine):
 
     def __repr__(self) -> str:
         return f"EmbeddedEngine({str(self.path)!r}, prefix={self.prefix!r})"
+
+    def reopener(self) -> Callable[[], SearchEngine]:
+        return partial(
+            EmbeddedEngine,
+            str(self.path),
+            prefix=self.prefix,
+            timeout=self.timeout,
+            synchronous=self.synchronous,
+            cache_mb=self.cache_mb,
+        )
 
     def _conn(self) -> sqlite3.Connection:
         return self._connections.get()
@@ -151,22 +166,32 @@ class EmbeddedEngine(SearchEngine):
         by_resource: dict[str, list[int]] = {}
         for i, op in enumerate(ops):
             by_resource.setdefault(op.resource, []).append(i)
+        # Rows are built before the transaction: the write lock is held for SQL only.
+        batches = []
+        for resource, positions in by_resource.items():
+            schema = SCHEMAS.get(resource)
+            if schema is None:
+                for i in positions:
+                    results[i] = rejected(f"unknown resource {resource!r}")
+                continue
+            items = [(i, ops[i]) for i in positions]
+            batches.append((schema, self._writer.prepare(schema, items, results)))
         with self._txn(write=True) as cat:
-            for resource, positions in by_resource.items():
-                schema = SCHEMAS.get(resource)
-                if schema is None:
-                    for i in positions:
-                        results[i] = rejected(f"unknown resource {resource!r}")
-                    continue
-                targets = cat.targets(self.write_alias(resource))
+            for schema, prepared in batches:
+                alias = self.write_alias(schema.resource)
+                targets = cat.targets(alias)
                 if not targets:
-                    raise IndexMissing(f"alias {self.write_alias(resource)} does not exist")
-                items = [(i, ops[i]) for i in positions]
-                self._writer.write(cat.conn, schema, targets, items, results)
+                    raise IndexMissing(f"alias {alias} does not exist")
+                self._writer.write_prepared(cat.conn, schema, targets, prepared, results)
         return [r or rejected("internal: no result") for r in results]
 
     def bulk_index(
-        self, name: str, docs: Iterator[WriteOp], chunk_size: int = 2000
+        self,
+        name: str,
+        docs: Iterator[WriteOp],
+        chunk_size: int = 2000,
+        *,
+        lock: AbstractContextManager[Any] | None = None,
     ) -> Iterator[WriteResult]:
         with self._txn(write=False) as cat:
             resource = cat.resource_of(name)
@@ -180,8 +205,10 @@ class EmbeddedEngine(SearchEngine):
                     items.append((i, op))
                 else:
                     results[i] = rejected(f"index {name} holds {resource}, not {op.resource}")
-            with self._txn(write=True) as cat:
-                self._writer.write(cat.conn, schema, [name], items, results)
+            # Rows are built before taking the write lock: only the SQL holds it.
+            prepared = self._writer.prepare(schema, items, results)
+            with lock or nullcontext(), self._txn(write=True) as cat:
+                self._writer.write_prepared(cat.conn, schema, [name], prepared, results)
             # Yield outside the transaction: the caller must not hold the write lock.
             yield from (r or rejected("internal: no result") for r in results)
 
@@ -232,38 +259,77 @@ class EmbeddedEngine(SearchEngine):
             ).fetchall()
         return {i: StoredDocument(i, v, json.loads(doc)) for i, v, doc in rows}
 
-    def count(self, resource: str, cell_uuid: str | None = None) -> int:
+    def _table(self, resource: str, index: str | None) -> str:
+        """The concrete index behind the read alias, or ``index`` if it exists."""
         with self._txn(write=False) as cat:
-            table = quote(cat.read_index(self.read_alias(resource)))
-            if cell_uuid is None:
-                row = cat.conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            if index is None:
+                return cat.read_index(self.read_alias(resource))
+            cat.resource_of(index)  # IndexMissing unless it exists
+            return index
+
+    def count(
+        self, resource: str, cell_uuid: str | None = None, *, index: str | None = None
+    ) -> int:
+        with self._txn(write=False) as cat:
+            if index is None:
+                index = cat.read_index(self.read_alias(resource))
             else:
-                row = cat.conn.execute(
-                    f"SELECT count(*) FROM {table} WHERE cell_uuid = ?", (cell_uuid,)
-                ).fetchone()
+                cat.resource_of(index)
+            sql = f"SELECT count(*) FROM {quote(index)}"
+            if cell_uuid is None:
+                row = cat.conn.execute(sql).fetchone()
+            else:
+                row = cat.conn.execute(f"{sql} WHERE cell_uuid = ?", (cell_uuid,)).fetchone()
         return int(row[0])
 
     def iter_versions(
-        self, resource: str, cell_uuid: str | None = None, batch_size: int = 5000
+        self,
+        resource: str,
+        cell_uuid: str | None = None,
+        batch_size: int = 5000,
+        *,
+        index: str | None = None,
     ) -> Iterator[tuple[str, int]]:
-        with self._txn(write=False) as cat:
-            table = quote(cat.read_index(self.read_alias(resource)))
+        table = self._table(resource, index)
+        if cell_uuid is None:
+            yield from self._scan(table, "id, version", "", (), batch_size)
+        else:
+            yield from self._scan(table, "id, version", "cell_uuid = ?", (cell_uuid,), batch_size)
+
+    def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
+        _schema(resource)
+        table = self._table(resource, None)
+        if deleted_before.tzinfo is None:
+            deleted_before = deleted_before.replace(tzinfo=UTC)
+        before = sqlite_search.micros(deleted_before.astimezone(UTC))
+        where, params = "deleted = 1 AND deleted_at < ?", (before,)
+        for (doc_id,) in self._scan(table, "id", where, params, 1000):
+            yield doc_id
+
+    def _scan(
+        self, index: str, columns: str, where: str, params: tuple[Any, ...], batch_size: int
+    ) -> Iterator[tuple[Any, ...]]:
+        """Rows of ``index`` matching ``where`` in ascending id order (``columns`` start
+        with ``id``), keyset-paged: one short statement per page, so no snapshot is held
+        between pages and a long scan never stalls the WAL checkpoint."""
         batch_size = max(1, batch_size)
-        where = "id > ?" if cell_uuid is None else "cell_uuid = ? AND id > ?"
-        sql = f"SELECT id, version FROM {table} WHERE {where} ORDER BY id LIMIT ?"
-        # Keyset paging, one short statement per batch: no snapshot is held between
-        # batches, so a long scan never stalls the WAL checkpoint.
+        condition = f"{where} AND id > ?" if where else "id > ?"
+        sql = f"SELECT {columns} FROM {quote(index)} WHERE {condition} ORDER BY id LIMIT ?"
         last = ""
         while True:
-            params = (last, batch_size) if cell_uuid is None else (cell_uuid, last, batch_size)
             try:
-                batch = self._conn().execute(sql, params).fetchall()
+                batch = self._conn().execute(sql, (*params, last, batch_size)).fetchall()
             except sqlite3.Error as exc:
+                self._check_exists(index)  # dropped under us: IndexMissing
                 raise translate(exc) from exc
             yield from batch
             if len(batch) < batch_size:
                 return
             last = batch[-1][0]
+
+    def _check_exists(self, index: str) -> None:
+        with self._txn(write=False) as cat:
+            cat.resource_of(index)
 
     # Search ----------------------------------------------------------------------------
     # Seconds one search may run (SQL and regex matching) before EngineUnavailable.
@@ -275,15 +341,6 @@ class EmbeddedEngine(SearchEngine):
             index = cat.read_index(self.read_alias(resource))
             return sqlite_search.search(cat.conn, schema, index, request, self.search_timeout)
 
-    def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
-        _schema(resource)
-        with self._txn(write=False) as cat:
-            index = cat.read_index(self.read_alias(resource))
-        try:
-            yield from sqlite_search.iter_tombstones(self._conn(), index, deleted_before)
-        except sqlite3.Error as exc:
-            raise translate(exc) from exc
-
     # Metadata ------------------------------------------------------------------------
     def get_meta(self, key: str) -> dict[str, Any] | None:
         with self._txn(write=False) as cat:
@@ -292,36 +349,6 @@ class EmbeddedEngine(SearchEngine):
     def put_meta(self, key: str, value: dict[str, Any]) -> None:
         with self._txn(write=True) as cat:
             cat.put_meta(key, value)
-
-    # Bulk sync and anti-entropy ------------------------------------------------------
-    def count_index(self, name: str, cell_uuid: str | None = None) -> int:
-        with self._txn(write=False) as cat:
-            cat.resource_of(name)  # IndexMissing unless it exists
-            sql = f"SELECT count(*) FROM {quote(name)}"
-            if cell_uuid is None:
-                row = cat.conn.execute(sql).fetchone()
-            else:
-                row = cat.conn.execute(f"{sql} WHERE cell_uuid = ?", (cell_uuid,)).fetchone()
-        return int(row[0])
-
-    def iter_index_versions(
-        self, name: str, cell_uuid: str | None = None, batch_size: int = 5000
-    ) -> Iterator[tuple[str, int]]:
-        with self._txn(write=False) as cat:
-            cat.resource_of(name)
-        where = "id > ?" if cell_uuid is None else "cell_uuid = ? AND id > ?"
-        sql = f"SELECT id, version FROM {quote(name)} WHERE {where} ORDER BY id LIMIT ?"
-        batch_size, last = max(1, batch_size), ""
-        while True:  # keyset pages, as iter_versions
-            params = (last, batch_size) if cell_uuid is None else (cell_uuid, last, batch_size)
-            try:
-                batch = self._conn().execute(sql, params).fetchall()
-            except sqlite3.Error as exc:
-                raise translate(exc) from exc
-            yield from batch
-            if len(batch) < batch_size:
-                return
-            last = batch[-1][0]
 
     def swap_meta(self, key: str, expected: dict[str, Any] | None, value: dict[str, Any]) -> bool:
         # Read and write in one BEGIN IMMEDIATE transaction: no other writer in between.

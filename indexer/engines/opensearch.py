@@ -1,7 +1,9 @@
 """``SearchEngine`` on an OpenSearch 2/3 cluster, through ``opensearch-py``.
 
-All the REST logic is shared with Elasticsearch in ``indexer.engines.http``; this module
-only adapts the ``opensearchpy`` client: raw requests, the bulk helper, and its errors.
+All the REST logic is shared with Elasticsearch in ``cellsight.indexer.engines.http``; this module
+only adapts the ``opensearchpy`` client: raw requests, the bulk helper, the point in
+time (``_search/point_in_time``), and its errors, classified here once
+(``http_errors.from_status``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from typing import Any
 from opensearchpy import ConnectionError, OpenSearch, TransportError
 from opensearchpy.helpers import streaming_bulk
 
-from indexer.engines.base import EngineUnavailable
-from indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine, HttpError
+from cellsight.indexer.engines.base import EngineUnavailable
+from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
+from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
+from cellsight.indexer.engines.http_errors import from_status
 
 
 def _as_is(action: BulkAction) -> BulkAction:
@@ -35,19 +39,16 @@ class OpenSearchEngine(HttpEngine):
         defaults: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "retry_on_timeout": False}
         return OpenSearch(hosts=[url], **(defaults | options))
 
-    def close(self) -> None:
-        self.client.close()
-
     @contextmanager
-    def _errors(self) -> Iterator[None]:
-        """The client's exceptions in the shapes ``HttpEngine`` expects."""
+    def _errors(self, where: str) -> Iterator[None]:
+        """The client's exceptions as engine errors, by type and status code."""
         try:
             yield
         except TransportError as exc:
             # "no answer" (refused, reset, timeout) is a ConnectionError with status "N/A"
             if isinstance(exc, ConnectionError) or not isinstance(exc.status_code, int):
                 raise EngineUnavailable(f"opensearch at {self.url}: {exc}") from exc
-            raise HttpError(exc.status_code, exc.info) from exc
+            raise from_status(exc.status_code, exc.info, f"opensearch {where}") from exc
 
     def _send(
         self,
@@ -57,13 +58,13 @@ class OpenSearchEngine(HttpEngine):
         params: dict[str, str] | None = None,
         body: Any = None,
     ) -> Any:
-        with self._errors():
+        with self._errors(f"{method} {path}"):
             return self.client.transport.perform_request(method, path, params=params, body=body)
 
     def _stream_bulk(
         self, actions: Iterable[BulkAction], *, chunk_size: int, timeout: float
     ) -> Iterator[BulkItem]:
-        with self._errors():
+        with self._errors("POST /_bulk"):
             yield from streaming_bulk(
                 self.client,
                 actions,
@@ -75,3 +76,11 @@ class OpenSearchEngine(HttpEngine):
                 max_retries=0,
                 request_timeout=timeout,
             )
+
+    def _open_pit(self, target: str) -> str:
+        path = f"/{target}/_search/point_in_time"
+        body = self._send("POST", path, params={"keep_alive": PIT_KEEP_ALIVE})
+        return str(body["pit_id"])
+
+    def _close_pit(self, pit: str) -> None:
+        self._send("DELETE", "/_search/point_in_time", body={"pit_id": [pit]})

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from indexer.engines.base import EngineError, IndexInfo, IndexMissing
-from indexer.engines.sqlite_schema import (
+from cellsight.indexer.engines.base import EngineError, IndexInfo, IndexMissing
+from cellsight.indexer.engines.sqlite_schema import (
     AFFINITY,
     Schema,
     check_index_name,

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from indexer.engines.base import EngineError, EngineUnavailable, IndexMissing
-from indexer.engines.sqlite_catalog import Catalog
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable
+from cellsight.indexer.engines.sqlite_catalog import Catalog
 
 # SQLite's primary result codes that mean "try again later" rather than "bug".
 _TRANSIENT = {
@@ -31,8 +31,9 @@ SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 
 
 def translate(exc: sqlite3.Error) -> EngineError:
-    if "no such table" in str(exc):
-        return IndexMissing(str(exc))
+    """By SQLite's result code. A table dropped under a reader is not classified here:
+    the catalog (read in the same transaction, or asked again after the error) says
+    whether an index exists, and raises ``IndexMissing``."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF in _TRANSIENT:
         return EngineUnavailable(f"index database {_TRANSIENT[code & 0xFF]}: {exc}")

@@ -17,18 +17,18 @@ import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from indexer.engines.base import WriteOp
-from indexer.engines.sqlite_schema import LONG_MAX, LONG_MIN, Schema, date_to_micros
-from indexer.fields import DocField, Kind
+from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.engines.sqlite_schema import LONG_MAX, LONG_MIN, Schema, date_to_micros
+from cellsight.indexer.fields import DocField, Kind
 
 _NONE = type(None)
-_STR = frozenset({str, _NONE})
-_INT = frozenset({int, _NONE})
-_BOOL = frozenset({bool, _NONE})
-_NUMBER = frozenset({float, int, _NONE})
-_OBJECT = frozenset({dict, list, _NONE})
-_LIST = frozenset({list, _NONE})
-_STRINGS = frozenset({str})
+_STR: frozenset[type] = frozenset({str, _NONE})
+_INT: frozenset[type] = frozenset({int, _NONE})
+_BOOL: frozenset[type] = frozenset({bool, _NONE})
+_NUMBER: frozenset[type] = frozenset({float, int, _NONE})
+_OBJECT: frozenset[type] = frozenset({dict, list, _NONE})
+_LIST: frozenset[type] = frozenset({list, _NONE})
+_STRINGS: frozenset[type] = frozenset({str})
 _STR_KINDS = (Kind.KEYWORD, Kind.TEXT, Kind.IP)
 
 
@@ -157,16 +157,45 @@ class RowBuilder:
         self._known = frozenset(schema.fields)
         self._names = tuple(schema.row_names[2:])
         self._positions = {name: i for i, name in enumerate(schema.row_names)}
-        self._strs = schema.row_slice(*_STR_KINDS)
         self._longs = schema.row_slice(Kind.LONG)
-        self._bools = schema.row_slice(Kind.BOOLEAN)
         self._doubles = schema.row_slice(Kind.DOUBLE)
         self._dates = range(*schema.row_slice(Kind.DATE).indices(len(schema.row_names)))
-        self._objects = tuple(f.name for f in schema.object_fields if not f.many)
-        self._object_lists = tuple(f.name for f in schema.object_fields if f.many)
         self._many = tuple(f.name for f in schema.many_fields)
+        # Fields outside the row whose type the fast path checks: the objects, the
+        # multi-valued keywords (their items are checked one by one) and "version".
+        self._extra = (
+            *(f.name for f in schema.object_fields),
+            *self._many,
+            "version",
+        )
+        allowed: list[frozenset[type]] = [frozenset({str}), frozenset({int})]
+        by_kind = {
+            Kind.KEYWORD: _STR,
+            Kind.TEXT: _STR,
+            Kind.LONG: _INT,
+            Kind.BOOLEAN: _BOOL,
+            Kind.DOUBLE: _NUMBER,
+            Kind.DATE: _STR,
+        }
+        allowed.extend(by_kind.get(f.kind, frozenset()) for f in schema.columns)
+        allowed.extend(_OBJECT if not f.many else _LIST for f in schema.object_fields)
+        allowed.extend(_LIST for _ in self._many)
+        allowed.append(_INT)
+        self._allowed = tuple(allowed)
+        # Type signatures of rows that passed the per-kind check. Documents from the
+        # mapping come in a handful of shapes (which fields are null), so checking a
+        # signature once and then looking it up replaces ~50 type checks per document.
+        self._good: set[tuple[type, ...]] = set()
         # Elasticsearch checks the IP syntax; no field has that kind yet, so no fast path.
         self._fast = not any(f.kind is Kind.IP for f in schema.columns)
+
+    def _signature_ok(self, signature: tuple[type, ...]) -> bool:
+        if len(signature) != len(self._allowed):
+            return False
+        ok = all(t in allowed for t, allowed in zip(signature, self._allowed, strict=True))
+        if ok and len(self._good) < 4096:
+            self._good.add(signature)
+        return ok
 
     def prepare(self, op: WriteOp) -> Prepared:
         if type(op.id) is not str or not 0 < len(op.id) <= 512:
@@ -176,21 +205,15 @@ class RowBuilder:
         doc = op.document
         if not self._fast or not self._known.issuperset(doc):
             return self._checked(op)
-        row: list[Any] = [op.id, op.version, *map(doc.get, self._names)]
         get = doc.get
-        if not (
-            _STR.issuperset(map(type, row[self._strs]))
-            and _INT.issuperset(map(type, row[self._longs]))
-            and _BOOL.issuperset(map(type, row[self._bools]))
-            and _NUMBER.issuperset(map(type, row[self._doubles]))
-            and _OBJECT.issuperset(map(type, map(get, self._objects)))
-            and _LIST.issuperset(map(type, map(get, self._object_lists)))
-            and type(get("version")) in _INT
-        ):
+        row: list[Any] = [op.id, op.version, *map(get, self._names)]
+        extra = tuple(map(get, self._extra))
+        signature = (*map(type, row), *map(type, extra))
+        if signature not in self._good and not self._signature_ok(signature):
             return self._checked(op)
         longs = [v for v in row[self._longs] if v]
         if (longs and (min(longs) < LONG_MIN or max(longs) > LONG_MAX)) or (
-            (get("version") or 0) > LONG_MAX
+            (extra[-1] or 0) > LONG_MAX
         ):
             return self._checked(op)
         for value in row[self._doubles]:
@@ -206,7 +229,7 @@ class RowBuilder:
         for name in self._many:
             values = get(name)
             if values:
-                if type(values) is not list or not _STRINGS.issuperset(map(type, values)):
+                if not _STRINGS.issuperset(map(type, values)):
                     return self._checked(op)
                 side.extend([(name, v) for v in values])
         return Prepared(op, tuple(row), _encode(doc), side)

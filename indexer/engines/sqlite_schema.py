@@ -23,8 +23,8 @@ import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from indexer.fields import FIELDS_BY_RESOURCE, DocField, Kind
-from notifications.base import format_timestamp
+from cellsight.indexer.fields import FIELDS_BY_RESOURCE, DocField, Kind
+from cellsight.notifications.base import format_timestamp
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

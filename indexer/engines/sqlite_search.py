@@ -29,7 +29,7 @@ import logging
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -39,13 +39,13 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import TableClause
 
-from indexer.engines.base import EngineUnavailable, StoredDocument
-from indexer.engines.sqlite_schema import Schema, doc_table, order_index
-from indexer.fields import DocField, Kind
-from indexer.query.prepare import QueryError, prepare
-from indexer.query.sql import Column, Condition, Many, Resolved, SqlCompiler
-from indexer.query.sqlite_regexp import Deadline, install
-from indexer.query.tree import Node, SearchRequest, SortKey
+from cellsight.indexer.engines.base import EngineUnavailable, StoredDocument
+from cellsight.indexer.engines.sqlite_schema import Schema, doc_table, order_index
+from cellsight.indexer.fields import DocField, Kind
+from cellsight.query.prepare import QueryError, prepare
+from cellsight.query.sql import Column, Condition, Many, Resolved, SqlCompiler
+from cellsight.query.sqlite_regexp import Deadline, install
+from cellsight.query.tree import Node, SearchRequest, SortKey
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -176,7 +176,7 @@ def search(
     of every row that passes the filter, not only of the page's. Both run in the
     caller's transaction, so they see the same snapshot.
     """
-    node, order = prepare(request, schema.resource)
+    node, order = prepare(request, schema.fields)
     sql, params = _page_sql(schema, index, node, order, request.limit)
     if log.isEnabledFor(logging.DEBUG):
         log.debug("embedded search on %s: %s %r", index, sql, params)
@@ -300,24 +300,3 @@ def _run(conn: sqlite3.Connection, statements: Callable[[Deadline], _T], timeout
         raise
     finally:
         conn.set_progress_handler(None, 0)
-
-
-def iter_tombstones(
-    conn: sqlite3.Connection, index: str, deleted_before: datetime, batch_size: int = 1000
-) -> Iterator[str]:
-    """Ids of deleted documents whose ``deleted_at`` is before ``deleted_before``,
-    keyset-paged by id, one short statement per batch (no snapshot held between)."""
-    if deleted_before.tzinfo is None:
-        deleted_before = deleted_before.replace(tzinfo=UTC)
-    table = '"' + index.replace('"', '""') + '"'
-    sql = (
-        f"SELECT id FROM {table} WHERE deleted = 1 AND deleted_at < ? AND id > ? "
-        "ORDER BY id LIMIT ?"
-    )
-    before, last = micros(deleted_before.astimezone(UTC)), ""
-    while True:
-        batch = [doc_id for (doc_id,) in conn.execute(sql, (before, last, batch_size))]
-        yield from batch
-        if len(batch) < batch_size:
-            return
-        last = batch[-1]

@@ -1,4 +1,5 @@
-"""The embedded engine's versioned write path (one call per transaction).
+"""The embedded engine's versioned write path: rows prepared outside the transaction,
+written inside it (one ``write_prepared`` call per transaction).
 
 Versions are compared in Python against the stored ones, read inside the caller's
 ``BEGIN IMMEDIATE`` transaction, so they cannot change underneath; the upsert's
@@ -11,12 +12,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from indexer.engines.base import WriteOp, WriteResult, WriteStatus
-from indexer.engines.sqlite_catalog import Catalog
-from indexer.engines.sqlite_rows import InvalidDocument, Prepared, RowBuilder
-from indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
+from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus
+from cellsight.indexer.engines.sqlite_catalog import Catalog
+from cellsight.indexer.engines.sqlite_rows import InvalidDocument, Prepared, RowBuilder
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
 
 OK = WriteResult(WriteStatus.OK)
 STALE = WriteResult(WriteStatus.STALE)
@@ -30,16 +31,18 @@ class Writer:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self._builders = {resource: RowBuilder(schema) for resource, schema in SCHEMAS.items()}
-        self._upserts: dict[str, str] = {}
+        self._statements: dict[str, _Statements] = {}
+        # (connection, index) pairs whose columns are known complete.
+        self._complete: set[tuple[int, str]] = set()
 
-    def write(
+    def prepare(
         self,
-        conn: sqlite3.Connection,
         schema: Schema,
-        targets: Sequence[str],
         items: Sequence[tuple[int, WriteOp]],
         results: list[WriteResult | None],
-    ) -> None:
+    ) -> list[tuple[int, Prepared]]:
+        """Rows of the valid ops (the CPU-bound half: no database, no lock needed);
+        the others get their REJECTED result."""
         builder = self._builders[schema.resource]
         prepared: list[tuple[int, Prepared]] = []
         for i, op in items:
@@ -47,9 +50,22 @@ class Writer:
                 prepared.append((i, builder.prepare(op)))
             except InvalidDocument as exc:
                 results[i] = rejected(str(exc))
+        return prepared
+
+    def write_prepared(
+        self,
+        conn: sqlite3.Connection,
+        schema: Schema,
+        targets: Sequence[str],
+        prepared: list[tuple[int, Prepared]],
+        results: list[WriteResult | None],
+    ) -> None:
+        """Inside the caller's write transaction."""
         for index in targets:
-            # Cheap (one PRAGMA), and the index may predate fields added since.
-            Catalog(conn, self.prefix).add_missing_columns(schema, index)
+            if (id(conn), index) not in self._complete:
+                # The index may predate fields added since (once per connection).
+                Catalog(conn, self.prefix).add_missing_columns(schema, index)
+                self._complete.add((id(conn), index))
         conn.execute("SAVEPOINT bulk")
         try:
             took = self._upsert(conn, schema, targets, prepared)
@@ -103,31 +119,67 @@ class Writer:
             if not winners:
                 continue
             next_rid = conn.execute(f"SELECT coalesce(max(rid), 0) FROM {table}").fetchone()[0]
+            # New ids are plain inserts (no conflict resolution to run); replaced ones keep
+            # their rid, so the doc and side rows stay keyed alike.
+            new_rows: list[tuple[Any, ...]] = []
+            new_docs: list[tuple[int, str]] = []
             rows: list[tuple[Any, ...]] = []
             docs: list[tuple[int, str]] = []
             old_rids: list[tuple[int]] = []
             side: list[tuple[int, str, str]] = []
             for doc_id, (_, p) in winners.items():
-                if doc_id in existing:
-                    rid = existing[doc_id][1]
+                found = existing.get(doc_id)
+                if found is not None:
+                    rid = found[1]
                     old_rids.append((rid,))
+                    rows.append((rid, *p.row))
+                    docs.append((rid, p.doc))
                 else:
                     next_rid += 1
                     rid = next_rid
-                rows.append((rid, *p.row))
-                docs.append((rid, p.doc))
-                side.extend((rid, field, value) for field, value in p.side)
-            conn.executemany(self._upsert_sql(schema, index), rows)
-            conn.executemany(f"INSERT OR REPLACE INTO {doc_table(index)} VALUES (?, ?)", docs)
-            many = side_table(index)
-            if old_rids:
-                conn.executemany(f"DELETE FROM {many} WHERE rid = ?", old_rids)
+                    new_rows.append((rid, *p.row))
+                    new_docs.append((rid, p.doc))
+                if p.side:
+                    side.extend([(rid, field, value) for field, value in p.side])
+            sql = self._sql(schema, index)
+            if new_rows:
+                conn.executemany(sql.insert, new_rows)
+                conn.executemany(sql.insert_doc, new_docs)
+            if rows:
+                conn.executemany(sql.upsert, rows)
+                conn.executemany(sql.replace_doc, docs)
+                conn.executemany(sql.delete_side, old_rids)
             if side:
-                conn.executemany(f"INSERT OR IGNORE INTO {many} VALUES (?, ?, ?)", side)
+                conn.executemany(sql.insert_side, side)
         return took
 
-    def _upsert_sql(self, schema: Schema, index: str) -> str:
-        sql = self._upserts.get(index)
+    def _sql(self, schema: Schema, index: str) -> _Statements:
+        sql = self._statements.get(index)
         if sql is None:
-            sql = self._upserts[index] = schema.upsert_sql(index)
+            sql = self._statements[index] = _Statements.of(schema, index)
         return sql
+
+
+class _Statements(NamedTuple):
+    """The write statements of one index, built once (sqlite3 caches them prepared)."""
+
+    insert: str
+    upsert: str
+    insert_doc: str
+    replace_doc: str
+    delete_side: str
+    insert_side: str
+
+    @classmethod
+    def of(cls, schema: Schema, index: str) -> _Statements:
+        upsert = schema.upsert_sql(index)
+        many = side_table(index)
+        return cls(
+            insert=upsert.partition(" ON CONFLICT")[0],
+            upsert=upsert,
+            insert_doc=f"INSERT INTO {doc_table(index)} VALUES (?, ?)",
+            replace_doc=f"INSERT OR REPLACE INTO {doc_table(index)} VALUES (?, ?)",
+            delete_side=f"DELETE FROM {many} WHERE rid = ?",
+            # OR IGNORE: a list may repeat a value (tags ["a", "a"]); the key is the set
+            insert_side=f"INSERT OR IGNORE INTO {many} VALUES (?, ?, ?)",
+        )

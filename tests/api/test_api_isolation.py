@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.engines.embedded import EmbeddedEngine
-from tests.api.conftest import World, load_index, make_client, project_tokens
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.support.api_world import World, load_index, make_client, project_tokens
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def tenants(sqlite_world: World) -> dict[str, Any]:
         "token": token,
         "project": project,
         "mine": {r["uuid"] for r in mine},
-        "mine_live": {r["uuid"] for r in mine if not r["deleted"]},
+        "mine_live": {r["uuid"] for r in mine if not (r["deleted"] or r["forthcoming"])},
         "theirs": [r["uuid"] for r in theirs],
         "theirs_deleted": [r["uuid"] for r in theirs if r["deleted"]],
         "other_project": theirs[0]["project_id"],
@@ -121,26 +121,80 @@ def test_show_of_a_foreign_server_is_a_plain_404(
 
 
 @pytest.mark.parametrize(
-    "params",
+    ("params", "version"),
     [
-        [("all_tenants", "1")],
-        [("all_tenants", "")],
-        [("project_id", "x")],
-        [("tenant_id", "x")],
-        [("host", "h")],
-        [("node", "n")],
-        [("deleted", "true")],
-        [("sort_key", "host")],
-        [("sort_key", "node")],
-        [("status", "DELETED")],
+        ([("all_tenants", "1")], "2.1"),
+        ([("all_tenants", "")], "2.1"),
+        ([("sort_key", "host")], "2.1"),
+        ([("sort_key", "node")], "2.1"),
+        ([("status", "DELETED")], "2.1"),
+        ([("status", "deleted")], "2.96"),
+        ([("vm_state", "deleted")], "2.83"),
     ],
 )
-def test_administrator_parameters_are_forbidden_to_members(
-    paths: dict[str, TestClient], tenants: dict[str, Any], params: list[tuple[str, str]]
+def test_nova_forbids_members_only_these(
+    paths: dict[str, TestClient],
+    tenants: dict[str, Any],
+    params: list[tuple[str, str]],
+    version: str,
 ) -> None:
-    response = paths["fanout"].get(f"/v2.1/servers?{urlencode(params)}", headers=tenants["token"])
+    response = paths["fanout"].get(
+        f"/v2.1/servers?{urlencode(params)}",
+        headers={**tenants["token"], "OpenStack-API-Version": f"compute {version}"},
+    )
     assert response.status_code == 403, response.text
     assert response.json()["forbidden"]["message"]
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+@pytest.mark.parametrize(
+    ("params", "version"),
+    [
+        ([("deleted", "true")], "2.1"),
+        ([("deleted", "False")], "2.96"),
+        ([("project_id", "x")], "2.1"),
+        ([("tenant_id", "x")], "2.96"),
+        ([("host", "h")], "2.1"),
+        ([("node", "n")], "2.96"),
+        ([("uuid", "x")], "2.96"),
+        ([("vm_state", "deleted")], "2.82"),  # vm_state is not a member's option before 2.83
+        ([("changes-before", "2000-01-01T00:00:00Z")], "2.65"),
+        ([("instance_name", "x")], "2.1"),  # not in Nova's schema: stripped before 2.75
+    ],
+)
+def test_options_a_member_may_not_use_are_dropped(
+    paths: dict[str, TestClient],
+    tenants: dict[str, Any],
+    params: list[tuple[str, str]],
+    version: str,
+    path: str,
+) -> None:
+    """Nova's ``remove_invalid_options``: the listing is as if they were not sent."""
+    headers = {**tenants["token"], "OpenStack-API-Version": f"compute {version}"}
+    response = paths[path].get(f"/v2.1/servers/detail?{urlencode(params)}", headers=headers)
+    assert response.status_code == 200, response.text
+    assert {s["id"] for s in response.json()["servers"]} == tenants["mine_live"]
+
+
+def test_a_members_option_from_its_microversion_on_is_applied(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    mine = sorted(tenants["mine_live"])
+    before = {**tenants["token"], "OpenStack-API-Version": "compute 2.82"}
+    after = {**tenants["token"], "OpenStack-API-Version": "compute 2.83"}
+    query = "vm_state=no-such-state"
+    dropped = paths["fanout"].get(f"/v2.1/servers?{query}", headers=before)
+    applied = paths["fanout"].get(f"/v2.1/servers?{query}", headers=after)
+    assert sorted(s["id"] for s in dropped.json()["servers"]) == mine
+    assert applied.status_code == 200 and applied.json()["servers"] == []
+
+
+def test_unknown_parameters_are_refused_from_2_75(
+    paths: dict[str, TestClient], tenants: dict[str, Any]
+) -> None:
+    headers = {**tenants["token"], "OpenStack-API-Version": "compute 2.75"}
+    response = paths["fanout"].get("/v2.1/servers?instance_name=x", headers=headers)
+    assert response.status_code == 400 and "instance_name" in response.text
 
 
 def test_all_tenants_false_is_allowed_and_still_scoped(

@@ -2,13 +2,11 @@
 
 Authentication is keystoneauth's ``token_endpoint.Token``: a fixed token and endpoint,
 no Keystone catalog (the ``X-Auth-Token`` is Cellsight's development-mode
-``user:project``). Skipped when the client is not installed (it is in the ``test``
-extra).
+``user:project``). The client is a declared ``test`` dependency: never skipped.
 """
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,29 +15,26 @@ from typing import Any
 
 import pytest
 import uvicorn
+from keystoneauth1 import session as ks_session
+from keystoneauth1 import token_endpoint
+from novaclient import client as novaclient
 
-from api.app import create_app
-from tests.api.conftest import World, api_settings
-
-novaclient = pytest.importorskip("novaclient.client")
-token_endpoint = pytest.importorskip("keystoneauth1.token_endpoint")
-ks_session = pytest.importorskip("keystoneauth1.session")
+from cellsight.api.app import create_app
+from tests.support.api_world import World, api_settings
 
 
 @pytest.fixture(scope="module")
 def served(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp: Path = tmp_path_factory.mktemp("nova")
     app = create_app(api_settings(tmp), registry=sqlite_world.registry)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
         assert time.monotonic() < deadline, "uvicorn did not start"
         time.sleep(0.05)
+    port = server.servers[0].sockets[0].getsockname()[1]  # bound by the OS: never taken
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(10)

@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from api.headers import PATH
-from api.safe_connect import SafeConnect
-from indexer.engines.opensearch import OpenSearchEngine
-from tests.api.conftest import ADMIN, World, load_index, make_client
+from cellsight.api.headers import PATH
+from cellsight.api.safe_connect import SafeConnect
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
+from tests.support.api_world import ADMIN, World, load_index, make_client
+from tests.support.clock import ManualClock
 
 
 class Proxy:
@@ -84,18 +85,12 @@ class Proxy:
 
 
 @pytest.fixture
-def proxied(request: pytest.FixtureRequest) -> Iterator[tuple[Proxy, str]]:
-    try:
-        server: Any = request.getfixturevalue("osmem_server")
-    except Exception as exc:
-        pytest.skip(f"osmem-server unavailable: {exc}")
-    clone = server.clone()
-    host, port = str(clone.url).split("//", 1)[1].rstrip("/").split(":")
+def proxied(osmem_url: str) -> Iterator[tuple[Proxy, str]]:
+    host, port = osmem_url.split("//", 1)[1].rstrip("/").split(":")
     proxy = Proxy((host, int(port)))
     proxy.start()
     yield proxy, f"http://127.0.0.1:{proxy.port}"
     proxy.stop()
-    clone.close()
 
 
 class Counting(OpenSearchEngine):
@@ -119,6 +114,8 @@ def test_engine_down_then_back(
     engine = Engine(url, prefix=f"s{uuid.uuid4().hex[:8]}", timeout=2.0)
     load_index(engine, sqlite_world)
     client = make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=1.0)
+    clock = ManualClock()
+    client.app.state.safe_connect.clock = clock  # type: ignore[attr-defined]
     listing = "/v2.1/servers/detail?all_tenants=1&limit=20"
     first = client.get(listing, headers=ADMIN)
     assert first.status_code == 200 and first.headers[PATH] == "index"
@@ -142,7 +139,11 @@ def test_engine_down_then_back(
     assert Engine.calls == before, "while the flag is set the index is not asked"
 
     proxy.start()
-    time.sleep(1.2)  # the cool-down
+    clock.advance(0.5)  # the engine is back, but the cool-down has not passed
+    before = Engine.calls
+    assert client.get(listing, headers=ADMIN).headers[PATH] == "fanout"
+    assert Engine.calls == before, "the index is not asked before the cool-down"
+    clock.advance(0.5)
     back = client.get(listing, headers=ADMIN)
     assert back.status_code == 200 and back.headers[PATH] == "index"
     assert back.json() == expected
@@ -162,11 +163,13 @@ def test_cooldown_zero_keeps_the_cells_until_restart(
     engine = Engine(url, prefix=f"z{uuid.uuid4().hex[:8]}", timeout=2.0)
     load_index(engine, sqlite_world)
     client = make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=0)
+    clock = ManualClock()
+    client.app.state.safe_connect.clock = clock  # type: ignore[attr-defined]
     assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "index"
     proxy.stop()
     assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "fanout"
     proxy.start()
-    time.sleep(0.3)
+    clock.advance(24 * 3600.0)  # no cool-down ever ends: only a restart clears the flag
     before = Engine.calls
     assert client.get("/v2.1/servers?all_tenants=1", headers=ADMIN).headers[PATH] == "fanout"
     assert Engine.calls == before
@@ -185,23 +188,23 @@ def test_an_unsynced_index_is_not_used(sqlite_world: World, tmp_path: Path) -> N
 
 
 def test_backoff_and_a_single_probe() -> None:
-    now = [0.0]
-    flag = SafeConnect(10.0, max_cooldown=40.0, clock=lambda: now[0])
+    clock = ManualClock(0.0)
+    flag = SafeConnect(10.0, max_cooldown=40.0, clock=clock)
     assert flag.use_index()
     flag.failed(ConnectionError("refused"))
     assert not flag.use_index()
-    now[0] = 10.0
+    clock.now = 10.0
     assert flag.use_index()  # the probe
     assert not flag.use_index()  # only one at a time
     flag.failed(ConnectionError("refused"))
-    now[0] = 29.0
+    clock.now = 29.0
     assert not flag.use_index()  # 20 s after the second failure
-    now[0] = 30.0
+    clock.now = 30.0
     assert flag.use_index()
     flag.failed(ConnectionError("refused"))
-    now[0] = 69.0
+    clock.now = 69.0
     assert not flag.use_index()
-    now[0] = 70.0  # capped at 40 s
+    clock.now = 70.0  # capped at 40 s
     assert flag.use_index()
     flag.succeeded()
     assert flag.use_index() and flag.status() == {"flag": False}

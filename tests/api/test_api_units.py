@@ -2,53 +2,23 @@
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from api import status as st
-from api.microversion import Version
-from api.order import order_key
-from api.render import LinkContext, detail, host_id, summary
-from indexer.query.tree import (
-    And,
-    Compare,
+from cellsight.api import status as st
+from cellsight.api.merge_order import order_key
+from cellsight.api.microversion import Version
+from cellsight.api.render import LinkContext, detail, host_id, summary
+from cellsight.query.tree import (
     Direction,
-    In,
-    MatchAll,
-    MatchNone,
-    Node,
-    Not,
-    Op,
-    Or,
     SortKey,
 )
+from tests.support.query_dataset import matches  # the tests' one filter-tree oracle
 
 NAMED_TASKS = sorted({t for m in st.STATE_MAP.values() for t in m if t != st.DEFAULT})
 TASK_STATES = [*NAMED_TASKS, None, "other"]
-
-
-def matches(node: Node, doc: dict[str, Any]) -> bool:
-    """The tree's semantics for the nodes a status filter uses (null fails comparisons)."""
-    if isinstance(node, MatchAll):
-        return True
-    if isinstance(node, MatchNone):
-        return False
-    if isinstance(node, And):
-        return all(matches(c, doc) for c in node.children)
-    if isinstance(node, Or):
-        return any(matches(c, doc) for c in node.children)
-    if isinstance(node, Not):
-        return not matches(node.child, doc)
-    value = doc.get(node.field)
-    if isinstance(node, Compare):
-        assert node.op is Op.EQ
-        return value is not None and value == node.value
-    if isinstance(node, In):
-        return value is not None and value in node.values
-    raise AssertionError(node)
 
 
 @pytest.mark.parametrize("status", sorted(st.STATUSES))
@@ -83,10 +53,20 @@ def test_power_states() -> None:
     assert st.power_state_number(None) == 0
 
 
+# Nova's API samples: project 6f70656e737461636b20342065766572 on host "compute".
+NOVA_SAMPLE_HOST_ID = "2091634baaccdc4c5a1d57069c833e402921df696b7f970791b12ec6"
+
+
 def test_host_id_is_novas() -> None:
-    expected = hashlib.sha224(b"project1host1").hexdigest()
-    assert host_id("project1", "host1") == expected
+    assert host_id("6f70656e737461636b20342065766572", "compute") == NOVA_SAMPLE_HOST_ID
+    one = host_id("project1", "host1")
+    assert len(one) == 56 and set(one) <= set("0123456789abcdef")
+    assert one == host_id("project1", "host1")
+    # One host, two projects: a tenant cannot tell it shares a host with another.
+    assert host_id("project2", "host1") != one
+    assert host_id("project1", "host2") != one
     assert host_id("project1", None) == ""
+    assert host_id("project1", "") == ""
 
 
 DOC: dict[str, Any] = {

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from api.headers import PATH, SKIPPED_CELLS, parse_skipped
-from tests.api.conftest import ADMIN, World, build_world, drop_database, make_client
+from cellsight.api.headers import PATH, SKIPPED_CELLS, parse_skipped
+from tests.support.api_world import ADMIN, World, build_world, make_client
+from tests.support.services import drop_database
 
 DEADLINE = 1.0
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from api.headers import PATH
-from api.query2 import instances
-from api.query2.fields import REGISTRY
-from tests.api.conftest import World
+from cellsight.api.headers import PATH
+from cellsight.api.query2 import instances
+from cellsight.api.query2.fields import REGISTRY
+from tests.support.api_world import World
 from tests.support.query2_world import (
     Pair,
     expected_uuids,

@@ -1,14 +1,31 @@
-"""The node state cache: TTL, refresh on expiry, single flight, invalidation on error."""
+"""The node state cache over real SQLite cells read by the real fan-out pool: one round
+trip per cell snapshot (counted), TTL on an injected clock, each invalidating event
+(the cache then equals a fresh snapshot, and would not without the event), bypass, and
+the metrics."""
 
 from __future__ import annotations
 
+import json
 import threading
-import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from prometheus_client import REGISTRY as METRICS
 
-from api.fanout import SkippedCell
-from api.node_cache import NodeCache, NodeSnapshot
+from cellsight.api.fanout import FanOut
+from cellsight.api.query2.node_cache import DEFAULT_TTL, NodeCache, NodeSnapshot
+from cellsight.api.query2.nodes import _from_cells
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.nodeevents import NODE_UPDATE, register_node, set_node_state
+from cellsight.cells.operations import Operations
+from cellsight.cells.schema import compute_nodes
+from cellsight.notifications.envelope import Notification
+
+NODE: dict[str, Any] = {"vcpus": 8, "memory_mb": 32768, "local_gb": 400, "availability_zone": "az"}
 
 
 class Clock:
@@ -19,94 +36,241 @@ class Clock:
         return self.now
 
 
-def _node(name: str, *, offline: bool = False) -> dict[str, object]:
-    return {"uuid": name, "host": name, "hypervisor_hostname": f"{name}.hv", "offline": offline}
+class Feed:
+    """The operations' publisher: every event goes to the cache, as the API's does."""
 
-
-class Loader:
     def __init__(self) -> None:
-        self.calls = 0
-        self.fail: Exception | None = None
-        self.skipped: tuple[SkippedCell, ...] = ()
-        self.nodes = [_node("a"), _node("b", offline=True)]
+        self.cache: NodeCache | None = None
+        self.sent: list[Notification] = []
 
-    def __call__(self) -> NodeSnapshot:
-        self.calls += 1
-        if self.fail is not None:
-            raise self.fail
-        return NodeSnapshot.of(list(self.nodes), "cells", self.skipped)
+    def publish(self, notification: Notification) -> None:
+        self.publish_many([notification])
 
-
-def test_serves_from_memory_until_the_ttl_passes() -> None:
-    clock, loader = Clock(), Loader()
-    cache = NodeCache(loader, ttl=5.0, clock=clock)
-    first = cache.get()
-    clock.now += 4.9
-    assert cache.get() is first and loader.calls == 1
-    loader.nodes = [_node("c")]
-    clock.now += 0.2
-    refreshed = cache.get()
-    assert loader.calls == 2 and [d["uuid"] for d in refreshed.documents] == ["c"]
+    def publish_many(self, notifications: Any) -> None:
+        for n in notifications:
+            self.sent.append(n)
+            if self.cache is not None:
+                self.cache.observe(n.event_type, n.payload)
 
 
-def test_offline_lookup_by_host_and_node() -> None:
-    snapshot = NodeCache(Loader(), clock=Clock()).get()
-    assert snapshot.is_offline("b", "b.hv")
-    assert not snapshot.is_offline("a", "a.hv")
-    assert snapshot.is_offline("b", None)  # no node name: the host decides
-    assert not snapshot.is_offline(None, None) and not snapshot.is_offline("zz", "zz.hv")
+class Rig:
+    def __init__(self, tmp: Path) -> None:
+        self.registry = CellRegistry(f"sqlite:///{tmp / 'api.db'}")
+        self.registry.create_schema()
+        self.feed = Feed()
+        self.ops = Operations(self.registry, self.feed, publisher_id="t")
+        self.cells: list[CellMapping] = []
+        for name in ("cell1", "cell2"):
+            self.cells.append(self.registry.add_cell(name, f"sqlite:///{tmp / name}.db"))
+            for host in ("a", "b", "c"):
+                register_node(self.ops, name, f"{name}-{host}", **NODE)
+        self.fanout = FanOut(cell_timeout=5.0)
+        self.reference = FanOut(cell_timeout=5.0)  # its own engines: fresh() is not counted
+        self.statements: dict[str, int] = {c.uuid: 0 for c in self.cells}
+        for cell in self.cells:
+            sa.event.listen(self.fanout.engine(cell), "before_cursor_execute", self._count(cell))
+        self.clock = Clock()
+        self.cache = NodeCache(
+            self.registry.list_cells, lambda cells: _from_cells(list(cells), self.fanout),
+            clock=self.clock,
+        )  # fmt: skip
+        self.feed.cache = self.cache
+
+    def _count(self, cell: CellMapping) -> Any:
+        def count(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            # Transaction control (SQLite's emitted BEGIN) carries no data: not a query.
+            if not statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "ROLLBACK")):
+                self.statements[cell.uuid] += 1
+
+        return count
+
+    def trips(self) -> dict[str, int]:
+        """Queries per cell since the last call."""
+        out = {self.name(u): n for u, n in self.statements.items()}
+        self.statements = dict.fromkeys(self.statements, 0)
+        return out
+
+    def name(self, cell_uuid: str) -> str:
+        return next(c.name for c in self.cells if c.uuid == cell_uuid)
+
+    def fresh(self) -> list[dict[str, Any]]:
+        load = _from_cells(self.cells, self.reference)
+        return sorted((d for docs in load.documents.values() for d in docs), key=_uuid)
+
+    def close(self) -> None:
+        self.fanout.close()
+        self.reference.close()
+        self.registry.close()
 
 
-def test_a_failed_load_invalidates_and_raises() -> None:
-    clock, loader = Clock(), Loader()
-    cache = NodeCache(loader, ttl=5.0, clock=clock)
-    cache.get()
-    clock.now += 6
-    loader.fail = RuntimeError("cells down")
-    with pytest.raises(RuntimeError, match="cells down"):
-        cache.get()
-    loader.fail = None
-    cache.get()  # nothing stale was kept: this loads again
-    assert loader.calls == 3
+def _uuid(doc: Any) -> str:
+    return str(doc["uuid"])
 
 
-def test_partial_loads_are_served_but_not_kept() -> None:
-    clock, loader = Clock(), Loader()
-    loader.skipped = (SkippedCell("c2-uuid", "cell2", "timeout"),)
-    cache = NodeCache(loader, clock=clock)
-    assert not cache.get().complete
-    assert not cache.get().complete and loader.calls == 2  # retried at once
-    loader.skipped = ()
-    assert cache.get().complete and cache.get().complete and loader.calls == 3
+def docs(snapshot: NodeSnapshot) -> list[dict[str, Any]]:
+    return [dict(d) for d in snapshot.documents]
 
 
-def test_invalidate_forces_a_reload() -> None:
-    loader = Loader()
-    cache = NodeCache(loader, clock=Clock())
-    cache.get()
-    cache.invalidate()
-    cache.get()
-    assert loader.calls == 2
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    r = Rig(tmp_path)
+    yield r
+    r.close()
 
 
-def test_concurrent_requests_share_one_load() -> None:
-    gate = threading.Event()
+def test_a_snapshot_is_one_round_trip_per_cell_and_then_memory(rig: Rig) -> None:
+    first = rig.cache.get()
+    assert len(first.documents) == 6
+    assert rig.trips() == {"cell1": 1, "cell2": 1}
+    assert docs(rig.cache.get()) == docs(first)
+    assert rig.trips() == {"cell1": 0, "cell2": 0}
+    assert (rig.cache.hits, rig.cache.misses, rig.cache.loads) == (1, 1, 1)
 
-    def slow() -> NodeSnapshot:
-        gate.wait(5)
-        return NodeSnapshot.of([_node("a")], "index")
 
-    cache = NodeCache(slow, ttl=60)
-    threads = [threading.Thread(target=cache.get) for _ in range(8)]
+def test_entries_expire_after_the_ttl_default_ten_minutes(rig: Rig) -> None:
+    assert DEFAULT_TTL == 600.0
+    rig.cache.get()
+    rig.trips()
+    rig.clock.now += DEFAULT_TTL - 1
+    rig.cache.get()
+    assert rig.trips() == {"cell1": 0, "cell2": 0}
+    rig.clock.now += 1
+    rig.cache.get()
+    assert rig.trips() == {"cell1": 1, "cell2": 1}
+
+
+def _changed_behind_the_cache(rig: Rig, host: str) -> None:
+    """A change no event announces (as another process's write would look)."""
+    with rig.registry.cell_engine(rig.cells[0]).begin() as conn:
+        conn.execute(
+            compute_nodes.update().where(compute_nodes.c.host == host).values(vcpus_used=3)
+        )
+
+
+def test_a_node_event_drops_that_node_and_rereads_only_its_cell(rig: Rig) -> None:
+    rig.cache.get()
+    rig.trips()
+    set_node_state(rig.ops, "cell1", "cell1-a", offline=True)
+    assert rig.feed.sent[-1].event_type == NODE_UPDATE
+    assert rig.cache.invalidations == 1
+    got = docs(rig.cache.get())
+    assert rig.trips() == {"cell1": 1, "cell2": 0}
+    assert got == rig.fresh()
+    assert [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]
+
+
+def test_operations_drop_the_nodes_they_touch(rig: Rig) -> None:
+    rig.cache.get()
+    booted = rig.ops.boot(
+        BootRequest(display_name="x", flavor="m1.small", project_id="p", user_id="u")
+    ).instances[0]
+    assert docs(rig.cache.get()) == rig.fresh()
+    rig.ops.resize(booted.uuid, "m1.medium")
+    assert docs(rig.cache.get()) == rig.fresh()
+    rig.ops.delete(booted.uuid)
+    assert docs(rig.cache.get()) == rig.fresh()
+
+
+def test_live_migration_drops_the_whole_cache(rig: Rig) -> None:
+    booted = rig.ops.boot(
+        BootRequest(display_name="x", flavor="m1.small", project_id="p", user_id="u")
+    ).instances[0]
+    rig.cache.get()
+    rig.trips()
+    before = rig.cache.invalidations
+    rig.ops.live_migrate(booted.uuid)
+    assert rig.cache.invalidations > before
+    assert docs(rig.cache.get()) == rig.fresh()
+    assert rig.trips() == {"cell1": 1, "cell2": 1}  # every cell read again
+
+
+@pytest.mark.parametrize(
+    "event_type",
+    ["instance.evacuate", "instance.resize_finish.end", "instance.live_migration_post.end"],
+)
+def test_evacuation_and_cross_host_resize_drop_the_whole_cache(rig: Rig, event_type: str) -> None:
+    """No operation here evacuates or resizes across hosts: the event arrives from the bus
+    after another process moved load between nodes."""
+    rig.cache.get()
+    _changed_behind_the_cache(rig, "cell1-b")
+    assert docs(rig.cache.get()) != rig.fresh()  # the cache alone cannot know
+    rig.cache.observe(event_type, None)
+    assert docs(rig.cache.get()) == rig.fresh()
+
+
+def test_unrelated_events_keep_the_cache(rig: Rig) -> None:
+    rig.cache.get()
+    rig.trips()
+    for event in ("instance.update", "instance.power_off.end", "instance.lock"):
+        rig.cache.observe(event, None)
+    rig.cache.get()
+    assert rig.trips() == {"cell1": 0, "cell2": 0} and rig.cache.invalidations == 0
+
+
+def test_bypass_snapshots_every_cell_and_refills(rig: Rig) -> None:
+    rig.cache.get()
+    _changed_behind_the_cache(rig, "cell1-c")
+    assert docs(rig.cache.get()) != rig.fresh()
+    rig.trips()
+    assert docs(rig.cache.get(bypass=True)) == rig.fresh()
+    assert rig.trips() == {"cell1": 1, "cell2": 1}
+    assert docs(rig.cache.get()) == rig.fresh()  # refilled: served from memory
+    assert rig.trips() == {"cell1": 0, "cell2": 0}
+    assert docs(rig.cache.refresh()) == rig.fresh()
+
+
+def test_a_new_cell_is_snapshotted_alone(rig: Rig, tmp_path: Path) -> None:
+    rig.cache.get()
+    rig.trips()
+    rig.cells.append(rig.registry.add_cell("cell3", f"sqlite:///{tmp_path / 'cell3.db'}"))
+    register_node(rig.ops, "cell3", "cell3-a", **NODE)
+    rig.statements[rig.cells[-1].uuid] = 0
+    sa.event.listen(
+        rig.fanout.engine(rig.cells[-1]), "before_cursor_execute", rig._count(rig.cells[-1])
+    )
+    assert docs(rig.cache.get()) == rig.fresh()
+    assert rig.trips() == {"cell1": 0, "cell2": 0, "cell3": 1}
+
+
+def test_concurrent_misses_share_one_snapshot(rig: Rig) -> None:
+    threads = [threading.Thread(target=rig.cache.get) for _ in range(8)]
     for t in threads:
         t.start()
-    time.sleep(0.1)
-    gate.set()
     for t in threads:
-        t.join(5)
-    assert cache.loads == 1
+        t.join()
+    assert rig.cache.loads == 1 and rig.trips() == {"cell1": 1, "cell2": 1}
+
+
+def test_metrics_count_hits_misses_and_invalidations(rig: Rig) -> None:
+    def value(name: str, **labels: str) -> float:
+        return METRICS.get_sample_value(name, labels) or 0.0
+
+    hits, misses = (
+        value("cellsight_node_cache_hits_total"),
+        value("cellsight_node_cache_misses_total"),
+    )
+    dropped = value("cellsight_node_cache_invalidations_total", scope="node")
+    rig.cache.get()
+    rig.cache.get()
+    set_node_state(rig.ops, "cell2", "cell2-a", disabled=True)
+    assert value("cellsight_node_cache_hits_total") == hits + 1
+    assert value("cellsight_node_cache_misses_total") == misses + 1
+    assert value("cellsight_node_cache_invalidations_total", scope="node") == dropped + 1
 
 
 def test_negative_ttl_is_refused() -> None:
-    with pytest.raises(ValueError):
-        NodeCache(Loader(), ttl=-1)
+    with pytest.raises(ValueError, match="ttl"):
+        NodeCache(list, lambda cells: json.loads("{}"), ttl=-1)
+
+
+def test_a_remembered_selection_never_outlives_its_snapshot(rig: Rig) -> None:
+    from cellsight.api.query2.nodes import select
+    from cellsight.api.query2.sexpr import parse_filter
+
+    tree = parse_filter("node", ["?", "offline"])
+    assert select(rig.cache.get(), tree) == []
+    assert rig.cache.get() is rig.cache.get()  # warm: the same immutable snapshot
+    set_node_state(rig.ops, "cell2", "cell2-b", offline=True)
+    assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]
+    rig.clock.now += DEFAULT_TTL
+    assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]

@@ -6,8 +6,16 @@ import re
 
 import pytest
 
-from api.query2.fields import COMPUTED, DOCS, HIDDEN, REGISTRY, RENAMES, QKind, definitions
-from indexer.fields import FIELDS_BY_RESOURCE, Kind
+from cellsight.api.query2.fields import (
+    COMPUTED,
+    DOCS,
+    HIDDEN,
+    REGISTRY,
+    RENAMES,
+    QKind,
+    definitions,
+)
+from cellsight.indexer.fields import FIELDS_BY_RESOURCE, Kind
 
 NAME = re.compile(r"[a-z0-9/._]+")
 KINDS = {"unknown", "text", "bool", "number", "unit", "timestamp", "other"}

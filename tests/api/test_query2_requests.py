@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from api.headers import PATH
-from api.query2.fields import REGISTRY
-from tests.api.conftest import World, project_tokens
+from cellsight.api.headers import PATH
+from cellsight.api.query2.fields import REGISTRY
+from tests.support.api_world import World, project_tokens
 from tests.support.query2_world import (
     ADMIN,
     Pair,
@@ -62,7 +62,8 @@ def test_fields_call_errors(pair: Pair) -> None:
         (["~", "name", "x"], "'~'"),
         (["==", "name", "a\u0000b"], "name"),
         (["==", "metadata", "x"], "metadata"),
-        ("name", "list"),
+        (5, "list"),
+        ("nmae == 1", "column 1: unknown instance field 'nmae'"),  # the text form
     ],
 )
 def test_bad_filters_are_400_naming_the_problem(pair: Pair, filter_: Any, names: str) -> None:

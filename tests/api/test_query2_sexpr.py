@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from api.query2.fields import REGISTRY
-from api.query2.sexpr import (
+from cellsight.api.cell_query import select_instances
+from cellsight.api.query2.fields import REGISTRY
+from cellsight.api.query2.sexpr import (
     MAX_DEPTH,
     MAX_TERMS,
     BadFilterRegex,
@@ -25,14 +26,13 @@ from api.query2.sexpr import (
     WrongValueKind,
     parse_filter,
 )
-from indexer.engines.sqlite_schema import SCHEMAS
-from indexer.engines.sqlite_search import EmbeddedColumns
-from indexer.fields import field_map
-from indexer.query.cells import select_instances
-from indexer.query.dsl import search_body
-from indexer.query.prepare import prepare
-from indexer.query.sql import SqlCompiler
-from indexer.query.tree import (
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS
+from cellsight.indexer.engines.sqlite_search import EmbeddedColumns
+from cellsight.indexer.fields import field_map
+from cellsight.query.dsl import search_body
+from cellsight.query.prepare import prepare
+from cellsight.query.sql import SqlCompiler
+from cellsight.query.tree import (
     Compare,
     Contains,
     Exists,
@@ -212,8 +212,8 @@ def compile_everywhere(resource: str, tree: Node) -> None:
     """The tree as every path runs it: the engines' DSL, the embedded index's SQL, and
     (instances) each cell dialect's SQL."""
     request = SearchRequest(tree, (SortKey("uuid"),), 10)
-    search_body(request, resource)
-    node, _ = prepare(request, resource)
+    search_body(request, field_map(resource))
+    node, _ = prepare(request, field_map(resource))
     columns = EmbeddedColumns(SCHEMAS[resource], "q2-index")
     embedded = SqlCompiler(columns, field_map(resource))
     str(sa.select(columns.table).where(embedded.where(node)).compile(dialect=_DIALECTS["sqlite"]))

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from api.headers import PATH, SKIPPED_CELLS, parse_skipped
-from api.query2.fields import REGISTRY
-from api.query2.instances import MAPPING_FIELDS
-from cells.database import connect
-from cells.reads import list_compute_nodes
-from cells.schema import compute_nodes, instance_mappings
-from tests.api.conftest import World, build_world, project_tokens
+from cellsight.api.headers import PATH, SKIPPED_CELLS, parse_skipped
+from cellsight.api.query2.fields import REGISTRY
+from cellsight.api.query2.instances import MAPPING_FIELDS
+from cellsight.cells.database import connect
+from cellsight.cells.reads import list_compute_nodes
+from cellsight.cells.schema import compute_nodes, instance_mappings
+from tests.support.api_world import World, build_world, project_tokens
 from tests.support.query2_world import (
     Pair,
     instance_documents,

@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
-from cells.database import Engines
-from cells.mappings import CellMapping, CellRegistry
-from cells.nodes import add_compute_node
-from cells.operations import Operations
-from tests.conftest import DIALECTS, DatabaseFactory
+from cellsight.cells.database import Engines
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
 from tests.support.publishers import CollectingPublisher
+from tests.support.services import DIALECTS, DatabaseFactory
 
 
 @pytest.fixture(params=DIALECTS)

@@ -8,18 +8,16 @@ engine gets a unique prefix, so nothing a test leaves behind can leak into anoth
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from indexer.engines.base import SearchEngine
-from indexer.engines.embedded import EmbeddedEngine
-
-REQUIRE_SERVICES = os.environ.get("CELLSIGHT_REQUIRE_SERVICES") == "1"
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.support.es_compat import ES_CLIENT_OPTIONS
+from tests.support.services import osmem_clone_url
 
 ENGINES = [
     pytest.param("embedded", id="embedded"),
@@ -28,32 +26,14 @@ ENGINES = [
 ]
 
 
-def _osmem_url(request: pytest.FixtureRequest) -> str:
-    """A fresh clone of the session's osmem server, closed after the test."""
-    try:
-        server: Any = request.getfixturevalue("osmem_server")
-    except Exception as exc:  # the plugin raises OsmemError, or the fixture is absent
-        message = f"osmem-server unavailable: {exc}"
-        if REQUIRE_SERVICES:
-            pytest.fail(f"{message} (CELLSIGHT_REQUIRE_SERVICES=1)")
-        pytest.skip(message)
-    clone = server.clone()
-    request.addfinalizer(clone.close)
-    return str(clone.url)
-
-
 def _http_engine(kind: str, url: str, prefix: str) -> SearchEngine:
     if kind == "opensearch":
-        from indexer.engines.opensearch import OpenSearchEngine
+        from cellsight.indexer.engines.opensearch import OpenSearchEngine
 
         return OpenSearchEngine(url, prefix=prefix, timeout=10.0)
-    from indexer.engines.elasticsearch import ElasticsearchEngine
+    from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
 
-    try:
-        # osmem answers the Elasticsearch client's compatibility media type with 406.
-        from tests.support.es_compat import ES_CLIENT_OPTIONS
-    except ImportError as exc:
-        pytest.fail(f"tests.support.es_compat (the ES client's osmem transport) is needed: {exc}")
+    # osmem answers the Elasticsearch client's compatibility media type with 406.
     return ElasticsearchEngine(url, prefix=prefix, timeout=10.0, **ES_CLIENT_OPTIONS)
 
 
@@ -64,6 +44,6 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchEng
     if kind == "embedded":
         eng: SearchEngine = EmbeddedEngine(tmp_path / "index.db", prefix=prefix)
     else:
-        eng = _http_engine(kind, _osmem_url(request), prefix)
+        eng = _http_engine(kind, osmem_clone_url(request), prefix)
     yield eng
     eng.close()

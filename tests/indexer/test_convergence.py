@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cells import reads, rows
-from cells.instances import BootRequest
-from cells.mappings import CellRegistry
-from cells.nodes import add_compute_node
-from cells.operations import Operations
-from indexer.documents import comparable, instance_document
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.writer import BatchWriter
-from notifications.envelope import Notification, decode
+from cellsight.cells import reads, rows
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.indexer.documents import comparable, instance_document
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.writer import BatchWriter
+from cellsight.notifications.envelope import Notification, decode
 from tests.support.publishers import CollectingPublisher
 
 
@@ -70,7 +70,7 @@ def history(
     yield bodies, final
 
 
-def _nova_history(samples_dir: Path) -> tuple[list[bytes], Notification]:
+def _nova_history(nova_like_dir: Path) -> tuple[list[bytes], Notification]:
     """Nova's own payloads (no revision): versions come from updated_at and phase."""
     names = [
         "instance-create-start",
@@ -87,7 +87,7 @@ def _nova_history(samples_dir: Path) -> tuple[list[bytes], Notification]:
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     bodies, last = [], None
     for i, name in enumerate(names):
-        body = json.loads((samples_dir / f"{name}.json").read_text())
+        body = json.loads((nova_like_dir / f"{name}.json").read_text())
         data = body["payload"]["nova_object.data"]
         stamp = t0 + timedelta(microseconds=i * 7)
         if name == "instance-delete-end":
@@ -147,9 +147,9 @@ def test_revisioned_history_converges_on_the_final_row(
 )
 @given(data=st.data())
 def test_nova_history_converges_and_late_updates_never_resurrect(
-    data: st.DataObject, samples_dir: Path, tmp_path: Path
+    data: st.DataObject, nova_like_dir: Path, tmp_path: Path
 ) -> None:
-    bodies, last = _nova_history(samples_dir)
+    bodies, last = _nova_history(nova_like_dir)
     engine = _apply(tmp_path, data.draw(deliveries(bodies)))
     stored = engine.get("instance", last.payload.uuid)  # type: ignore[attr-defined]
     engine.close()

@@ -9,21 +9,22 @@ from typing import Any
 
 import pytest
 
-from indexer.documents import TIE_BITS, event_version, instance_document, snapshot_time
-from indexer.fields import INSTANCE_FIELDS, Kind, search_mapping
-from indexer.writer import Planned, Verdict, merge_tags, plan
-from notifications.envelope import EventType, decode
-from notifications.payloads import InstancePayload
+from cellsight.indexer.documents import TIE_BITS, event_version, instance_document, snapshot_time
+from cellsight.indexer.fields import INSTANCE_FIELDS, Kind, search_mapping
+from cellsight.indexer.writer import Planned, Verdict, merge_tags, plan
+from cellsight.notifications.base import format_timestamp
+from cellsight.notifications.envelope import EventType, decode
+from cellsight.notifications.payloads import InstancePayload
 
 
-def load(samples_dir: Path, name: str) -> dict[str, Any]:
-    return json.loads((samples_dir / f"{name}.json").read_text())
+def load(nova_like_dir: Path, name: str) -> dict[str, Any]:
+    return json.loads((nova_like_dir / f"{name}.json").read_text())
 
 
-def test_every_sample_maps_to_a_document_with_only_registry_fields(samples_dir: Path) -> None:
+def test_every_sample_maps_to_a_document_with_only_registry_fields(nova_like_dir: Path) -> None:
     names = {f.name for f in INSTANCE_FIELDS}
     seen = 0
-    for path in sorted(samples_dir.glob("instance-*.json")):
+    for path in sorted(nova_like_dir.glob("instance-*.json")):
         n = decode(path.read_text())
         assert isinstance(n.payload, InstancePayload)
         doc = instance_document(n.payload, n.event_type, 1)
@@ -35,28 +36,34 @@ def test_every_sample_maps_to_a_document_with_only_registry_fields(samples_dir: 
     assert seen == 14
 
 
-def test_delete_end_is_a_tombstone_and_delete_start_is_not(samples_dir: Path) -> None:
-    start = decode(load(samples_dir, "instance-delete-start"))
-    end = decode(load(samples_dir, "instance-delete-end"))
+def test_delete_end_is_a_tombstone_and_delete_start_is_not(nova_like_dir: Path) -> None:
+    start = decode(load(nova_like_dir, "instance-delete-start"))
+    end = decode(load(nova_like_dir, "instance-delete-end"))
     assert isinstance(start.payload, InstancePayload) and isinstance(end.payload, InstancePayload)
     d_start = instance_document(start.payload, start.event_type, 1)
     d_end = instance_document(end.payload, end.event_type, 2)
     assert d_start["deleted"] is False
     assert d_end["deleted"] is True and d_end["state"] == "deleted"
-    assert d_end["deleted_at"] == "2012-10-29T13:42:11Z"
+    assert end.payload.deleted_at is not None
+    assert d_end["deleted_at"] == format_timestamp(end.payload.deleted_at)
+    assert end.payload.updated_at == start.payload.updated_at
     # Same updated_at: the phase breaks the tie so the delete wins.
     assert event_version(end.payload, end.event, None) > event_version(
         start.payload, start.event, None
     )
 
 
-def test_ips_are_split_by_family_and_tags_absent_when_payload_lacks_them(samples_dir: Path) -> None:
-    n = decode(load(samples_dir, "instance-pause-end"))
+def test_ips_are_split_by_family_and_tags_absent_when_payload_lacks_them(
+    nova_like_dir: Path,
+) -> None:
+    n = decode(load(nova_like_dir, "instance-pause-end"))
     assert isinstance(n.payload, InstancePayload)
     doc = instance_document(n.payload, n.event_type, 1)
-    assert doc["ip4"] == ["192.168.1.3"] and doc["ip6"] == []
+    by_family = {ip.version: [ip.address] for ip in n.payload.ip_addresses}
+    assert doc["ip4"] == by_family[4] and doc["ip6"] == by_family[6]
+    assert all(":" in a for a in doc["ip6"]) and not any(":" in a for a in doc["ip4"])
     assert "tags" not in doc  # Nova's action payloads carry no tags: keep the stored ones
-    create = decode(load(samples_dir, "instance-create-end"))
+    create = decode(load(nova_like_dir, "instance-create-end"))
     assert isinstance(create.payload, InstancePayload)
     assert instance_document(create.payload, create.event_type, 1)["tags"] == ["tag"]
 
@@ -99,8 +106,8 @@ def test_time_versions_fit_a_signed_64_bit_long_until_2255() -> None:
     assert event_version(far, EventType.parse("instance.delete.end"), None) < 2**63
 
 
-def test_snapshot_time_falls_back_to_created_at(samples_dir: Path) -> None:
-    n = decode(load(samples_dir, "instance-create-start"))
+def test_snapshot_time_falls_back_to_created_at(nova_like_dir: Path) -> None:
+    n = decode(load(nova_like_dir, "instance-create-start"))
     assert isinstance(n.payload, InstancePayload)
     assert n.payload.updated_at is None
     assert snapshot_time(n.payload) == n.payload.created_at
@@ -124,9 +131,9 @@ def test_mapping_is_strict_and_typed_from_the_payload_schema() -> None:
     }
 
 
-def test_plan_classifies_bad_messages_without_touching_an_engine(samples_dir: Path) -> None:
-    good = load(samples_dir, "instance-power_on-end")
-    service = load(samples_dir, "service-update")
+def test_plan_classifies_bad_messages_without_touching_an_engine(nova_like_dir: Path) -> None:
+    good = load(nova_like_dir, "instance-power_on-end")
+    service = load(nova_like_dir, "service-update")
     not_instance = json.loads(json.dumps(service))
     not_instance["event_type"] = "instance.power_on.end"
     outcomes, planned = plan([b"{nope", json.dumps(good), service, not_instance])
@@ -138,9 +145,9 @@ def test_plan_classifies_bad_messages_without_touching_an_engine(samples_dir: Pa
     assert "ServiceStatusPayload" in (outcomes[3].reason or "")
 
 
-def test_merge_tags_takes_the_newest_known_tags_below_the_event(samples_dir: Path) -> None:
-    create = load(samples_dir, "instance-create-end")
-    pause = load(samples_dir, "instance-pause-end")
+def test_merge_tags_takes_the_newest_known_tags_below_the_event(nova_like_dir: Path) -> None:
+    create = load(nova_like_dir, "instance-create-end")
+    pause = load(nova_like_dir, "instance-pause-end")
     create["payload"]["nova_object.data"]["tags"] = ["a", "b"]
     _, planned = plan([create, pause])
     tagged, untagged = planned
@@ -151,8 +158,8 @@ def test_merge_tags_takes_the_newest_known_tags_below_the_event(samples_dir: Pat
 
 
 @pytest.mark.parametrize("event_type", ["instance.create", "instance.resize.end"])
-def test_unknown_instance_event_types_still_map(samples_dir: Path, event_type: str) -> None:
-    body = load(samples_dir, "instance-pause-end")
+def test_unknown_instance_event_types_still_map(nova_like_dir: Path, event_type: str) -> None:
+    body = load(nova_like_dir, "instance-pause-end")
     body["event_type"] = event_type
     body["payload"]["nova_object.name"] = "InstanceActionSomethingNewPayload"
     outcomes, planned = plan([body])
@@ -161,17 +168,17 @@ def test_unknown_instance_event_types_still_map(samples_dir: Path, event_type: s
     assert p.op.resource == "instance" and p.op.document["event_type"] == event_type
 
 
-def test_writer_counts_indexed_and_stale_per_resource(samples_dir: Path, tmp_path: Path) -> None:
-    from indexer import metrics
-    from indexer.engines.embedded import EmbeddedEngine
-    from indexer.writer import BatchWriter
+def test_writer_counts_indexed_and_stale_per_resource(nova_like_dir: Path, tmp_path: Path) -> None:
+    from cellsight.indexer import metrics
+    from cellsight.indexer.engines.embedded import EmbeddedEngine
+    from cellsight.indexer.writer import BatchWriter
 
     def count(counter: Any) -> float:
         return float(counter.labels("instance")._value.get())
 
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
-    body = json.dumps(load(samples_dir, "instance-power_on-end"))
+    body = json.dumps(load(nova_like_dir, "instance-power_on-end"))
     indexed, stale = count(metrics.INDEXED), count(metrics.STALE)
     BatchWriter(engine).write([body, body])  # the duplicate is stale
     engine.close()

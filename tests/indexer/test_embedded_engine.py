@@ -17,14 +17,18 @@ from typing import Any
 
 import pytest
 
-from indexer.documents import event_version, instance_document
-from indexer.engines import sqlite_search
-from indexer.engines.base import EngineUnavailable, WriteOp, WriteStatus
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.engines.sqlite_rows import InvalidDocument, RowBuilder
-from indexer.engines.sqlite_schema import SCHEMAS, date_to_micros, micros_to_date
-from indexer.query.prepare import keyset, prepare
-from indexer.query.tree import (
+from cellsight.indexer.documents import event_version, instance_document
+from cellsight.indexer.engines import sqlite_search
+from cellsight.indexer.engines.base import EngineUnavailable, WriteOp, WriteStatus
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.sqlite_rows import InvalidDocument, RowBuilder
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS, date_to_micros, micros_to_date
+from cellsight.indexer.fields import field_map
+from cellsight.notifications.base import format_timestamp
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.payloads import InstancePayload
+from cellsight.query.prepare import keyset, prepare
+from cellsight.query.tree import (
     And,
     Compare,
     Direction,
@@ -34,9 +38,6 @@ from indexer.query.tree import (
     SearchRequest,
     SortKey,
 )
-from notifications.base import format_timestamp
-from notifications.envelope import decode
-from notifications.payloads import InstancePayload
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,9 +123,9 @@ def test_values_are_checked_against_the_field_kind(field: str, value: Any, accep
             builder.prepare(op("x", 1, **{field: value}))
 
 
-def test_the_fast_path_builds_what_the_checked_path_builds(samples_dir: Path) -> None:
+def test_the_fast_path_builds_what_the_checked_path_builds(nova_like_dir: Path) -> None:
     builder = RowBuilder(SCHEMAS["instance"])
-    for path in sorted(samples_dir.glob("instance-*.json")):
+    for path in sorted(nova_like_dir.glob("instance-*.json")):
         n = decode(json.loads(path.read_text()))
         assert isinstance(n.payload, InstancePayload)
         version = event_version(n.payload, n.event, n.timestamp)
@@ -205,8 +206,8 @@ def test_concurrent_ensure_ready_makes_one_index(tmp_path: Path) -> None:
 
 WRITER = """
 import sys
-from indexer.engines.base import WriteOp
-from indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
 eng = EmbeddedEngine(sys.argv[1], prefix="t")
 for batch in range(40):
     ops = [WriteOp("instance", f"{batch:03}-{i:03}", 1, {"uuid": f"{batch:03}-{i:03}"})
@@ -266,7 +267,7 @@ def skewed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedEngine]
 
 
 def plan(engine: EmbeddedEngine, request: SearchRequest) -> list[str]:
-    node, order = prepare(request)
+    node, order = prepare(request, field_map("instance"))
     index = "t-instance-skewed"
     query, params = sqlite_search._page_sql(SCHEMAS["instance"], index, node, order, request.limit)
     rows = engine._conn().execute(f"EXPLAIN QUERY PLAN {query}", params)

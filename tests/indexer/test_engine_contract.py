@@ -1,4 +1,4 @@
-"""The engine contract (``indexer.engines.base``), the same assertions for every engine.
+"""The engine contract (``cellsight.indexer.engines.base``), the same assertions for every engine.
 
 Documents are built from the Nova samples by the real mapping code, plus small synthetic
 ones. Reads are preceded by ``refresh``: osmem and the embedded index show writes at
@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from indexer.documents import event_version, instance_document
-from indexer.engines.base import IndexMissing, SearchEngine, WriteOp, WriteStatus
-from notifications.envelope import decode
-from notifications.payloads import InstancePayload
+from cellsight.indexer.documents import event_version, instance_document
+from cellsight.indexer.engines.base import IndexMissing, SearchEngine, WriteOp, WriteStatus
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.payloads import InstancePayload
 
 OK, STALE, REJECTED = WriteStatus.OK, WriteStatus.STALE, WriteStatus.REJECTED
 CELL_A, CELL_B = str(uuid.uuid4()), str(uuid.uuid4())
@@ -46,10 +46,10 @@ def statuses(results: Any) -> list[WriteStatus]:
 
 
 @pytest.fixture(scope="module")
-def nova(samples_dir: Path) -> dict[str, WriteOp]:
+def nova(nova_like_dir: Path) -> dict[str, WriteOp]:
     """Instance documents from the Nova samples, by event type."""
     out = {}
-    for path in sorted(samples_dir.glob("instance-*.json")):
+    for path in sorted(nova_like_dir.glob("instance-*.json")):
         n = decode(json.loads(path.read_text()))
         assert isinstance(n.payload, InstancePayload)
         version = event_version(n.payload, n.event, n.timestamp)

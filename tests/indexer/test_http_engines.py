@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 from osmem_server import OsmemServer
 
-from indexer.engines import UnsupportedEngineURL, build_engine, detect_distribution
-from indexer.engines.base import (
+from cellsight.indexer.engines import UnsupportedEngineURL, build_engine, detect_distribution
+from cellsight.indexer.engines.base import (
     EngineError,
     EngineUnavailable,
     IndexMissing,
     WriteOp,
     WriteStatus,
 )
-from indexer.engines.elasticsearch import ElasticsearchEngine
-from indexer.engines.http import HttpEngine, redact_url
-from indexer.engines.opensearch import OpenSearchEngine
+from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
+from cellsight.indexer.engines.http import HttpEngine, redact_url
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.support.es_compat import ES_CLIENT_OPTIONS, plain_mimetype
 
 pytestmark = pytest.mark.services
@@ -148,7 +148,7 @@ def test_build_engine_detects_osmem_as_opensearch(osmem_url: str, tmp_path: Path
 
 
 def test_build_engine_without_url_is_embedded(tmp_path: Path) -> None:
-    from indexer.engines.embedded import EmbeddedEngine
+    from cellsight.indexer.engines.embedded import EmbeddedEngine
 
     eng = build_engine(None, embedded_path=tmp_path / "index.db", prefix="p")
     try:
@@ -270,15 +270,15 @@ def test_versions_above_2_53_are_kept_exactly(engine: HttpEngine) -> None:
 
 def test_bulk_load_settings_are_restored(engine: HttpEngine) -> None:
     live = engine.indexes("instance")[0].name
-    engine._request("PUT", f"/{live}/_settings", body={"index": {"number_of_replicas": 2}})
+    engine._send("PUT", f"/{live}/_settings", body={"index": {"number_of_replicas": 2}})
     name = engine.new_index_name("instance")
     engine.create_index("instance", name, bulk_load=True)
-    settings = engine._request("GET", f"/{name}/_settings")[name]["settings"]["index"]
+    settings = engine._send("GET", f"/{name}/_settings")[name]["settings"]["index"]
     assert settings["refresh_interval"] == "-1" and settings["number_of_replicas"] == "0"
     results = list(engine.bulk_index(name, iter([op("a", 3), op("a", 2), op("b", 1, bogus=1)])))
     assert [r.status for r in results] == [WriteStatus.OK, WriteStatus.STALE, WriteStatus.REJECTED]
     engine.finish_bulk_load(name)
-    settings = engine._request("GET", f"/{name}/_settings")[name]["settings"]["index"]
+    settings = engine._send("GET", f"/{name}/_settings")[name]["settings"]["index"]
     assert settings["refresh_interval"] == "1s" and settings["number_of_replicas"] == "2"
 
 
@@ -288,14 +288,14 @@ def test_bulk_index_refuses_a_missing_index(engine: HttpEngine) -> None:
     # and did not create it with a dynamic mapping on the way
     assert engine.indexes("instance")[0].name != "t-instance-nosuch"
     with pytest.raises(IndexMissing):
-        engine._request("GET", "/t-instance-nosuch")
+        engine._send("GET", "/t-instance-nosuch")
 
 
 def test_meta_index_is_strict_and_created_on_demand(engine: HttpEngine) -> None:
     assert engine.get_meta("purge_floor:instance") is None
     engine.put_meta("purge_floor:instance", {"at": "2026-01-01T00:00:00Z", "n": BIG})
     assert engine.get_meta("purge_floor:instance") == {"at": "2026-01-01T00:00:00Z", "n": BIG}
-    mappings = engine._request("GET", f"/{engine.meta_alias()}/_mapping")
+    mappings = engine._send("GET", f"/{engine.meta_alias()}/_mapping")
     (mapping,) = (m["mappings"] for m in mappings.values())
     assert mapping["dynamic"] == "strict"
     assert all("meta" not in i.name for i in engine.indexes("instance"))
@@ -315,18 +315,6 @@ def test_missing_aliases_are_index_missing(kind: str, osmem_url: str) -> None:
 
 
 # An unavailable or overloaded cluster -----------------------------------------------
-@pytest.fixture
-def own_osmem() -> Iterator[OsmemServer]:
-    """A server of this test's own, to stop or pause without disturbing the others."""
-    server = OsmemServer.start(japanese=False)
-    try:
-        yield server
-    finally:
-        if server.process.poll() is None:
-            os.kill(server.pid, signal.SIGCONT)  # in case the test left it paused
-        server.close()
-
-
 def pause(pid: int) -> None:
     """SIGSTOP ``pid`` and wait until it is stopped (the signal lands asynchronously)."""
     os.kill(pid, signal.SIGSTOP)

@@ -9,25 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from cells.instances import BootRequest
-from cells.mappings import CellRegistry
-from cells.nodes import add_compute_node
-from cells.operations import Operations
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
 from cellsight.clients import build_notifier
-from indexer.engines.base import SearchEngine
+from cellsight.indexer.engines.base import SearchEngine
 from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
-
-BUSES = ["rabbitmq", "embedded"]
-
-
-@pytest.fixture(params=BUSES)
-def bus(request: pytest.FixtureRequest) -> str:
-    if request.param == "rabbitmq":
-        request.getfixturevalue("rabbitmq_url")
-    return str(request.param)
 
 
 def _cluster(data_dir: Path, bus: str) -> tuple[Any, CellRegistry]:
@@ -88,19 +77,21 @@ def test_operations_reach_the_index_equal_to_the_cells(
     registry.close()
 
 
-def _sample_bodies(samples_dir: Path) -> list[dict[str, Any]]:
-    return [json.loads(p.read_text()) for p in sorted(samples_dir.glob("*.json"))]
+def _sample_bodies(nova_like_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text()) for p in sorted(nova_like_dir.glob("*.json"))]
 
 
-def test_every_sample_indexes_through_the_bus(bus: str, samples_dir: Path, tmp_path: Path) -> None:
-    from indexer.engines.embedded import EmbeddedEngine
-    from notifications.envelope import decode
+def test_every_sample_indexes_through_the_bus(
+    bus: str, nova_like_dir: Path, tmp_path: Path
+) -> None:
+    from cellsight.indexer.engines.embedded import EmbeddedEngine
+    from cellsight.notifications.envelope import decode
 
     settings, registry = _cluster(tmp_path / "data", bus)
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
     notifier = build_notifier(settings)
-    bodies = _sample_bodies(samples_dir)
+    bodies = _sample_bodies(nova_like_dir)
     # Each sample gets its own instance, so each one's document can be checked.
     expected = {}
     for i, body in enumerate(bodies):

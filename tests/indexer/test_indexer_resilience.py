@@ -1,5 +1,5 @@
 """The indexer loses nothing: killed mid-batch (SIGKILL) while a producer runs, and with
-the engine unreachable for 30 s mid-stream."""
+the engine unreachable mid-stream for as long as the writer keeps retrying."""
 
 from __future__ import annotations
 
@@ -16,17 +16,18 @@ from typing import Any
 
 import pytest
 
-from cells.errors import CellsError
-from cells.instances import BootRequest
-from cells.mappings import CellRegistry
-from cells.nodes import add_compute_node
-from cells.operations import Operations
+from cellsight.cells.errors import CellsError
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier
+from cellsight.indexer.dlq import peek
+from cellsight.indexer.engines.base import IndexMissing
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
+from cellsight.indexer.metrics import REGISTRY
 from cellsight.settings import Settings
-from indexer.dlq import peek
-from indexer.engines.base import IndexMissing
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.engines.opensearch import OpenSearchEngine
 from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
 
@@ -167,39 +168,48 @@ def _stopped(pid: int) -> bool:
         return f.read().rsplit(")", 1)[1].split()[0] == "T"
 
 
-def test_engine_outage_acks_nothing_then_drains(rabbitmq_url: str, tmp_path: Path) -> None:
-    from osmem_server import OsmemServer
+def _retries() -> float:
+    return REGISTRY.get_sample_value("cellsight_indexer_retries_total") or 0.0
 
-    server = OsmemServer.start(japanese=False)
-    try:
-        settings = bus_settings(tmp_path / "data", "rabbitmq")
-        registry = _cluster(settings)
-        engine = OpenSearchEngine(server.url, prefix="outage", timeout=1.0)
-        engine.ensure_ready("instance")
-        publisher = CountingPublisher(build_notifier(settings))
-        producer = Producer(
-            Operations(registry, publisher, publisher_id="test"), seed=3, pause=0.02
+
+# Enough failed attempts that the writer's backoff reaches its cap (2 s here) at least once.
+OUTAGE_RETRIES = 6
+
+
+def test_engine_outage_acks_nothing_then_drains(
+    rabbitmq_url: str, own_osmem: Any, tmp_path: Path
+) -> None:
+    server = own_osmem
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    registry = _cluster(settings)
+    engine = OpenSearchEngine(server.url, prefix="outage", timeout=1.0)
+    engine.ensure_ready("instance")
+    publisher = CountingPublisher(build_notifier(settings))
+    producer = Producer(Operations(registry, publisher, publisher_id="test"), seed=3, pause=0.02)
+    with running_indexer(settings, engine, max_backoff=2.0) as consumer:
+        producer.start()
+        wait_for(lambda: consumer.acked > 20, what="first acks")
+        os.kill(server.pid, signal.SIGSTOP)
+        wait_for(lambda: _stopped(server.pid), what="engine stopped")
+        # Once a write has been retried, every batch before it is acked (one consumer
+        # thread: write, then ack) and the one being retried cannot be.
+        first = _retries()
+        wait_for(lambda: _retries() > first, what="a write retried on the stopped engine")
+        acked_at_outage = consumer.acked
+        sent_at_outage = publisher.count
+        wait_for(
+            lambda: _retries() >= first + OUTAGE_RETRIES and publisher.count > sent_at_outage,
+            timeout=90,
+            what=f"{OUTAGE_RETRIES} retries during the outage while the stream flows",
         )
-        with running_indexer(settings, engine, max_backoff=2.0) as consumer:
-            producer.start()
-            wait_for(lambda: consumer.acked > 20, what="first acks")
-            os.kill(server.pid, signal.SIGSTOP)
-            wait_for(lambda: _stopped(server.pid), what="engine stopped")
-            time.sleep(3)  # a write that finished just before the stop may still ack
-            acked_at_outage = consumer.acked
-            sent_at_outage = publisher.count
-            time.sleep(30)
-            assert consumer.acked == acked_at_outage, "acked while the engine was down"
-            assert publisher.count > sent_at_outage  # the stream kept flowing meanwhile
-            os.kill(server.pid, signal.SIGCONT)
-            producer.stop.set()
-            producer.join(30)
-            wait_for(lambda: consumer.acked >= publisher.count, timeout=90, what="backlog drained")
-        assert producer.error is None
-        assert consumer.totals["dead"] == 0
-        assert index_differences(registry, engine) == {}
-        engine.close()
-        registry.close()
-    finally:
+        assert consumer.acked == acked_at_outage, "acked while the engine was down"
+        assert publisher.count > sent_at_outage  # the stream kept flowing meanwhile
         os.kill(server.pid, signal.SIGCONT)
-        server.close()
+        producer.stop.set()
+        producer.join(30)
+        wait_for(lambda: consumer.acked >= publisher.count, timeout=90, what="backlog drained")
+    assert producer.error is None
+    assert consumer.totals["dead"] == 0
+    assert index_differences(registry, engine) == {}
+    engine.close()
+    registry.close()

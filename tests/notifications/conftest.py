@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kombu import Connection, Consumer, Message, Queue
 
-from notifications.envelope import Notification, decode
-from notifications.notifier import stamped
+from cellsight.notifications.envelope import Notification, decode
+from cellsight.notifications.notifier import stamped
 
 Received = list[tuple[str, dict[str, Any]]]
 """(routing key, JSON body) per message, in delivery order."""
@@ -22,8 +22,17 @@ Drain = Callable[[Connection, Queue, int], Received]
 
 
 @pytest.fixture
-def sample_paths(samples_dir: Path) -> list[Path]:
+def nova_sample_paths(samples_dir: Path) -> list[Path]:
+    """Nova's own samples: the conformance tests."""
     paths = sorted(samples_dir.glob("*.json"))
+    assert len(paths) >= 15
+    return paths
+
+
+@pytest.fixture
+def sample_paths(nova_like_dir: Path) -> list[Path]:
+    """Generated notifications named like Nova's samples (``tests.support.novagen``)."""
+    paths = sorted(nova_like_dir.glob("*.json"))
     assert len(paths) >= 15
     return paths
 

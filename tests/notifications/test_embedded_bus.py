@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from notifications import queues
-from notifications.bus import SOCKET_PATH_MAX, EmbeddedRedis, open_bus, socket_path
-from notifications.envelope import Notification
-from notifications.errors import PublishError
-from notifications.notifier import Notifier
+from cellsight.notifications import queues
+from cellsight.notifications.bus import SOCKET_PATH_MAX, EmbeddedRedis, open_bus, socket_path
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.errors import PublishError
+from cellsight.notifications.notifier import Notifier
 
 Exact = Callable[[list[tuple[str, dict[str, Any]]], list[Notification]], None]
 
@@ -27,10 +27,10 @@ PUBLISHER = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from notifications import queues
-    from notifications.bus import open_bus
-    from notifications.envelope import decode
-    from notifications.notifier import Notifier
+    from cellsight.notifications import queues
+    from cellsight.notifications.bus import open_bus
+    from cellsight.notifications.envelope import decode
+    from cellsight.notifications.notifier import Notifier
 
     bus_dir, bodies = Path(sys.argv[1]), json.loads(Path(sys.argv[2]).read_text())
     bus = open_bus(None, bus_dir, timeout=5)
@@ -45,7 +45,7 @@ HOLDER = textwrap.dedent(
     """
     import json, sys, time
     from pathlib import Path
-    from notifications.bus import open_bus
+    from cellsight.notifications.bus import open_bus
 
     with open_bus(None, Path(sys.argv[1]), timeout=5) as bus:
         print(json.dumps({"pid": bus.server.pid}), flush=True)
@@ -58,8 +58,8 @@ UNACKED_READER = textwrap.dedent(
     import sys
     from pathlib import Path
     from kombu import Consumer
-    from notifications import queues
-    from notifications.bus import open_bus
+    from cellsight.notifications import queues
+    from cellsight.notifications.bus import open_bus
 
     bus = open_bus(None, Path(sys.argv[1]), timeout=5)
     connection = bus.connection()
@@ -248,6 +248,7 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
         finally:
             reader.kill()
             reader.wait(timeout=10)
-        time.sleep(1.2)  # past the visibility timeout
+        # kombu restores the unacked message on an idle poll once the visibility timeout
+        # has passed: the drain polls until then (or its own deadline).
         with bus.connection(transport_options={"unacked_restore_throttle": 1}) as connection:
             exact(drain(connection, queues.indexer_queue(), 1, timeout=15), sent)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from kombu import Connection
 
-from notifications import queues
-from notifications.bus import open_bus
-from notifications.envelope import Notification, Priority
-from notifications.errors import PublishError
-from notifications.notifier import Notifier
+from cellsight.notifications import queues
+from cellsight.notifications.bus import open_bus
+from cellsight.notifications.envelope import Notification, Priority
+from cellsight.notifications.errors import PublishError
+from cellsight.notifications.notifier import Notifier
 
 pytestmark = pytest.mark.services
 

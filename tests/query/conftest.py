@@ -11,8 +11,6 @@ missing server skips, or fails under ``CELLSIGHT_REQUIRE_SERVICES=1``.
 from __future__ import annotations
 
 import math
-import os
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,26 +18,25 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cells.database import create_engine
-from cells.rows import payload_to_row
-from cells.schema import create_cell_schema, instances
-from indexer.engines import sqlite_search
-from indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteStatus
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.engines.sqlite_schema import order_index
-from indexer.query.cells import search_cell
-from indexer.query.sqlite_regexp import install_on_engine
-from indexer.query.tree import SearchRequest
+from cellsight.api.cell_query import search_cell
+from cellsight.cells.database import create_engine
+from cellsight.cells.rows import payload_to_row
+from cellsight.cells.schema import create_cell_schema, instances
+from cellsight.indexer.engines import sqlite_search
+from cellsight.indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteStatus
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.sqlite_schema import order_index
+from cellsight.query.sqlite_regexp import install_on_engine
+from cellsight.query.tree import SearchRequest
 from tests.support import query_dataset as data
+from tests.support.services import (
+    create_database,
+    drop_database,
+    osmem_clone_url,
+    server_fixture,
+)
 
-REQUIRE_SERVICES = os.environ.get("CELLSIGHT_REQUIRE_SERVICES") == "1"
 Search = Callable[[SearchRequest], list[StoredDocument]]
-
-
-def _unavailable(what: str) -> None:
-    if REQUIRE_SERVICES:
-        pytest.fail(f"{what} is required (CELLSIGHT_REQUIRE_SERVICES=1) but unavailable")
-    pytest.skip(f"{what} unavailable")
 
 
 @pytest.fixture(scope="session")
@@ -50,21 +47,6 @@ def query_payloads() -> list[Any]:
 @pytest.fixture(scope="session")
 def query_documents(query_payloads: list[Any]) -> list[dict[str, Any]]:
     return data.documents(query_payloads)
-
-
-def _server_database(server: sa.URL) -> tuple[str, Callable[[], None]]:
-    name = f"cs_q_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"CREATE DATABASE {name}")
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            force = " WITH (FORCE)" if server.get_backend_name() == "postgresql" else ""
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
-        admin.dispose()
-
-    return server.set(database=name).render_as_string(hide_password=False), drop
 
 
 def _cell(url: str, payloads: list[Any]) -> sa.Engine:
@@ -93,16 +75,6 @@ def _cell_search(engine: sa.Engine) -> Search:
     return search
 
 
-def _osmem_url(request: pytest.FixtureRequest) -> str:
-    try:
-        server: Any = request.getfixturevalue("osmem_server")
-    except Exception as exc:  # the plugin raises OsmemError when it cannot start
-        _unavailable(f"osmem-server ({exc})")
-    clone = server.clone()
-    request.addfinalizer(clone.close)
-    return str(clone.url)
-
-
 @pytest.fixture(scope="session")
 def query_cells(
     request: pytest.FixtureRequest,
@@ -112,16 +84,17 @@ def query_cells(
     """The cell database of every dialect, holding the data set."""
     root: Path = tmp_path_factory.mktemp("query-cells")
     cells = {"sqlite": _cell(f"sqlite:///{root / 'cell.db'}", query_payloads)}
-    drops: list[Callable[[], None]] = []
-    for dialect, fixture in (("postgresql", "postgres_server"), ("mariadb", "mariadb_server")):
-        url, drop = _server_database(request.getfixturevalue(fixture))
-        drops.append(drop)
+    created: list[tuple[sa.URL, str]] = []
+    for dialect in ("postgresql", "mariadb"):
+        server: sa.URL = request.getfixturevalue(server_fixture(dialect))
+        name, url = create_database(server, "cs_q")
+        created.append((server, name))
         cells[dialect] = _cell(url, query_payloads)
     yield cells
     for engine in cells.values():
         engine.dispose()
-    for drop in drops:
-        drop()
+    for server, name in created:
+        drop_database(server, name)
 
 
 @pytest.fixture(scope="session")
@@ -131,13 +104,13 @@ def query_engines(
     query_documents: list[dict[str, Any]],
 ) -> Iterator[dict[str, SearchEngine]]:
     """The embedded engine and osmem through both HTTP clients, holding the data set."""
-    from indexer.engines.elasticsearch import ElasticsearchEngine
-    from indexer.engines.opensearch import OpenSearchEngine
+    from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
+    from cellsight.indexer.engines.opensearch import OpenSearchEngine
     from tests.support.es_compat import ES_CLIENT_OPTIONS
 
     root: Path = tmp_path_factory.mktemp("query-index")
     engines: list[SearchEngine] = [EmbeddedEngine(root / "index.db", prefix="q")]
-    osmem = _osmem_url(request)
+    osmem = osmem_clone_url(request)
     engines.append(OpenSearchEngine(osmem, prefix="qos", timeout=30.0))
     engines.append(ElasticsearchEngine(osmem, prefix="qes", timeout=30.0, **ES_CLIENT_OPTIONS))
     for engine in engines:

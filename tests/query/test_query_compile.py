@@ -13,13 +13,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from indexer.engines.base import EngineUnavailable, WriteOp
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.fields import field_map, search_mapping
-from indexer.query.cells import select_instances
-from indexer.query.dsl import search_body
-from indexer.query.prepare import QueryError, prepare
-from indexer.query.tree import (
+from cellsight.api.cell_query import select_instances
+from cellsight.indexer.engines.base import EngineUnavailable, WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.fields import field_map, search_mapping
+from cellsight.query.dsl import search_body
+from cellsight.query.prepare import QueryError, prepare
+from cellsight.query.tree import (
     And,
     Compare,
     Contains,
@@ -36,6 +36,8 @@ from indexer.query.tree import (
     after,
 )
 from tests.support import query_dataset as data
+
+INSTANCE = field_map("instance")
 
 DIALECTS = {
     "sqlite": sqlite.dialect(),
@@ -58,7 +60,7 @@ def test_mapping_keeps_microseconds_and_long_keywords() -> None:
 
 def test_dsl_sorts_nulls_first_ascending_last_descending_on_raw_fields() -> None:
     order = (SortKey("display_name"), SortKey("launched_at", Direction.DESC))
-    body = search_body(SearchRequest(MatchAll(), order, 5))
+    body = search_body(SearchRequest(MatchAll(), order, 5), INSTANCE)
     assert body["sort"] == [
         {"display_name.raw": {"order": "asc", "missing": "_first"}},
         {"launched_at": {"order": "desc", "missing": "_last"}},
@@ -70,13 +72,13 @@ def test_dsl_sorts_nulls_first_ascending_last_descending_on_raw_fields() -> None
 def test_dsl_keyset_is_a_query_with_full_precision_dates() -> None:
     at = datetime(2024, 3, 1, 12, 0, 0, 1, tzinfo=UTC)
     order = (SortKey("created_at"), SortKey("uuid"))
-    body = search_body(SearchRequest(MatchAll(), order, 5, after=(at, "u")))
+    body = search_body(SearchRequest(MatchAll(), order, 5, after=(at, "u")), INSTANCE)
     assert "search_after" not in body
     assert '{"range": {"created_at": {"gt": "2024-03-01T12:00:00.000001Z"}}}' in json.dumps(body)
 
 
 def test_dsl_not_equal_is_some_value_below_or_above() -> None:
-    body = search_body(SearchRequest(Compare("tags", Op.NE, "prod"), (), 1))
+    body = search_body(SearchRequest(Compare("tags", Op.NE, "prod"), (), 1), INSTANCE)
     assert body["query"] == {
         "bool": {
             "should": [{"range": {"tags": {"lt": "prod"}}}, {"range": {"tags": {"gt": "prod"}}}],
@@ -96,12 +98,12 @@ def test_dsl_not_equal_is_some_value_below_or_above() -> None:
     ],
 )
 def test_dsl_decides_bounds_date_nanos_cannot_hold(op: Op, at: datetime, query: Any) -> None:
-    body = search_body(SearchRequest(Compare("launched_at", op, at), (), 1))
+    body = search_body(SearchRequest(Compare("launched_at", op, at), (), 1), INSTANCE)
     assert body["query"] == query
 
 
 def test_dsl_regex_is_anchored_and_literal() -> None:
-    body = search_body(SearchRequest(Regex("host_name", "a@b"), (), 1))
+    body = search_body(SearchRequest(Regex("host_name", "a@b"), (), 1), INSTANCE)
     assert body["query"] == {"regexp": {"host_name.raw": {"value": ".*(a\\@b).*", "flags": "NONE"}}}
 
 
@@ -160,7 +162,7 @@ def test_index_only_fields_are_refused_on_the_cells() -> None:
     ],
 )
 def test_prepare_canonical_forms(node: Any, canonical: Any) -> None:
-    assert prepare(SearchRequest(node, (), 1))[0] == canonical
+    assert prepare(SearchRequest(node, (), 1), INSTANCE)[0] == canonical
 
 
 @pytest.mark.parametrize(
@@ -176,7 +178,7 @@ def test_prepare_canonical_forms(node: Any, canonical: Any) -> None:
 )
 def test_prepare_refuses_what_no_path_could_answer(request_: SearchRequest, message: str) -> None:
     with pytest.raises(QueryError, match=message):
-        prepare(request_)
+        prepare(request_, INSTANCE)
 
 
 def test_embedded_search_past_its_deadline_is_unavailable(tmp_path: Path) -> None:
@@ -229,7 +231,7 @@ def test_keyset_pages_can_range_scan_the_sort_index() -> None:
     assert not field_map("instance")["launched_at"].never_null
     newest = (SortKey("created_at", Direction.DESC),)
     request = SearchRequest(MatchAll(), newest, 5, after=(at, "u"))
-    node, _ = prepare(request)
+    node, _ = prepare(request, INSTANCE)
     assert isinstance(node, And) and node.children[0] == Compare("created_at", Op.LE, at)
     assert "instances.created_at <= ?" in sql(request, "sqlite")
     by_launch = SearchRequest(MatchAll(), (SortKey("launched_at", Direction.DESC),), 5, (at, "u"))

@@ -15,11 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.documents import comparable
-from indexer.engines.base import SearchEngine
-from indexer.fields import Kind
-from indexer.query.prepare import QueryError, keyset
-from indexer.query.tree import (
+from cellsight.indexer.documents import comparable
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.fields import Kind
+from cellsight.query.prepare import QueryError, keyset
+from cellsight.query.tree import (
     And,
     Compare,
     Contains,

@@ -14,14 +14,14 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from cells.schema import TABLE_OPTIONS, Str
-from indexer.engines.base import SearchEngine
-from indexer.fields import DocField, Kind
-from indexer.query import regex
-from indexer.query.dsl import compile_filter
-from indexer.query.sql import regex_match
-from indexer.query.sqlite_regexp import Deadline, install
-from indexer.query.tree import Regex
+from cellsight.cells.schema import TABLE_OPTIONS, Str
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.fields import DocField, Kind
+from cellsight.query import regex
+from cellsight.query.dsl import compile_filter
+from cellsight.query.sql import regex_match
+from cellsight.query.sqlite_regexp import Deadline, install
+from cellsight.query.tree import Regex
 
 
 @pytest.mark.parametrize(

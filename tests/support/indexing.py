@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cells import reads, rows
-from cells.mappings import CellRegistry
+from cellsight.cells import reads, rows
+from cellsight.cells.mappings import CellRegistry
 from cellsight.clients import build_bus, build_consumer_config
+from cellsight.indexer.consumer import IndexerConsumer
+from cellsight.indexer.documents import comparable, instance_document
+from cellsight.indexer.engines.base import SearchEngine
 from cellsight.settings import Settings, load_settings
-from indexer.consumer import IndexerConsumer
-from indexer.documents import comparable, instance_document
-from indexer.engines.base import SearchEngine
-
-RABBITMQ = "amqp://guest:guest@127.0.0.1:5672//"
+from tests.support.services import RABBITMQ_URL
+from tests.support.waiting import wait_for  # noqa: F401  (re-exported)
 
 
 def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
@@ -29,7 +28,7 @@ def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
     tag = uuid.uuid4().hex[:10]
     return load_settings(
         data_dir=data_dir,
-        bus_url=RABBITMQ,
+        bus_url=RABBITMQ_URL,
         exchange=f"t-nova-{tag}",
         indexer_queue=f"t-idx-{tag}",
         dead_letter_exchange=f"t-dlx-{tag}",
@@ -55,14 +54,6 @@ def running_indexer(
             consumer.stop.set()
             thread.join(30)
             assert not thread.is_alive(), "indexer did not stop"
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
 
 
 def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str, str]:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from notifications.envelope import Notification
-from notifications.publisher import Publisher
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.errors import PublishError
+from cellsight.notifications.publisher import Publisher
 
 
 class CollectingPublisher:
@@ -43,3 +44,17 @@ class CountingPublisher:
     def publish_many(self, notifications: Sequence[Notification]) -> None:
         self.inner.publish_many(notifications)
         self.count += len(notifications)
+
+
+class FailingPublisher:
+    """The bus is down: every publish raises, as the Notifier does."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def publish(self, notification: Notification) -> None:
+        self.publish_many([notification])
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        self.attempts += 1
+        raise PublishError("bus down (test)")

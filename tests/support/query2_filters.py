@@ -8,8 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from api.query2.fields import REGISTRY, FieldDef, QKind
-from indexer.fields import Kind
+from cellsight.api.query2.fields import REGISTRY, FieldDef, QKind
+from cellsight.indexer.fields import Kind
 
 REGEXES = ["^a", "b.*c$", "[0-9]+", "x|y", "(ab)?c", "web-\\d{1,3}", "[^-]+-prod"]
 STATUSES = ["ACTIVE", "shutoff", "ERROR", "build", "NOT-A-STATUS"]

@@ -10,16 +10,16 @@ from typing import Any, cast
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from api.query2.evaluate import evaluate
-from api.query2.sexpr import parse
-from cells.database import connect
-from cells.reads import list_compute_nodes
-from indexer.engines.base import SearchEngine, WriteOp
-from indexer.engines.embedded import EmbeddedEngine
-from indexer.layout import marker_key
-from indexer.query.cells import row_document
-from indexer.rowdocs import node_row_document
-from tests.api.conftest import World, load_index, make_client
+from cellsight.api.cell_query import row_document
+from cellsight.api.query2.evaluate import evaluate
+from cellsight.api.query2.sexpr import parse
+from cellsight.cells.database import connect
+from cellsight.cells.reads import list_compute_nodes
+from cellsight.indexer.engines.base import SearchEngine, WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.index_roles import marker_key
+from cellsight.indexer.row_documents import node_row_document
+from tests.support.api_world import World, load_index, make_client
 
 ADMIN = {"X-Auth-Token": "root:admin"}
 

@@ -1,5 +1,5 @@
 """A small instance data set made to trip query paths up, and a Python oracle of the
-tree's semantics (``indexer.query.tree``) to check every path against.
+tree's semantics (``cellsight.query.tree``) to check every path against.
 
 The data has nulls in host/launched_at/terminated_at/display_name, duplicate sort
 values, instants equal and 1 µs apart (within one millisecond), mixed-case, unicode,
@@ -17,11 +17,12 @@ from datetime import UTC, datetime, timedelta
 from functools import cmp_to_key, lru_cache
 from typing import Any
 
-from indexer.documents import instance_document
-from indexer.fields import Kind, field_map
-from indexer.query.prepare import coerce
-from indexer.query.regex import to_python
-from indexer.query.tree import (
+from cellsight.indexer.documents import instance_document
+from cellsight.indexer.fields import Kind, field_map
+from cellsight.notifications.payloads import FlavorPayload, InstanceUpdatePayload, IpPayload
+from cellsight.query.prepare import coerce
+from cellsight.query.regex import to_python
+from cellsight.query.tree import (
     And,
     Compare,
     Contains,
@@ -37,7 +38,6 @@ from indexer.query.tree import (
     Regex,
     SortKey,
 )
-from notifications.payloads import FlavorPayload, InstanceUpdatePayload, IpPayload
 
 CELL_UUID = "c0ffee00-0000-4000-8000-000000000001"
 EVENT = "instance.update"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from indexer.layout import is_synced, layout, marker_key
-from indexer.sync import SyncOptions, run_sync
-from tests.sync.conftest import World
+from cellsight.indexer.index_roles import is_synced, layout, marker_key
+from cellsight.indexer.sync import SyncOptions, run_sync
+from tests.support.sync_world import World
 
 
 def _by_cell(docs: dict[str, dict[str, Any]], cell_uuid: str) -> dict[str, dict[str, Any]]:

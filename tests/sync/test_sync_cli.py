@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from cells.mappings import CellRegistry
-from cells.seed import seed
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
 from cellsight.clients import build_engine
+from cellsight.indexer.antientropy import start_periodic_verify
+from cellsight.indexer.index_roles import LAST_VERIFY
+from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import Settings, load_settings
-from indexer.antientropy import start_periodic_verify
-from indexer.layout import LAST_VERIFY
-from indexer.lock import MaintenanceLock
 
 runner = CliRunner()
 
@@ -123,10 +123,11 @@ def test_verify_interval_setting_defaults_off() -> None:
 
 
 def test_errors_are_one_line_not_tracebacks(seeded: Settings, monkeypatch: Any) -> None:
+    # naming a cell that does not exist is a usage error (exit 2, cellsight.cli.errors)
     unknown = cli(seeded, "verify", "--cell", "nope")
-    assert unknown.exit_code == 1 and "nope" in unknown.stderr
+    assert unknown.exit_code == 2 and "nope" in unknown.stderr
     partial = cli(seeded, "sync", "--cell", "nope")
-    assert partial.exit_code == 1 and "nope" in partial.stderr
+    assert partial.exit_code in (1, 2) and "nope" in partial.stderr
     monkeypatch.setenv("CELLSIGHT_SEARCH_URL", "http://127.0.0.1:9")  # nothing listens
     for args in (["status"], ["sync"], ["verify"]):
         result = cli(seeded, *args)

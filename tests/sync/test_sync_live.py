@@ -8,11 +8,11 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from cells.errors import CellsError
-from cells.instances import BootRequest
-from indexer.layout import is_synced, layout
-from indexer.sync import SyncOptions, run_sync
-from tests.sync.conftest import IndexingPublisher, World
+from cellsight.cells.errors import CellsError
+from cellsight.cells.instances import BootRequest
+from cellsight.indexer.index_roles import is_synced, layout
+from cellsight.indexer.sync import SyncOptions, run_sync
+from tests.support.sync_world import IndexingPublisher, World
 
 
 class Producer(threading.Thread):

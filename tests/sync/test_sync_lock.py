@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
-from indexer.engines.base import SearchEngine
-from indexer.lock import LockHeld, LockLost, MaintenanceLock, lock_key
-from indexer.sync import SyncOptions, run_sync
-from tests.sync.conftest import make_engine
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.lock import LockHeld, LockLost, MaintenanceLock, lock_key
+from cellsight.indexer.sync import SyncOptions, run_sync
+from tests.support.sync_world import make_engine
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -96,7 +97,11 @@ def test_stale_locks_are_taken_over(engine: SearchEngine) -> None:
 def test_a_lost_lock_stops_its_holder(engine: SearchEngine) -> None:
     lock = MaintenanceLock(engine, "instance", "sync", ttl=2, heartbeat=0.1)
     lock.acquire()
-    time.sleep(0.3)
+    first = engine.get_meta(lock_key("instance"))
+    assert first is not None
+    wait_for(lambda: engine.get_meta(lock_key("instance")) != first, timeout=10, what="a heartbeat")
+    renewed = engine.get_meta(lock_key("instance"))
+    assert renewed is not None and renewed["heartbeat_at"] > first["heartbeat_at"]
     lock.check()  # renewing fine
     _foreign(engine, pid=os.getppid(), expires_in=600)  # someone took it over
     deadline = time.monotonic() + 10

@@ -6,15 +6,15 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
-from cells.instances import BootRequest
-from cells.nodes import add_compute_node
-from indexer.antientropy import verify_resource
-from indexer.engines.base import SearchEngine, WriteOp, WriteStatus
-from indexer.engines.http import HttpEngine
-from indexer.layout import is_synced
-from indexer.sync import SyncOptions, run_sync
-from indexer.verify import VerifyReport
-from tests.sync.conftest import IndexingPublisher, World
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.nodes import add_compute_node
+from cellsight.indexer.antientropy import verify_resource
+from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.engines.http import HttpEngine
+from cellsight.indexer.index_roles import is_synced
+from cellsight.indexer.sync import SyncOptions, run_sync
+from cellsight.indexer.verify import VerifyReport
+from tests.support.sync_world import IndexingPublisher, World
 
 
 def _counts(report: VerifyReport) -> dict[str, dict[str, int]]:
@@ -65,7 +65,7 @@ def _forget_deletes(engine: SearchEngine, resource: str = "instance") -> None:
     if isinstance(engine, HttpEngine):
         for info in engine.indexes(resource):
             body = {"index": {"gc_deletes": "0s"}}
-            engine._request("PUT", f"/{info.name}/_settings", body=body)
+            engine._send("PUT", f"/{info.name}/_settings", body=body)
 
 
 def test_verify_finds_exact_drift_and_repair_fixes_it(world: World) -> None:
@@ -123,7 +123,7 @@ def test_verify_ignores_changes_in_flight(make_world: Any, monkeypatch: Any) -> 
     live path already wrote, is not an orphan: its row is looked up again first."""
     world: World = make_world("sqlite", "embedded", cells=1, instances=20)
     run_sync(world.engine, world.registry, SyncOptions())
-    from indexer import verify
+    from cellsight.indexer import verify
 
     real_diff = verify.diff
 

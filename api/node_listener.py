@@ -1,0 +1,71 @@
+"""The API's ear on the bus: notifications drop the node cache entries they change.
+
+Operations run in other processes (the CLI, other API workers, Nova itself), so the
+API binds its own queue to the notifications exchange (exclusive, auto-deleted: it
+exists while this process listens and never holds a backlog for a dead one) and hands
+each notification's event type and payload to ``NodeCache.observe``. A notification
+that does not decode is skipped: the indexer, not this listener, dead-letters it.
+Enabled by the ``node_cache_listen`` setting; stopped with the returned event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from typing import Any
+
+from kombu import Consumer, Message, Queue
+
+from cellsight.api.query2.node_cache import NodeCache
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.errors import NotificationError
+from cellsight.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def start_listener(settings: Settings, cache: NodeCache) -> tuple[threading.Event, threading.Event]:
+    """Listen on a thread; returns (ready, stop): ``ready`` is set once the queue is bound."""
+    from cellsight.clients import build_bus, notifications_exchange
+
+    ready, stop = threading.Event(), threading.Event()
+
+    def on_message(body: Any, message: Message) -> None:
+        try:
+            notification = decode(body)
+        except NotificationError as exc:
+            log.debug("node cache listener skipped a notification: %s", exc)
+        else:
+            cache.observe(notification.event_type, notification.payload)
+        message.ack()
+
+    def run() -> None:
+        try:
+            listen()
+        except Exception:
+            log.exception("node cache listener stopped; entries now expire by TTL only")
+
+    def listen() -> None:
+        queue = Queue(
+            f"cellsight-api-nodes-{uuid.uuid4().hex[:12]}",
+            notifications_exchange(settings),
+            routing_key="versioned_notifications.*",
+            durable=False,
+            exclusive=True,
+            auto_delete=True,
+        )
+        with (
+            build_bus(settings) as bus,
+            bus.connection() as connection,
+            Consumer(connection, [queue], callbacks=[on_message], accept=["json"]),
+        ):
+            ready.set()
+            while not stop.is_set():
+                try:
+                    connection.drain_events(timeout=0.5)
+                except TimeoutError:  # socket.timeout too: nothing within 0.5 s
+                    continue
+
+    threading.Thread(target=run, name="node-cache-listener", daemon=True).start()
+    return ready, stop

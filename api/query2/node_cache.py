@@ -1,0 +1,221 @@
+"""The node state cache: per-node entries, refilled a cell at a time.
+
+Reading a node's live state is the expensive part of a node query, so:
+
+* **Snapshots per cell**: a miss reads everything about a cell's nodes in one round
+  trip (one SELECT on the cell, or one index search for the cell) and refills every
+  entry of that cell; the cells a request misses are read in parallel.
+* **Entries per node with a TTL** (``DEFAULT_TTL``, 10 minutes; the clock is injectable).
+  A request is served from the cache only if the cache can answer it entirely: every
+  cell's node list is known and each of its nodes has a fresh entry. Otherwise the
+  cells that cannot answer are snapshotted, and only those.
+* **Invalidation**: a node notification (``compute_node.update``) or an operation on a
+  node drops that node's entry (its cell is read again on the next request); a live
+  migration, evacuation or cross-host resize drops the whole cache (``observe``).
+* ``get(bypass=True)`` (``bypass_cache=true``) snapshots every cell and refills;
+  ``refresh()`` is the same, for ``cellsight nodes refresh`` and the periodic refresh.
+* A cell that does not answer keeps its old entries, shown with status 2 (no data)
+  for their live fields, and is read again by the next request.
+
+Hits, misses and invalidations are Prometheus counters (and attributes, for tests).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import Counter
+
+from cellsight.api.fanout import SkippedCell
+from cellsight.cells.mappings import CellMapping
+
+DEFAULT_TTL = 600.0
+HITS = Counter("cellsight_node_cache_hits", "Node requests answered from the cache alone")
+MISSES = Counter("cellsight_node_cache_misses", "Node requests that snapshotted cells")
+INVALIDATIONS = Counter(
+    "cellsight_node_cache_invalidations", "Entries dropped by events", ["scope"]
+)
+# Instance events that move load between nodes wholesale: drop everything.
+WHOLE_CACHE_EVENTS = ("live_migration", "evacuate", "resize_migrat", "resize_finish")
+NODE_EVENT = "compute_node.update"
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """The node documents of one answer, where they came from, and what was missing."""
+
+    documents: tuple[Mapping[str, Any], ...]
+    source: str  # "index" or "cells"
+    skipped_cells: tuple[SkippedCell, ...] = ()
+    loaded_at: float = 0.0
+    _offline: frozenset[tuple[str, str]] = field(default=frozenset(), repr=False)
+    # filter tree → the documents it selects: a snapshot never changes, so neither do they
+    selections: dict[Any, list[Mapping[str, Any]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @classmethod
+    def of(
+        cls,
+        documents: Sequence[Mapping[str, Any]],
+        source: str,
+        skipped_cells: tuple[SkippedCell, ...] = (),
+        loaded_at: float = 0.0,
+    ) -> NodeSnapshot:
+        offline = frozenset(
+            (str(d.get("host")), str(d.get("hypervisor_hostname")))
+            for d in documents
+            if d.get("offline")
+        )
+        return cls(tuple(documents), source, skipped_cells, loaded_at, offline)
+
+    @property
+    def complete(self) -> bool:
+        return not self.skipped_cells
+
+    def stale(self, doc: Mapping[str, Any]) -> bool:
+        """Whether ``doc`` is an old entry of a cell that did not answer this time."""
+        return any(s.uuid == doc.get("cell_uuid") for s in self.skipped_cells)
+
+    def is_offline(self, host: str | None, node: str | None) -> bool:
+        """Whether the node an instance runs on is offline (unknown nodes are not)."""
+        if host is None:
+            return False
+        if node is not None:
+            return (host, node) in self._offline
+        # An instance without a node name: its host counts as offline if any node is.
+        return any(h == host for h, _ in self._offline)
+
+
+@dataclass
+class CellLoad:
+    """What one snapshot of some cells returned: documents per answering cell."""
+
+    documents: dict[str, list[dict[str, Any]]]
+    skipped: tuple[SkippedCell, ...] = ()
+    source: str = "cells"
+
+
+Loader = Callable[[Sequence[CellMapping]], CellLoad]
+
+
+class NodeCache:
+    def __init__(
+        self,
+        cells: Callable[[], Sequence[CellMapping]],
+        loader: Loader,
+        *,
+        ttl: float = DEFAULT_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if ttl < 0:
+            raise ValueError("ttl must not be negative")
+        self._list_cells = cells
+        self._loader = loader
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._members: dict[str, list[str]] = {}  # cell uuid → its node uuids
+        self._entries: dict[str, dict[str, Any]] = {}  # node uuid → document
+        # Entries of a cell are loaded together: one time per cell, and the cells with
+        # an entry dropped since, keep the freshness check per cell, not per node.
+        self._loaded_at: dict[str, float] = {}
+        self._dropped: set[str] = set()
+        self._cell_of: dict[str, str] = {}
+        self._generation = 0
+        self._assembled: tuple[int, tuple[str, ...], NodeSnapshot] | None = None
+        self._source = "cells"
+        self.loads = 0  # snapshots taken (each of one or more cells)
+        self.hits = self.misses = self.invalidations = 0
+
+    def get(self, *, bypass: bool = False) -> NodeSnapshot:
+        cells = list(self._list_cells())
+        with self._lock:  # single flight: concurrent misses share one snapshot
+            now = self._clock()
+            missing = [c for c in cells if bypass or not self._answers(c.uuid, now)]
+            skipped: tuple[SkippedCell, ...] = ()
+            if missing:
+                self.misses += 1
+                MISSES.inc()
+                skipped = self._fill(missing)
+            else:
+                self.hits += 1
+                HITS.inc()
+            key = tuple(c.uuid for c in cells)
+            if (
+                not skipped
+                and self._assembled is not None
+                and self._assembled[:2] == (self._generation, key)
+            ):
+                return self._assembled[2]
+            docs = [
+                self._entries[n]
+                for c in cells
+                for n in self._members.get(c.uuid, ())
+                if n in self._entries
+            ]
+            docs.sort(key=lambda d: str(d["uuid"]))
+            snapshot = NodeSnapshot.of(docs, self._source, skipped, now)
+            self._assembled = None if skipped else (self._generation, key, snapshot)
+            return snapshot
+
+    def refresh(self) -> NodeSnapshot:
+        return self.get(bypass=True)
+
+    def _answers(self, cell_uuid: str, now: float) -> bool:
+        loaded = self._loaded_at.get(cell_uuid)
+        return loaded is not None and cell_uuid not in self._dropped and now - loaded < self.ttl
+
+    def _fill(self, cells: list[CellMapping]) -> tuple[SkippedCell, ...]:
+        self.loads += 1
+        load = self._loader(cells)  # an exception leaves the entries as they were
+        loaded_at = self._clock()
+        for cell_uuid, docs in load.documents.items():
+            for old in self._members.get(cell_uuid, ()):
+                self._entries.pop(old, None)
+                self._cell_of.pop(old, None)
+            self._members[cell_uuid] = [str(d["uuid"]) for d in docs]
+            for doc in docs:
+                self._entries[str(doc["uuid"])] = doc
+                self._cell_of[str(doc["uuid"])] = cell_uuid
+            self._loaded_at[cell_uuid] = loaded_at
+            self._dropped.discard(cell_uuid)
+        self._generation += 1
+        self._source = load.source
+        return load.skipped
+
+    # Invalidation -----------------------------------------------------------------
+
+    def invalidate_node(self, node_uuid: str) -> None:
+        with self._lock:
+            if self._entries.pop(node_uuid, None) is not None:
+                self._dropped.add(self._cell_of[node_uuid])
+                self._generation += 1
+                self._count("node")
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._members.clear()
+            self._loaded_at.clear()
+            self._cell_of.clear()
+            self._dropped.clear()
+            self._generation += 1
+            self._count("all")
+
+    def observe(self, event_type: str, payload: Any) -> None:
+        """Drop what a notification says changed (``payload``: its decoded object)."""
+        if event_type == NODE_EVENT:
+            self.invalidate_node(str(payload.uuid))
+        elif event_type.startswith("instance.") and any(
+            marker in event_type for marker in WHOLE_CACHE_EVENTS
+        ):
+            self.invalidate()
+
+    def _count(self, scope: str) -> None:
+        self.invalidations += 1
+        INVALIDATIONS.labels(scope).inc()

@@ -1,0 +1,221 @@
+"""Reservations (forthcoming instances), for administrators, addressed by uuid.
+
+* ``POST /v2.1/reservations`` ``{"reservation": {"uuid"?, "name"?, "project_id"?,
+  "user_id"?, "flavor"?, "cell"?, "host"?}}`` → 201 ``{"reservation": {...},
+  "selections": [...]}`` (the scheduler's picks when a flavor was given without a host)
+* ``PUT /v2.1/reservations/{uuid}`` ``{"reservation": {"name"?, "project_id"?,
+  "user_id"?, "flavor"?, "host"?}}`` → 200: only ``name`` is a rename, anything else a
+  modify (``null`` clears an attribute)
+* ``POST /v2.1/reservations/{uuid}/commit`` → 200: the built instance
+* ``DELETE /v2.1/reservations/{uuid}`` → 204: cancelled
+
+The operations publish through ``app.state.publisher`` (built from the settings on
+first use: the API needs the bus only when reservations are changed). Errors: 400 for
+a bad body, flavor or cell (naming it), 403 for non-administrators, 404 for an unknown
+uuid, 409 when the uuid is not a reservation, a commit lacks attributes, or no host has
+room.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import State
+
+from cellsight.api.auth import Principal, current_principal
+from cellsight.api.errors import ApiError, BadRequest, Forbidden, NotFound
+from cellsight.api.query2.node_cache import NodeCache
+from cellsight.api.query2.nodes import node_cache
+from cellsight.cells.errors import (
+    CellsError,
+    DuplicateInstance,
+    InstanceNotFound,
+    NoValidHost,
+    UnknownCell,
+    UnknownFlavor,
+)
+from cellsight.cells.operations import Operations
+from cellsight.cells.reservations import NotForthcoming, ReservationIncomplete, Reservations
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.objects import Selection
+from cellsight.notifications.payloads import InstancePayload
+from cellsight.notifications.publisher import Publisher
+
+router = APIRouter(tags=["reservations"])
+M = TypeVar("M", bound=BaseModel)
+_lock = threading.Lock()
+Name = Field(default=None, max_length=255)
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+class NewReservation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    uuid: str | None = Field(default=None, max_length=36)
+    name: str | None = Name
+    project_id: str | None = Name
+    user_id: str | None = Name
+    flavor: str | None = Name
+    cell: str | None = Name
+    host: str | None = Name
+
+
+class ReservationChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Name
+    project_id: str | None = Name
+    user_id: str | None = Name
+    flavor: str | None = Name
+    host: str | None = Name
+
+
+def _reservations(state: State) -> Reservations:
+    with _lock:
+        if getattr(state, "publisher", None) is None:
+            from cellsight.clients import build_notifier
+
+            state.publisher = build_notifier(state.settings).__enter__()
+    publisher = _Observed(state.publisher, node_cache(state))
+    ops = Operations(state.registry, publisher, publisher_id=state.settings.publisher_id)
+    return Reservations(ops)
+
+
+class _Observed:
+    """Publishes, and lets this process's node cache drop what the events changed."""
+
+    def __init__(self, inner: Publisher, cache: NodeCache) -> None:
+        self.inner, self.cache = inner, cache
+
+    def publish(self, notification: Notification) -> None:
+        self.publish_many([notification])
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        self.inner.publish_many(notifications)
+        for n in notifications:
+            self.cache.observe(n.event_type, n.payload)
+
+
+def _admin(principal: Principal) -> None:
+    if not principal.is_admin:
+        raise Forbidden("Reservations are admin-only")
+
+
+def _parse(model: type[M], raw: bytes) -> M:
+    try:
+        body = json.loads(raw or b"null")
+    except (ValueError, RecursionError):
+        raise BadRequest("The request body is not valid JSON", parameter="body") from None
+    if not isinstance(body, dict) or set(body) != {"reservation"}:
+        raise BadRequest('The body must be {"reservation": {...}}', parameter="body")
+    try:
+        return model.model_validate(body["reservation"])
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "reservation"
+        raise BadRequest(f"reservation.{where}: {err['msg']}", parameter=where) from None
+
+
+def _translate(exc: CellsError) -> ApiError:
+    """The one place cells errors become answers (never their internals)."""
+    if isinstance(exc, InstanceNotFound):
+        return NotFound(str(exc))
+    if isinstance(exc, UnknownFlavor | UnknownCell):
+        return BadRequest(str(exc))
+    if isinstance(exc, NotForthcoming | ReservationIncomplete | NoValidHost | DuplicateInstance):
+        return Conflict(str(exc))
+    return BadRequest(str(exc))
+
+
+def _view(payload: InstancePayload) -> dict[str, Any]:
+    """The reservation as the API shows it: flat, absent attributes null."""
+    data = payload.to_primitive()["nova_object.data"]
+    flavor = payload.flavor.name if payload.flavor is not None else None
+    return {
+        "uuid": data["uuid"],
+        "name": data["display_name"],
+        "project_id": data["tenant_id"],
+        "user_id": data["user_id"],
+        "flavor": flavor,
+        "cell_uuid": data.get("cell_uuid"),
+        "host": data["host"],
+        "node": data["node"],
+        "availability_zone": data["availability_zone"],
+        "state": data["state"],
+        "forthcoming": bool(data.get("forthcoming")),
+        "revision": data.get("revision"),
+        "created_at": data["created_at"],
+        "updated_at": data["updated_at"],
+    }
+
+
+def _selection(selection: Selection) -> dict[str, Any]:
+    data: dict[str, Any] = selection.to_primitive()["nova_object.data"]
+    limits = selection.limits.to_dict() if selection.limits is not None else None
+    return {**data, "limits": limits}
+
+
+async def _call(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def run() -> Any:
+        try:
+            return fn(_reservations(request.app.state), *args, **kwargs)
+        except CellsError as exc:
+            raise _translate(exc) from None
+
+    return await run_in_threadpool(run)
+
+
+@router.post("/v2.1/reservations", status_code=201, summary="Reserve a forthcoming instance")
+async def reserve(request: Request, principal: Principal = Depends(current_principal)) -> Any:
+    _admin(principal)
+    body = _parse(NewReservation, await request.body())
+    result = await _call(request, Reservations.reserve, **body.model_dump())
+    out = {
+        "reservation": _view(result.payload),
+        "selections": [_selection(s) for s in result.selections],
+    }
+    return JSONResponse(out, status_code=201)
+
+
+@router.put("/v2.1/reservations/{uuid}", summary="Modify or rename a reservation")
+async def modify(
+    uuid: str, request: Request, principal: Principal = Depends(current_principal)
+) -> Any:
+    _admin(principal)
+    body = _parse(ReservationChange, await request.body())
+    given = body.model_dump(exclude_unset=True)
+    if not given:
+        raise BadRequest("Nothing to change", parameter="reservation")
+    if set(given) == {"name"}:
+        payload = await _call(request, Reservations.rename, uuid, given["name"])
+    else:
+        payload = await _call(request, Reservations.modify, uuid, **given)
+    return JSONResponse({"reservation": _view(payload)})
+
+
+@router.post("/v2.1/reservations/{uuid}/commit", summary="Build a reserved instance")
+async def commit(
+    uuid: str, request: Request, principal: Principal = Depends(current_principal)
+) -> Any:
+    _admin(principal)
+    payload = await _call(request, Reservations.commit, uuid)
+    return JSONResponse({"reservation": _view(payload)})
+
+
+@router.delete("/v2.1/reservations/{uuid}", status_code=204, summary="Cancel a reservation")
+async def cancel(
+    uuid: str, request: Request, principal: Principal = Depends(current_principal)
+) -> Response:
+    _admin(principal)
+    await _call(request, Reservations.cancel, uuid)
+    return Response(status_code=204)

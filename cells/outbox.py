@@ -1,0 +1,302 @@
+"""The transactional outbox: a committed change never loses its notification.
+
+A producer writes its notifications with ``add(conn, notifications)`` inside the same
+cell transaction as the change; they commit or roll back together. After the commit,
+``Outbox.deliver(engine)`` publishes them with publisher confirms (the ``Publisher``,
+normally the ``Notifier``) and deletes them. Whatever could not be published then (bus
+down, process killed between commit and publish) stays in the table and is published
+later by ``Outbox.relay`` (``cellsight outbox relay``, or periodically by the indexer),
+at least once.
+
+Order: rows are published in id order, one relay per cell at a time. The relay that
+holds the cell's lease (a row of ``outbox_lease`` updated under the cell's write lock:
+``SELECT … FOR UPDATE`` on PostgreSQL/MariaDB, ``BEGIN IMMEDIATE`` on SQLite) is the
+only one publishing; a relay that dies loses the lease when it expires and the next
+one republishes from the oldest undeleted row. A relay stalled past its lease may
+publish a row a second time; the index's external versions absorb duplicates.
+
+Any operation, in any module::
+
+    with write_transaction(engine) as conn:
+        ...change rows...
+        outbox.add(conn, events)
+    outbox_relay.deliver(engine)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from cellsight.cells.database import connect, write_transaction
+from cellsight.cells.errors import CellsError
+from cellsight.cells.schema import outbox, outbox_lease, utcnow
+from cellsight.notifications.envelope import Notification, decode
+from cellsight.notifications.errors import NotificationError, PublishError
+from cellsight.notifications.notifier import stamped
+from cellsight.notifications.publisher import Publisher
+
+if TYPE_CHECKING:
+    from cellsight.cells.mappings import CellRegistry
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "relay"
+
+
+def add(conn: sa.Connection, notifications: Iterable[Notification]) -> list[int]:
+    """Write ``notifications`` into the outbox, inside the caller's open transaction.
+
+    Each gets its ``message_id`` and ``timestamp`` now, so a republish is the same
+    message. Returns the new row ids.
+    """
+    ids: list[int] = []
+    now = utcnow()
+    for notification in notifications:
+        notification = stamped(notification)
+        uuid = getattr(notification.payload, "uuid", None)
+        result = conn.execute(
+            outbox.insert().values(
+                instance_uuid=uuid if isinstance(uuid, str) else None,
+                event_type=notification.event_type,
+                body=json.dumps(notification.to_dict()),
+                created_at=now,
+            )
+        )
+        key = result.inserted_primary_key
+        assert key is not None
+        ids.append(int(key[0]))
+    return ids
+
+
+def pending(conn: sa.Connection) -> int:
+    """How many notifications wait in this cell's outbox."""
+    return int(conn.execute(sa.select(sa.func.count()).select_from(outbox)).scalar_one())
+
+
+def ensure_tables(engine: sa.Engine) -> None:
+    """Create the outbox tables in a cell created before they existed."""
+    outbox.create(engine, checkfirst=True)
+    outbox_lease.create(engine, checkfirst=True)
+
+
+@dataclass
+class RelayReport:
+    published: int = 0
+    left: int = 0
+    busy: bool = False  # another relay holds the lease
+    error: str | None = None
+    seconds: float = 0.0
+    batches: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "left": self.left,
+            "busy": self.busy,
+            "error": self.error,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class Outbox:
+    """Publishes a cell's outbox in order under the cell's relay lease."""
+
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        lease_seconds: float = 30.0,
+        batch: int = 100,
+        holder: str | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        wait_for_lease: float = 2.0,
+    ) -> None:
+        self.publisher = publisher
+        self.lease = timedelta(seconds=lease_seconds)
+        self.batch = batch
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}"
+        self.clock = clock
+        self.wait_for_lease = wait_for_lease
+
+    add = staticmethod(add)
+
+    def deliver(self, engine: sa.Engine) -> RelayReport:
+        """After a commit: publish what waits in the cell's outbox, never raising for a
+        bus failure (the rows stay for the relay; the report says why)."""
+        deadline = time.monotonic() + self.wait_for_lease
+        while True:
+            try:
+                report = self.relay(engine)
+            except (CellsError, sa.exc.SQLAlchemyError) as exc:
+                # The change is committed either way: never fail the operation now.
+                report = RelayReport(error=f"{type(exc).__name__}: {exc}", left=-1)
+            if not report.busy or time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)  # another producer is draining this cell: ours go with it
+        if report.error:
+            log.warning("outbox: notifications kept for the relay: %s", report.error)
+        return report
+
+    def relay(self, engine: sa.Engine) -> RelayReport:
+        """Publish every waiting row of one cell in id order, deleting each batch once
+        the bus confirmed it. Returns at once (``busy``) if another relay holds the lease."""
+        started = time.perf_counter()
+        report = RelayReport()
+        if not self._acquire(engine):
+            report.busy = True
+            return report
+        released = False
+        try:
+            while True:
+                rows = self._next_batch(engine)
+                if not rows:
+                    break
+                try:
+                    notifications = [decode(row.body) for row in rows]
+                except NotificationError as exc:
+                    # Written by this code, so only a stricter decoder gets here: the row
+                    # stays (the cell's outbox is stuck until an operator looks at it).
+                    report.error = f"an outbox row of batch {rows[0].id}.. cannot be read: {exc}"
+                    break
+                try:
+                    self.publisher.publish_many(notifications)
+                except PublishError as exc:
+                    report.error = str(exc)
+                    break
+                last = len(rows) < self.batch
+                with write_transaction(engine) as conn:
+                    conn.execute(outbox.delete().where(outbox.c.id.in_([r.id for r in rows])))
+                    # One transaction for the delete and the lease: fewer commits per op.
+                    kept = self._update_lease(conn, release=last)
+                report.published += len(rows)
+                report.batches.append(len(rows))
+                if last:
+                    released = True
+                    break
+                if not kept:
+                    report.error = "the relay lease was lost (taken over after expiry)"
+                    break
+        finally:
+            if not released:
+                self._release(engine)
+            report.seconds = time.perf_counter() - started
+        if report.error is not None:
+            with connect(engine) as conn:
+                report.left = pending(conn)
+        return report
+
+    def _next_batch(self, engine: sa.Engine) -> Sequence[Any]:
+        with connect(engine) as conn:
+            query = sa.select(outbox.c.id, outbox.c.body).order_by(outbox.c.id).limit(self.batch)
+            return conn.execute(query).all()
+
+    # Lease -----------------------------------------------------------------
+    def _acquire(self, engine: sa.Engine) -> bool:
+        try:
+            return self._try_acquire(engine)
+        except sa.exc.IntegrityError:
+            return False  # another relay inserted the lease row first: it holds it
+
+    def _try_acquire(self, engine: sa.Engine) -> bool:
+        now = self.clock()
+        with write_transaction(engine) as conn:
+            row = conn.execute(
+                sa.select(outbox_lease.c.holder, outbox_lease.c.expires_at)
+                .where(outbox_lease.c.name == LEASE_NAME)
+                .with_for_update()
+            ).first()
+            if row is None:
+                conn.execute(
+                    outbox_lease.insert().values(
+                        name=LEASE_NAME, holder=self.holder, expires_at=now + self.lease
+                    )
+                )
+                return True
+            free = row.holder in (None, self.holder) or row.expires_at is None
+            if not free and row.expires_at > now:
+                return False
+            self._set(conn, self.holder, now + self.lease)
+            return True
+
+    def _update_lease(self, conn: sa.Connection, *, release: bool) -> bool:
+        """Renew (or release) our lease; False when another relay took it over."""
+        values: dict[str, Any] = (
+            {"holder": None, "expires_at": None}
+            if release
+            else {"expires_at": self.clock() + self.lease}
+        )
+        done = conn.execute(
+            outbox_lease.update()
+            .where(outbox_lease.c.name == LEASE_NAME, outbox_lease.c.holder == self.holder)
+            .values(**values)
+        )
+        return done.rowcount == 1
+
+    def _release(self, engine: sa.Engine) -> None:
+        try:
+            with write_transaction(engine) as conn:
+                self._update_lease(conn, release=True)
+        except sa.exc.SQLAlchemyError as exc:
+            # It expires by itself; the next relay waits at most one lease.
+            log.warning("outbox: could not release the relay lease: %s", exc)
+
+    @staticmethod
+    def _set(conn: sa.Connection, holder: str, expires_at: datetime) -> None:
+        conn.execute(
+            outbox_lease.update()
+            .where(outbox_lease.c.name == LEASE_NAME)
+            .values(holder=holder, expires_at=expires_at)
+        )
+
+
+def relay_cells(
+    registry: CellRegistry, relay: Outbox, cells: Iterable[str] | None = None
+) -> dict[str, RelayReport]:
+    """One relay pass over the named cells (default: every cell), keyed by cell name.
+
+    A cell that cannot be reached gets a report with its error; the others go on.
+    """
+    chosen = (
+        [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
+    )
+    reports: dict[str, RelayReport] = {}
+    for cell in chosen:
+        try:
+            engine = registry.cell_engine(cell)
+            ensure_tables(engine)
+            reports[cell.name] = relay.relay(engine)
+        except (CellsError, sa.exc.SQLAlchemyError) as exc:
+            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {exc}")
+    return reports
+
+
+def start_periodic_relay(
+    registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
+) -> threading.Thread:
+    """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set."""
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                for name, report in relay_cells(registry, relay).items():
+                    if report.published or report.error:
+                        log.info("outbox relay %s: %s", name, report.as_dict())
+            except Exception:
+                # The relay is a safety net beside the indexer: log and try next time.
+                log.exception("outbox relay pass failed")
+
+    thread = threading.Thread(target=loop, name="outbox-relay", daemon=True)
+    thread.start()
+    return thread

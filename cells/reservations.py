@@ -1,0 +1,390 @@
+"""Forthcoming instances (reservations): capacity held before names and DNS exist.
+
+A reservation is an ``instances`` row with ``forthcoming`` true, addressed by uuid (the
+only mandatory attribute: name, project, user, flavor, cell and host are optional). The
+resources its flavor names are claimed on its node like a real instance's, and the
+node's ``forthcoming_reservations`` counts it, so the scheduler counts it as used and
+committing it never needs capacity. Commit requires name, project, user, flavor and
+host, and turns the row into an active instance with Nova's ``instance.create.*``.
+
+Events (payload ``InstanceActionPayload`` 1.9, ``forthcoming: true`` until commit; each
+operation also emits ``compute_node.update`` for the nodes whose counts it changed):
+
+* ``instance.reserve``: a reservation was made;
+* ``instance.reservation_modify``: its project, user, flavor or host changed;
+* ``instance.reservation_rename``: its name changed (``old_display_name`` is not set:
+  the payload is an action payload);
+* ``instance.reservation_move``: the scheduler moved it to another host of its cell to
+  make room for a real instance (``cellsight.cells.room``);
+* ``instance.reservation_cancel``: cancelled (soft-deleted, as instances are);
+* ``instance.create.start`` / ``instance.update`` / ``instance.create.end``: committed.
+"""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from cellsight.cells import outbox
+from cellsight.cells.database import write_transaction
+from cellsight.cells.errors import CellsError, DuplicateInstance, InstanceNotFound, NoValidHost
+from cellsight.cells.events import create_events
+from cellsight.cells.flavors import get_flavor
+from cellsight.cells.instances import ADMIN, Actor
+from cellsight.cells.mappings import CellMapping
+from cellsight.cells.nodeevents import node_events, places_of, read_nodes
+from cellsight.cells.reads import get_instance
+from cellsight.cells.rows import InstanceRow, action_payload, flavor_columns, payload_to_row
+from cellsight.cells.scheduler import Resources, claim, release
+from cellsight.cells.schema import compute_nodes, instance_mappings, instances
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.objects import Selection
+from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload
+
+if TYPE_CHECKING:
+    from cellsight.cells.operations import Operations
+
+RESERVE = "instance.reserve"
+MODIFY = "instance.reservation_modify"
+RENAME = "instance.reservation_rename"
+MOVE = "instance.reservation_move"
+CANCEL = "instance.reservation_cancel"
+REQUIRED_TO_COMMIT = ("display_name", "project_id", "user_id", "flavor", "host")
+_UNSET: Any = object()
+
+
+class NotForthcoming(CellsError):
+    reason = "not_forthcoming"
+
+    def __init__(self, uuid: str) -> None:
+        self.uuid = uuid
+        super().__init__(f"instance {uuid} is not a reservation (built, or cancelled)")
+
+
+class ReservationIncomplete(CellsError):
+    reason = "reservation_incomplete"
+
+    def __init__(self, uuid: str, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(f"reservation {uuid} cannot be committed without {', '.join(missing)}")
+
+
+@dataclass
+class ReserveResult:
+    uuid: str
+    cell: CellMapping
+    selections: list[Selection] = field(default_factory=list)
+    payload: InstanceActionPayload | None = None
+
+
+# Node rows read in the transaction, for their compute_node.update events.
+Nodes = list[dict[str, Any]]
+
+
+def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta: int) -> None:
+    """Add ``delta`` to the reservation count of the node at (host, node)."""
+    if host is None:
+        return
+    c = compute_nodes.c
+    where = [c.host == host] + ([c.hypervisor_hostname == node] if node else [])
+    total = c.forthcoming_reservations + delta
+    conn.execute(
+        compute_nodes.update()
+        .where(*where)
+        .values(
+            forthcoming_reservations=sa.case((total < 0, 0), else_=total),
+            revision=c.revision + 1,
+        )
+    )
+
+
+def reservation_event(
+    event_type: str, row: InstanceRow, cell: CellMapping, nodes: list[dict[str, Any]], ops: Any
+) -> list[Notification]:
+    return [
+        Notification.create(event_type, ops.publisher_id, action_payload(row, cell.uuid)),
+        *node_events(nodes, cell.uuid, ops.publisher_id),
+    ]
+
+
+class Reservations:
+    """The reservation operations, published through ``ops``' publish-after-commit point."""
+
+    def __init__(self, ops: Operations) -> None:
+        self.ops = ops
+        self.registry = ops.registry
+
+    # ------------------------------------------------------------------ reserve
+
+    def reserve(
+        self,
+        uuid: str | None = None,
+        *,
+        name: str | None = None,
+        project_id: str | None = None,
+        user_id: str | None = None,
+        flavor: str | None = None,
+        cell: str | None = None,
+        host: str | None = None,
+        actor: Actor = ADMIN,
+    ) -> ReserveResult:
+        uuid = _uuid(uuid)
+        spec = get_flavor(flavor) if flavor else None
+        target, selections = self._place(spec, cell, host)
+        try:
+            self.registry.map_instances(target.uuid, [(uuid, project_id or "", user_id)])
+        except sa.exc.IntegrityError:
+            raise DuplicateInstance(uuid) from None
+        try:
+            with self.ops.transaction(target) as conn:
+                chosen = self._claim(conn, spec, selections, host)
+                row = _new_row(uuid, name, project_id, user_id, spec, chosen, self.ops.clock())
+                try:
+                    conn.execute(instances.insert().values(**row))
+                except sa.exc.IntegrityError:
+                    raise DuplicateInstance(uuid) from None
+                count_on_node(conn, chosen[0], chosen[1], 1)
+                if self.ops.before_commit is not None:
+                    self.ops.before_commit("reserve", conn)
+                after = get_instance(conn, uuid)
+                assert after is not None
+                nodes = read_nodes(conn, places_of(after))
+                outbox.add(conn, reservation_event(RESERVE, after, target, nodes, self.ops))
+        except BaseException:
+            self.registry.unmap_instances([uuid])
+            raise
+        self.ops.deliver(target)
+        return ReserveResult(uuid, target, selections, action_payload(after, target.uuid))
+
+    def _place(
+        self, spec: dict[str, Any] | None, cell: str | None, host: str | None
+    ) -> tuple[CellMapping, list[Selection]]:
+        if spec is not None and host is None:
+            (choices,) = self.ops.scheduler.select_destinations(spec, cell=cell)
+            return self.registry.get_cell(choices[0].cell_uuid), choices
+        if cell is not None:
+            return self.registry.get_cell(cell), []
+        cells = self.registry.list_cells(include_disabled=False)
+        if host is not None:
+            cells = [c for c in cells if _host_row(self.registry.cell_engine(c), host)]
+        if not cells:
+            raise NoValidHost("no enabled cell" + (f" has a host {host!r}" if host else ""))
+        return cells[0], []
+
+    def _claim(
+        self,
+        conn: sa.Connection,
+        spec: dict[str, Any] | None,
+        selections: list[Selection],
+        host: str | None,
+    ) -> tuple[str | None, str | None, str | None]:
+        """(host, node, availability zone) of the node that now holds the reservation."""
+        if selections:
+            want = Resources.of_flavor(spec or {})
+            for s in selections:
+                if claim(conn, s.compute_node_uuid, want):
+                    return s.service_host, s.nodename, s.availability_zone
+            raise NoValidHost("every host picked for the reservation filled up meanwhile")
+        if host is None:
+            return None, None, None
+        node = _host_row(conn, host)
+        if node is None:
+            raise NoValidHost(f"{host!r} is not a compute host of this cell")
+        if spec is not None and not claim(conn, node["uuid"], Resources.of_flavor(spec)):
+            raise NoValidHost(f"host {host!r} has no room for {spec['name']}")
+        return node["host"], node["hypervisor_hostname"], node["availability_zone"]
+
+    # ------------------------------------------------------------ modify/rename
+
+    def rename(self, uuid: str, name: str | None, actor: Actor = ADMIN) -> InstanceActionPayload:
+        return self._change(uuid, RENAME, lambda conn, row: {"display_name": name})
+
+    def modify(
+        self,
+        uuid: str,
+        *,
+        name: str | None = _UNSET,
+        project_id: str | None = _UNSET,
+        user_id: str | None = _UNSET,
+        flavor: str | None = _UNSET,
+        host: str | None = _UNSET,
+        actor: Actor = ADMIN,
+    ) -> InstanceActionPayload:
+        """Change any attribute; a new flavor or host moves the claim, or fails whole."""
+        plain = {"display_name": name, "project_id": project_id, "user_id": user_id}
+
+        def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
+            out = {k: v for k, v in plain.items() if v is not _UNSET}
+            new_spec: dict[str, Any] | None = (
+                row["flavor"] if flavor is _UNSET else get_flavor(flavor) if flavor else None
+            )
+            new_host = row["host"] if host is _UNSET else host
+            if new_spec == row["flavor"] and new_host == row["host"]:
+                return out
+            release(conn, row["host"], row["node"], Resources.of_flavor(row["flavor"] or {}))
+            count_on_node(conn, row["host"], row["node"], -1)
+            chosen = self._claim(conn, new_spec, [], new_host)
+            count_on_node(conn, chosen[0], chosen[1], 1)
+            out.update(host=chosen[0], node=chosen[1], availability_zone=chosen[2])
+            out.update(_flavor_fields(new_spec))
+            return out
+
+        payload = self._change(uuid, MODIFY, change)
+        if project_id is not _UNSET or user_id is not _UNSET:
+            self._remap(payload)
+        return payload
+
+    def _remap(self, payload: InstanceActionPayload) -> None:
+        """The mapping's owner follows the row's: listings scope by it."""
+        m = instance_mappings.c
+        with write_transaction(self.registry.api_engine) as conn:
+            conn.execute(
+                instance_mappings.update()
+                .where(m.instance_uuid == payload.uuid)
+                .values(project_id=payload.tenant_id or "", user_id=payload.user_id)
+            )
+
+    # ----------------------------------------------------------- commit/cancel
+
+    def commit(self, uuid: str, actor: Actor = ADMIN) -> InstanceActionPayload:
+        """Build it: never a capacity question, the resources are held already."""
+
+        def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
+            missing = [f for f in REQUIRED_TO_COMMIT if not row.get(f)]
+            if missing:
+                raise ReservationIncomplete(uuid, missing)
+            count_on_node(conn, row["host"], row["node"], -1)
+            now = self.ops.clock()
+            return {
+                "forthcoming": False,
+                "vm_state": "active",
+                "power_state": "running",
+                "launched_at": now,
+            }
+
+        def events(cell: CellMapping, after: InstanceRow, nodes: Nodes) -> list[Notification]:
+            publisher_id = self.ops.publisher_id
+            return create_events(after, cell.uuid, publisher_id, self.ops.clock()) + node_events(
+                nodes, cell.uuid, publisher_id
+            )
+
+        cell, after = self._commit(uuid, "commit", change, events)
+        return action_payload(after, cell.uuid)
+
+    def cancel(self, uuid: str, actor: Actor = ADMIN) -> InstanceActionPayload:
+        def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
+            release(conn, row["host"], row["node"], Resources.of_flavor(row["flavor"] or {}))
+            count_on_node(conn, row["host"], row["node"], -1)
+            now = self.ops.clock()
+            return {
+                "vm_state": "deleted",
+                "deleted": True,
+                "deleted_at": now,
+                "terminated_at": now,
+            }
+
+        payload = self._change(uuid, CANCEL, change)
+        self.registry.queue_for_delete(uuid)
+        return payload
+
+    # ---------------------------------------------------------------- machinery
+
+    def _change(
+        self, uuid: str, event_type: str, mutate: Callable[[sa.Connection, InstanceRow], Any]
+    ) -> InstanceActionPayload:
+        def events(cell: CellMapping, after: InstanceRow, nodes: Nodes) -> list[Notification]:
+            return reservation_event(event_type, after, cell, nodes, self.ops)
+
+        cell, after = self._commit(uuid, event_type, mutate, events)
+        return action_payload(after, cell.uuid)
+
+    def _commit(
+        self,
+        uuid: str,
+        name: str,
+        mutate: Callable[[sa.Connection, InstanceRow], Any],
+        events: Callable[[CellMapping, InstanceRow, Nodes], list[Notification]],
+    ) -> tuple[CellMapping, InstanceRow]:
+        """Change the reservation; its notifications go into the outbox in the same
+        transaction and are delivered after the commit."""
+        cell = self.registry.locate(uuid)
+        with self.ops.transaction(cell) as conn:
+            before = get_instance(conn, uuid, for_update=True)
+            if before is None:
+                raise InstanceNotFound(uuid, f"cell {cell.name}")
+            if not before["forthcoming"] or before["deleted"]:
+                raise NotForthcoming(uuid)
+            changes = mutate(conn, before)
+            changes.update(revision=before["revision"] + 1, updated_at=self.ops.clock())
+            conn.execute(instances.update().where(instances.c.id == before["id"]).values(**changes))
+            if self.ops.before_commit is not None:
+                self.ops.before_commit(name, conn)
+            after = get_instance(conn, uuid)
+            assert after is not None
+            moved = changes.keys() & {"host", "flavor", "forthcoming", "deleted"}
+            nodes = read_nodes(conn, places_of(before, after)) if moved else []
+            outbox.add(conn, events(cell, after, nodes))
+        self.ops.deliver(cell)
+        return cell, after
+
+
+def _uuid(value: str | None) -> str:
+    if value is None:
+        return str(uuidlib.uuid4())
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise CellsError(f"not a UUID: {value[:60]!r}") from None
+
+
+def _host_row(source: sa.Connection | sa.Engine, host: str) -> dict[str, Any] | None:
+    c = compute_nodes.c
+    query = sa.select(compute_nodes).where(c.host == host, c.deleted.is_(False))
+    if isinstance(source, sa.Engine):
+        with source.connect() as conn:
+            row = conn.execute(query).mappings().first()
+    else:
+        row = source.execute(query).mappings().first()
+    return None if row is None else dict(row)
+
+
+def _flavor_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
+    return {"flavor": spec, **flavor_columns(spec)}
+
+
+def _new_row(
+    uuid: str,
+    name: str | None,
+    project_id: str | None,
+    user_id: str | None,
+    spec: dict[str, Any] | None,
+    chosen: tuple[str | None, str | None, str | None],
+    now: Any,
+) -> InstanceRow:
+    payload = InstanceActionPayload(
+        uuid=uuid,
+        user_id=user_id,
+        tenant_id=project_id,
+        display_name=name,
+        host_name=name.lower().replace(" ", "-") if name else None,
+        host=chosen[0],
+        node=chosen[1],
+        availability_zone=chosen[2],
+        flavor=FlavorPayload.model_validate(spec) if spec else None,
+        created_at=now,
+        updated_at=now,
+        state="building",
+        power_state="pending",
+        progress=0,
+        metadata={},
+        locked=False,
+        tags=[],
+        instance_name=f"instance-{uuid[:8]}",
+        revision=1,
+        forthcoming=True,
+    )
+    return payload_to_row(payload)

@@ -1,0 +1,138 @@
+"""``cellsight indexer``'s processes: one consumer, or ``--workers N`` of them.
+
+N workers are N competing consumers on the one indexer queue. That is safe because every
+write is versioned: whichever worker writes an instance's older event last, the engine
+keeps the newest version. Each worker is a whole indexer (its own bus connection, engine
+client and write pipeline), so decoding, which holds Python's GIL, runs on N cores.
+
+The supervisor forwards SIGTERM/SIGINT to every worker, which finishes and acks what it
+received (bounded, see ``cellsight.indexer.consumer``) and exits; if one worker dies, the others
+are stopped too and the exit code is non-zero, so that the service manager restarts the
+whole indexer (the dead worker's unacked messages are redelivered meanwhile).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import threading
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from cellsight.cli.context import console
+from cellsight.settings import Settings
+
+JOIN_POLL = 0.5  # seconds between checks that every worker is alive
+
+
+def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
+    """One indexer consumer until SIGTERM/SIGINT; returns its verdict totals. Worker 0
+    also runs the periodic anti-entropy repair; worker ``i`` serves metrics on
+    ``metrics_port + i``."""
+    from cellsight.cli.outbox_cmd import relay_beside_indexer
+    from cellsight.clients import (
+        build_bus,
+        build_cell_resolver,
+        build_consumer_config,
+        build_engine,
+    )
+    from cellsight.indexer import metrics
+    from cellsight.indexer.consumer import IndexerConsumer
+
+    stop = threading.Event()
+    name = "indexer" if worker is None else f"indexer[{worker}]"
+    worker = worker or 0
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        console.print(f"{name}: signal {signum}: flushing and stopping")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
+    engine = build_engine(settings)
+    try:
+        for resource in ("instance", "node"):
+            engine.ensure_ready(resource)
+        if settings.verify_interval and worker == 0:
+            from cellsight.cells.mappings import CellRegistry
+            from cellsight.indexer.antientropy import start_periodic_verify
+
+            registry = CellRegistry.from_settings(settings)
+            start_periodic_verify(engine, registry, settings.verify_interval, stop)
+        config = build_consumer_config(settings)
+        with build_bus(settings) as bus, bus.connection() as connection:
+            consumer = IndexerConsumer(
+                connection, engine, config, stop=stop, cell_resolver=build_cell_resolver(settings)
+            )
+            console.print(
+                f"{name}: {engine.distribution} engine, queue {config.queue} on "
+                f"{bus.display_url}, {consumer.in_flight} write(s) in flight"
+            )
+            # One relay per indexer (worker 0): the outbox's lease serialises relays anyway.
+            relay_notifier = relay_beside_indexer(settings, bus, stop) if worker == 0 else None
+            try:
+                consumer.run()
+            finally:
+                stop.set()
+                if relay_notifier is not None:
+                    relay_notifier.close()
+            console.print(f"{name} stopped: {consumer.totals}")
+            return consumer.totals
+    finally:
+        engine.close()
+
+
+def _worker_main(settings: Settings, worker: int) -> None:
+    consume(settings, worker)
+
+
+def supervise(settings: Settings, workers: int) -> int:
+    """Run ``workers`` consumer processes until a signal (then 0 if all stopped cleanly)
+    or until one of them exits on its own (then non-zero, after stopping the others)."""
+    from cellsight.cells.mappings import CellRegistry
+    from cellsight.clients import build_engine
+
+    # Indexes, aliases and the API database's schema are created once, here: N processes
+    # creating them at once race (an embedded SQLite file answers "database is locked").
+    engine = build_engine(settings)
+    try:
+        for resource in ("instance", "node"):
+            engine.ensure_ready(resource)
+    finally:
+        engine.close()
+    CellRegistry.from_settings(settings).close()
+    stopping = threading.Event()
+    # "spawn": a fresh interpreter per worker, no copy of this process's clients or locks.
+    ctx = mp.get_context("spawn")
+    procs: list[BaseProcess] = [
+        ctx.Process(target=_worker_main, args=(settings, i), name=f"indexer-{i}", daemon=False)
+        for i in range(workers)
+    ]
+
+    def _forward(signum: int, frame: FrameType | None) -> None:
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, _forward)
+    signal.signal(signal.SIGINT, _forward)
+    for proc in procs:
+        proc.start()
+    console.print(f"indexer: {workers} worker processes: {[p.pid for p in procs]}")
+    forwarded = False
+    while any(p.is_alive() for p in procs):
+        if not stopping.is_set() and any(p.exitcode is not None for p in procs):
+            dead = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode is not None]
+            console.print(f"indexer: {', '.join(dead)} stopped on its own; stopping the others")
+            stopping.set()
+        if stopping.is_set() and not forwarded:
+            for proc in procs:
+                if proc.is_alive() and proc.pid is not None:
+                    proc.terminate()  # SIGTERM: the worker flushes, acks and exits
+            forwarded = True
+        stopping.wait(JOIN_POLL)
+        for proc in procs:
+            proc.join(0)
+    codes = [p.exitcode for p in procs]
+    console.print(f"indexer: workers exited with {codes}")
+    return 0 if all(code == 0 for code in codes) and forwarded else 1

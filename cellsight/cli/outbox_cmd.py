@@ -1,0 +1,108 @@
+"""``cellsight outbox relay|status``: publish what producers committed but did not publish."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Annotated
+
+import typer
+
+from cellsight.cli.cells_cmd import open_registry
+from cellsight.cli.context import console, fail, settings_of
+from cellsight.notifications.bus import Bus
+from cellsight.notifications.notifier import Notifier
+from cellsight.settings import Settings
+
+app = typer.Typer(
+    name="outbox",
+    help="The cells' transactional outboxes: notifications committed with their change.",
+    no_args_is_help=True,
+)
+
+
+def relay_beside_indexer(settings: Settings, bus: Bus, stop: threading.Event) -> Notifier | None:
+    """Start the periodic relay (``outbox_relay_interval``) on ``bus``; the caller closes
+    the returned notifier after ``stop``. None when the interval is off."""
+    if not settings.outbox_relay_interval:
+        return None
+    from cellsight.cells.mappings import CellRegistry
+    from cellsight.cells.outbox import Outbox, start_periodic_relay
+    from cellsight.clients import build_notifier
+
+    notifier = build_notifier(settings, bus=bus)
+    relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
+    start_periodic_relay(
+        CellRegistry.from_settings(settings), relay, settings.outbox_relay_interval, stop
+    )
+    return notifier
+
+
+@app.command("relay")
+def relay(
+    ctx: typer.Context,
+    cell: Annotated[
+        list[str] | None, typer.Option("--cell", help="Only this cell (name or uuid); repeatable")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per cell")] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            help="Retry a cell whose lease another relay holds until that lease expires "
+            "(a producer killed mid-publish leaves one behind)"
+        ),
+    ] = True,
+) -> None:
+    """Publish every cell's waiting notifications in order, with publisher confirms.
+
+    Exits 1 when a cell could not be relayed completely (its rows stay for next time).
+    """
+    from cellsight.cells.outbox import Outbox, relay_cells
+    from cellsight.clients import build_notifier
+
+    settings = settings_of(ctx)
+    deadline = time.monotonic() + (settings.outbox_lease + 1.0 if wait else 0.0)
+    with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+        relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
+        reports = relay_cells(registry, relay, cell)
+        while busy := [name for name, r in reports.items() if r.busy]:
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+            reports.update(relay_cells(registry, relay, busy))
+    failed = []
+    for name, report in reports.items():
+        if as_json:
+            print(json.dumps({"cell": name, **report.as_dict()}))
+        else:
+            state = "busy (another relay holds it)" if report.busy else f"{report.left} left"
+            console.print(
+                f"{name}: published {report.published}, {state}"
+                + (f": {report.error}" if report.error else ""),
+                highlight=False,
+                soft_wrap=True,
+            )
+        if report.error:
+            failed.append(name)
+    if failed:
+        fail(f"outbox relay incomplete for {', '.join(failed)}", code=1)
+
+
+@app.command("status")
+def status(ctx: typer.Context) -> None:
+    """How many notifications wait in each cell's outbox."""
+    from cellsight.cells.database import connect
+    from cellsight.cells.errors import CellsError
+    from cellsight.cells.outbox import ensure_tables, pending
+
+    with open_registry(ctx) as registry:
+        for mapping in registry.list_cells():
+            try:
+                engine = registry.cell_engine(mapping)
+                ensure_tables(engine)
+                with connect(engine) as conn:
+                    waiting = str(pending(conn))
+            except CellsError as exc:
+                waiting = f"unavailable: {exc}"
+            console.print(f"{mapping.name}: {waiting}", highlight=False, soft_wrap=True)

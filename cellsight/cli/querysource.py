@@ -1,0 +1,114 @@
+"""Where ``cellsight query`` and ``cellsight nodes refresh`` get answers: a running API
+(``--url``, over HTTP) or the local data directory (the API's own code, in-process)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cellsight.settings import Settings
+
+ADMIN_TOKEN = "cli:admin"
+
+
+class SourceError(Exception):
+    """The source refused the request or could not be reached; the message says why."""
+
+
+@dataclass
+class Answer:
+    body: dict[str, Any]
+    skipped_cells: str | None = None
+
+
+class Source(Protocol):
+    def query(self, resource: str, fields: list[str], filter_text: str | None) -> Answer: ...
+
+    def fields(self, resource: str) -> list[dict[str, str]]: ...
+
+    def refresh_nodes(self) -> dict[str, Any]: ...
+
+
+class RemoteSource:
+    def __init__(self, url: str, token: str = ADMIN_TOKEN, timeout: float = 30.0) -> None:
+        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[Any, dict[str, str]]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"X-Auth-Token": self.token, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return json.loads(response.read() or b"null"), dict(response.headers)
+        except urllib.error.HTTPError as exc:
+            raise SourceError(_fault(exc.read(), exc.code)) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise SourceError(f"cannot reach {self.url}: {reason}") from None
+
+    def query(self, resource: str, fields: list[str], filter_text: str | None) -> Answer:
+        body, headers = self._call(
+            "POST", f"/v2.1/query/{resource}", {"fields": fields, "filter": filter_text}
+        )
+        lowered = {k.lower(): v for k, v in headers.items()}
+        return Answer(body, lowered.get("x-cellsight-skipped-cells"))
+
+    def fields(self, resource: str) -> list[dict[str, str]]:
+        body, _ = self._call("GET", f"/v2.1/query/{urllib.parse.quote(resource)}/fields")
+        return list(body["fields"])
+
+    def refresh_nodes(self) -> dict[str, Any]:
+        body, _ = self._call("POST", "/v2.1/os-cellsight/nodes/refresh")
+        return dict(body)
+
+
+def _fault(raw: bytes, status: int) -> str:
+    try:
+        (fault,) = json.loads(raw).values()
+        return f"{status}: {fault['message']}"
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return f"HTTP {status}"
+
+
+class LocalSource:
+    """The API's query code on the local data directory, as an administrator."""
+
+    def __init__(self, settings: Settings) -> None:
+        from cellsight.api.app import create_app
+
+        self.app = create_app(settings)
+
+    def query(self, resource: str, fields: list[str], filter_text: str | None) -> Answer:
+        from cellsight.api.auth import dev_principal
+        from cellsight.api.errors import ApiError
+        from cellsight.api.headers import SKIPPED_CELLS
+        from cellsight.api.routes.query import QueryBody, _answer, _resource
+
+        try:
+            _resource(resource)
+            response = _answer(
+                self.app.state, dev_principal(ADMIN_TOKEN), resource, QueryBody(fields, filter_text)
+            )
+        except ApiError as exc:
+            raise SourceError(exc.message) from None
+        return Answer(json.loads(bytes(response.body)), response.headers.get(SKIPPED_CELLS))
+
+    def fields(self, resource: str) -> list[dict[str, str]]:
+        from cellsight.api.query2.fields import RESOURCES, definitions
+
+        if resource not in RESOURCES:
+            raise SourceError(f"unknown resource {resource!r} (use {' or '.join(RESOURCES)})")
+        return definitions(resource, None)
+
+    def refresh_nodes(self) -> dict[str, Any]:
+        from cellsight.api.routes.nodes import refresh_summary
+
+        return refresh_summary(self.app.state)

@@ -1,0 +1,90 @@
+"""``cellsight ops reserve|modify|commit|cancel``: reservations (forthcoming instances).
+
+``cellsight ops rename UUID NAME`` renames a reservation as it renames an instance.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cellsight.cli.context import console
+from cellsight.cli.ops_cmd import _run, _show
+
+Uuid = Annotated[str, typer.Argument(help="Reservation uuid")]
+Name = Annotated[str | None, typer.Option(help="Display name (default: none yet)")]
+Project = Annotated[str | None, typer.Option(help="Project (tenant) id (default: none yet)")]
+User = Annotated[str | None, typer.Option(help="User id (default: none yet)")]
+Flavor = Annotated[
+    str | None, typer.Option(help="Flavor name; its resources are claimed (default: none)")
+]
+Host = Annotated[str | None, typer.Option(help="Compute host to hold it on (default: chosen)")]
+
+
+def reserve(
+    ctx: typer.Context,
+    uuid: Annotated[str | None, typer.Option("--uuid", help="Default: a new one")] = None,
+    name: Name = None,
+    project: Project = None,
+    user: User = None,
+    flavor: Flavor = None,
+    cell: Annotated[str | None, typer.Option(help="Cell name or uuid (default: chosen)")] = None,
+    host: Host = None,
+) -> None:
+    """Reserve capacity for a forthcoming instance; only its uuid is mandatory."""
+    from cellsight.cells.reservations import Reservations
+
+    result = _run(
+        ctx,
+        lambda ops: Reservations(ops).reserve(
+            uuid, name=name, project_id=project, user_id=user, flavor=flavor, cell=cell, host=host
+        ),
+    )
+    assert result.payload is not None
+    _show(result.payload)
+    picks = ", ".join(s.service_host for s in result.selections) or "none"
+    console.print(f"  cell {result.cell.name}, selections: {picks}", highlight=False)
+
+
+def modify(
+    ctx: typer.Context,
+    uuid: Uuid,
+    name: Name = None,
+    project: Project = None,
+    user: User = None,
+    flavor: Flavor = None,
+    host: Host = None,
+) -> None:
+    """Change the given attributes of a reservation (a new flavor or host moves its claim)."""
+    from cellsight.cells.reservations import Reservations
+
+    given: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "name": name, "project_id": project, "user_id": user, "flavor": flavor, "host": host,
+        }.items()
+        if v is not None
+    }  # fmt: skip
+    if not given:
+        raise typer.BadParameter("give at least one of --name --project --user --flavor --host")
+    _show(_run(ctx, lambda ops: Reservations(ops).modify(uuid, **given)))
+
+
+def commit(ctx: typer.Context, uuid: Uuid) -> None:
+    """Build the reserved instance (name, project, user, flavor and host must be set)."""
+    from cellsight.cells.reservations import Reservations
+
+    _show(_run(ctx, lambda ops: Reservations(ops).commit(uuid)))
+
+
+def cancel(ctx: typer.Context, uuid: Uuid) -> None:
+    """Cancel a reservation and give its resources back."""
+    from cellsight.cells.reservations import Reservations
+
+    _show(_run(ctx, lambda ops: Reservations(ops).cancel(uuid)))
+
+
+def register(app: typer.Typer) -> None:
+    for fn in (reserve, modify, commit, cancel):
+        app.command(fn.__name__)(fn)

@@ -1,0 +1,126 @@
+"""The dead-letter handoff: a rejected message is acked only once the DLQ holds it.
+
+Each dead letter is published with a confirmation (``cellsight.notifications.confirm``: publisher
+confirms + ``mandatory`` on RabbitMQ, a routing check on Redis) on a connection of its
+own, so confirm frames never interleave with the consumer's deliveries. Until the bus
+confirms, the original stays unacked and the stream waits and retries, exactly as it
+does while the engine is unavailable; on the way the DLQ is declared again on a fresh
+connection, so a deleted DLQ or binding heals itself. When ``stop`` is set meanwhile,
+``DeadLetterUnconfirmed`` is raised and the caller leaves the batch unacked, for the
+broker to redeliver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from kombu import Connection, Exchange, Message, Queue
+
+from cellsight.indexer import metrics
+from cellsight.notifications.confirm import (
+    ConfirmingProducer,
+    Refused,
+    Unroutable,
+    confirming_connection,
+    publish_confirmed,
+)
+
+log = logging.getLogger(__name__)
+
+REASON_HEADER = "x-cellsight-reason"
+REASON_CODE_HEADER = "x-cellsight-reason-code"
+REASON_MAX = 1000
+
+
+class DeadLetterUnconfirmed(Exception):
+    """Stopped before the bus confirmed a dead letter: its original stays unacked."""
+
+
+class DeadLetterer:
+    def __init__(
+        self,
+        connection: Connection,
+        *,
+        exchange: str,
+        dlx: Exchange,
+        dlq: Queue,
+        stop: threading.Event,
+        max_backoff: float = 30.0,
+        timeout: float = 10.0,
+    ) -> None:
+        self._source = connection
+        self.exchange = exchange
+        self.dlx = dlx
+        self.dlq = dlq
+        self.stop = stop
+        self.max_backoff = max_backoff
+        self.timeout = timeout
+        self._connection: Connection | None = None
+        self._producer: ConfirmingProducer | None = None
+        self.retries = 0
+
+    def send(self, message: Message, reason_code: str, reason: str, event_type: str) -> None:
+        """Publish ``message`` to the DLX and return once the bus confirmed it."""
+        headers: dict[str, Any] = dict(message.headers or {})
+        headers.update(
+            {
+                REASON_HEADER: reason[:REASON_MAX],
+                REASON_CODE_HEADER: reason_code or "unknown",
+                "x-cellsight-event-type": event_type,
+                "x-original-exchange": message.delivery_info.get("exchange") or self.exchange,
+                "x-original-routing-key": message.delivery_info.get("routing_key") or "",
+                "x-dead-lettered-at": datetime.now(UTC).isoformat(),
+            }
+        )
+        backoff = 0.2
+        while True:
+            try:
+                self._publish(message, headers)
+                return
+            except (Unroutable, Refused, OSError, *self._source.connection_errors) as exc:
+                self.retries += 1
+                metrics.RETRIES.inc()
+                log.warning(
+                    "dead letter not confirmed (%s: %s); original stays unacked, retrying in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    backoff,
+                )
+                self._reset()
+            if self.stop.wait(backoff):
+                raise DeadLetterUnconfirmed("stopped before the dead letter was confirmed")
+            backoff = min(backoff * 2, self.max_backoff)
+
+    def _publish(self, message: Message, headers: dict[str, Any]) -> None:
+        if self._producer is None:
+            self._connection = confirming_connection(self._source)
+            self._producer = ConfirmingProducer(self._connection.channel())
+        # The original bytes travel unchanged so a replay after a fix is exact. py-amqp
+        # hands an empty body over as ``""``, which kombu would encode as "binary".
+        body = message.body.encode() if isinstance(message.body, str) else message.body
+        publish_confirmed(
+            self._producer,
+            body,
+            exchange=self.dlx,
+            routing_key=self.dlq.name,
+            timeout=self.timeout,
+            declare=[self.dlq],
+            headers=headers,
+            content_type=message.content_type or "application/octet-stream",
+            content_encoding=message.content_encoding or "binary",
+        )
+
+    def _reset(self) -> None:
+        # A fresh connection also forgets kombu's declared-entity cache: the DLQ is
+        # declared again on the next attempt.
+        connection, self._connection, self._producer = self._connection, None, None
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                connection.release()
+
+    def close(self) -> None:
+        self._reset()

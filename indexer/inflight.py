@@ -1,0 +1,123 @@
+"""Batches being written while the consumer receives and decodes the next ones.
+
+Writer threads run ``BatchWriter.commit`` (engine reads, the versioned bulk write and
+its retries); the consumer's thread keeps the bus: it receives, decodes, launches, and
+settles finished flights strictly in launch order, so that on AMQP one ``basic.ack``
+with ``multiple`` never covers a message whose write is still running.
+
+Two flights never share an instance id: a tag-less payload takes its tags from the
+stored document below it, which a write still in flight would not have stored yet, so
+a batch that touches an id in flight waits for that flight (the engine's external
+versions already keep concurrent writes of one id correct; this keeps the tag merge
+correct too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+
+from kombu import Message
+
+from cellsight.indexer.writer import BatchWriter, Outcome, Planned
+
+log = logging.getLogger(__name__)
+
+# Kafka Connect's Elasticsearch sink default for max.in.flight.requests.
+HTTP_IN_FLIGHT = 5
+HTTP_DISTRIBUTIONS = ("elasticsearch", "opensearch")
+
+
+def default_in_flight(distribution: str) -> int:
+    """One write at a time on the embedded engine (SQLite has one writer; a second one
+    would only wait on its lock), several bulk requests on a cluster."""
+    return HTTP_IN_FLIGHT if distribution in HTTP_DISTRIBUTIONS else 1
+
+
+@dataclass
+class PlannedBatch:
+    """Received and decoded, not yet handed to a writer thread."""
+
+    messages: list[Message]
+    outcomes: list[Outcome | None]
+    planned: list[Planned]
+    ids: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ids = frozenset(p.op.id for p in self.planned if p.op.resource == "instance")
+
+
+@dataclass
+class Flight:
+    messages: list[Message]
+    ids: frozenset[str]
+    future: Future[list[Outcome]]
+    started: float
+
+
+class Flights:
+    """At most ``limit`` batches being written, settled in the order they started."""
+
+    def __init__(self, writer: BatchWriter, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"max in-flight writes must be at least 1, not {limit}")
+        self.writer = writer
+        self.limit = limit
+        self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="indexer-write")
+        self._queue: deque[Flight] = deque()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def messages(self) -> int:
+        return sum(len(f.messages) for f in self._queue)
+
+    def can_take(self, batch: PlannedBatch) -> bool:
+        return len(self._queue) < self.limit and not any(f.ids & batch.ids for f in self._queue)
+
+    def launch(self, batch: PlannedBatch) -> None:
+        future = self._pool.submit(self.writer.commit, batch.outcomes, batch.planned)
+        self._queue.append(Flight(batch.messages, batch.ids, future, time.perf_counter()))
+
+    def any_settled(self) -> bool:
+        return bool(self._queue) and self._queue[0].future.done()
+
+    def settled(self) -> Iterator[tuple[Flight, list[Outcome]]]:
+        """Finished flights from the oldest on, stopping at the first still running.
+        A failed write raises here: its messages (and every later flight's) stay
+        unacked, and the broker redelivers them to the next consumer."""
+        while self._queue and self._queue[0].future.done():
+            flight = self._queue.popleft()
+            yield flight, flight.future.result()
+
+    def wait_oldest(self, timeout: float) -> None:
+        if self._queue:
+            with contextlib.suppress(FutureTimeout):
+                self._queue[0].future.exception(timeout=max(0.0, timeout))
+
+    def forget(self, grace: float) -> int:
+        """Drop every flight unsettled (their messages will be redelivered); wait up to
+        ``grace`` seconds for the running writes so they do not outlive the caller's
+        engine. Returns how many messages were dropped."""
+        dropped = self.messages
+        deadline = time.monotonic() + grace
+        for flight in self._queue:
+            if flight.future.cancel():  # never started
+                continue
+            try:
+                flight.future.exception(timeout=max(0.0, deadline - time.monotonic()))
+            except FutureTimeout:
+                log.warning("a write is still running after %.1fs; leaving it", grace)
+                break
+        self._queue.clear()
+        return dropped
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

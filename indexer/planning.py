@@ -1,0 +1,150 @@
+"""Decode, validate, version and map one batch: every message gets a plan or a verdict.
+
+Per-message isolation: whatever one message contains, this step never raises. A
+contract error (:class:`NotificationError`) is a dead letter with the error's reason
+code; any other exception while decoding or mapping one message (a bug, or an input
+the contract did not foresee) is a dead letter with code ``internal`` naming the
+exception's type and message, and its traceback is logged once per exception type and
+place. The messages around it are planned as usual. Only the engine and the bus, later
+in the writer and consumer, can stop the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cellsight.indexer import fastmap
+from cellsight.indexer.documents import (
+    event_version,
+    instance_document,
+    node_document,
+    node_version,
+    snapshot_time,
+)
+from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.outcomes import Outcome, Verdict, dead
+from cellsight.notifications.envelope import EventType, decode
+from cellsight.notifications.errors import NotificationError, OutOfRange
+from cellsight.notifications.fastdecode import decode_fast
+from cellsight.notifications.limits import LONG_MAX, LONG_MIN
+from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.payloads import InstancePayload
+
+log = logging.getLogger(__name__)
+
+INTERNAL = "internal"
+_logged_internal: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class EventInfo:
+    """What the writer needs of a notification after it was mapped."""
+
+    event_type: str
+    timestamp: datetime | None
+
+
+@dataclass
+class Planned:
+    position: int
+    op: WriteOp
+    notification: EventInfo
+    snapshot_at: datetime | None
+
+
+def plan(bodies: Sequence[Any]) -> tuple[list[Outcome | None], list[Planned]]:
+    """Decode and map a batch. Pure: no engine, no bus. Unplanned positions are final."""
+    outcomes: list[Outcome | None] = [None] * len(bodies)
+    planned: list[Planned] = []
+    indexed_at = fastmap.now()
+    for i, body in enumerate(bodies):
+        try:
+            result = plan_one(i, body, indexed_at)
+        except NotificationError as exc:
+            outcomes[i] = dead(exc.reason, f"{type(exc).__name__}: {exc.message}")
+            continue
+        except Exception as exc:
+            outcomes[i] = internal_error(exc)
+            continue
+        if isinstance(result, Planned) and not LONG_MIN <= result.op.version <= LONG_MAX:
+            outcomes[i] = dead(
+                OutOfRange.reason,
+                f"{result.notification.event_type}: version {result.op.version} derived from "
+                "the snapshot's times does not fit a 64-bit long (times after 2255)",
+                result.notification.event_type,
+            )
+        elif isinstance(result, Planned):
+            planned.append(result)
+        else:
+            outcomes[i] = result
+    return outcomes, planned
+
+
+def internal_error(exc: BaseException) -> Outcome:
+    """The dead letter of an unexpected exception; its traceback is logged once per
+    (type, place), so a flood of one poison kind does not flood the log."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+    key = (type(exc).__name__, where)
+    if key not in _logged_internal:
+        _logged_internal.add(key)
+        log.error("unexpected %s while decoding a message", type(exc).__name__, exc_info=exc)
+    return dead(INTERNAL, f"{type(exc).__name__}: {str(exc)[:500]}")
+
+
+def plan_one(position: int, body: Any, indexed_at: str | None = None) -> Planned | Outcome:
+    if isinstance(body, bytes | bytearray | memoryview | str):
+        fast = plan_fast(position, body, indexed_at)
+        if fast is not None:
+            return fast
+    n = decode(body)
+    payload, event = n.payload, n.event
+    info = EventInfo(n.event_type, n.timestamp)
+    return map_payload(position, payload, event, info)
+
+
+def map_payload(
+    position: int, payload: Any, event: EventType, info: EventInfo
+) -> Planned | Outcome:
+    if isinstance(payload, ComputeNodePayload):
+        version = node_version(payload)
+        op = WriteOp("node", payload.uuid, version, node_document(payload, version))
+        return Planned(position, op, info, payload.updated_at)
+    if event.object != "instance":
+        return Outcome(Verdict.IGNORED, event_type=info.event_type)
+    if not isinstance(payload, InstancePayload):
+        return dead(
+            "not_an_instance",
+            f"{info.event_type}: payload {payload.obj_name} {payload.obj_version} "
+            "does not carry the InstancePayload fields",
+            info.event_type,
+        )
+    version = event_version(payload, event, info.timestamp)
+    doc = instance_document(payload, info.event_type, version)
+    op = WriteOp("instance", payload.uuid, version, doc)
+    return Planned(position, op, info, snapshot_time(payload))
+
+
+def plan_fast(position: int, body: Any, indexed_at: str | None = None) -> Planned | Outcome | None:
+    """The compiled path; None when it declines (the reference decides then)."""
+    try:
+        n = decode_fast(body)
+    except Exception:
+        return None
+    info = EventInfo(n.event_type, n.timestamp)
+    if n.payload_class is ComputeNodePayload:
+        version, doc = fastmap.node_document(n, indexed_at)
+        return Planned(
+            position, WriteOp("node", n.data.uuid, version, doc), info, n.data.updated_at
+        )
+    if n.event.object != "instance":
+        return Outcome(Verdict.IGNORED, event_type=info.event_type)
+    version = fastmap.instance_version(n)
+    doc = fastmap.instance_document(n, version, indexed_at)
+    op = WriteOp("instance", n.data.uuid, version, doc)
+    return Planned(position, op, info, fastmap.instance_snapshot_time(n))

@@ -1,0 +1,314 @@
+"""The compiled decode path: bytes → validated payload in one msgspec pass.
+
+The msgspec Structs here are generated from the pydantic payload models (their fields,
+types, defaults and ``ge`` constraints) and from :mod:`cellsight.notifications.limits`, so the
+models stay the one source of truth. The ``nova_object`` wrappers are Structs too
+(nested names as ``Literal``, versions as a ``major.minor`` pattern of the known major),
+so no Python runs per nested object; the top-level class is chosen by msgspec's tagged
+union on ``nova_object.name``.
+
+This path is strict where the reference (``cellsight.notifications.envelope.decode``) is lax
+(``"5"`` for an int, ``0/1`` for a bool, unix times, non-canonical UUIDs), and it does
+not know the classes read by shape. It never decides that a message is bad: whenever
+it declines (:class:`Declined`, or any msgspec error), the caller runs the reference,
+which accepts the message or raises the contract's named error. A message it accepts
+the reference accepts too, with the same values (tested differentially).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import types
+import typing
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import annotated_types
+import msgspec
+from msgspec import Meta, Struct, field
+
+from cellsight.notifications import limits
+from cellsight.notifications.base import (
+    DATA,
+    NAMESPACE,
+    VERSION,
+    Timestamp,
+    UuidStr,
+    VersionedObject,
+)
+from cellsight.notifications.base import NAME as NAME_KEY
+from cellsight.notifications.envelope import (
+    OSLO_VERSION,
+    EventType,
+    Priority,
+    _parse_timestamp,
+)
+from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.payloads import (
+    InstanceActionPayload,
+    InstanceCreatePayload,
+    InstancePayload,
+    InstanceUpdatePayload,
+)
+
+FAST_CLASSES: tuple[type[VersionedObject], ...] = (
+    InstancePayload,
+    InstanceActionPayload,
+    InstanceCreatePayload,
+    InstanceUpdatePayload,
+    ComputeNodePayload,
+)
+_UUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"
+_TIME = (
+    r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
+    r"(Z|[+-][0-9]{2}:[0-9]{2})?\Z"
+)
+_TimeText = Annotated[str, Meta(pattern=_TIME)]
+_seen_newer: set[tuple[str, str]] = set()
+
+
+class Declined(Exception):
+    """The fast path does not decide this message; the reference decoder will."""
+
+
+def _str(cap: int) -> Any:
+    return Annotated[str, Meta(max_length=cap)]
+
+
+def _field_type(name: str, annotation: Any, metadata: list[Any], wires: dict[Any, Any]) -> Any:
+    if annotation == UuidStr:
+        return Annotated[str, Meta(pattern=_UUID)]
+    if annotation == Timestamp:
+        # Text first: msgspec rounds a fraction beyond microseconds where the reference
+        # truncates it, so only the forms both read alike pass, then fromisoformat.
+        return _TimeText
+    if typing.get_origin(annotation) is typing.Annotated:
+        raise TypeError(f"{name}: {annotation!r} is not generated")
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) != 1:
+            raise TypeError(f"{name}: unions other than X | None are not generated")
+        return _field_type(name, args[0], metadata, wires) | None
+    if metadata and annotation is not int:
+        raise TypeError(f"{name}: constraints on {annotation!r} are not generated")
+    if origin is list:
+        (item,) = typing.get_args(annotation)
+        inner = _field_type(name, item, [], wires)
+        if item is str:
+            inner = _str(limits.NAME_LENGTH)
+        return Annotated[list[inner], Meta(max_length=limits.MAX_ITEMS)]  # type: ignore[valid-type]
+    if origin is dict:
+        if typing.get_args(annotation) != (str, str):
+            raise TypeError(f"{name}: only dict[str, str] is generated")
+        key = _str(limits.NAME_LENGTH)
+        return Annotated[dict[key, key], Meta(max_length=limits.MAX_ITEMS)]  # type: ignore[valid-type]
+    if isinstance(annotation, type) and issubclass(annotation, VersionedObject):
+        return wire_struct(annotation, wires)
+    if annotation is bool or annotation is float:
+        return annotation
+    if annotation is str:
+        return _str(limits.string_cap(name))
+    if annotation is int:
+        ge = limits.LONG_MIN
+        for m in metadata:
+            if not isinstance(m, annotated_types.Ge):
+                raise TypeError(f"{name}: constraint {m!r} is not generated")
+            ge = max(ge, int(m.ge))  # type: ignore[call-overload]
+        return Annotated[int, Meta(ge=ge, le=limits.LONG_MAX)]
+    raise TypeError(f"{name}: type {annotation!r} is not generated")
+
+
+def data_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Struct]:
+    """The Struct of ``model``'s ``nova_object.data``: same fields, types, defaults."""
+    fields: list[tuple[str, Any, Any]] = []
+    for name, info in model.model_fields.items():
+        annotation: Any = info.annotation
+        metadata = list(info.metadata)
+        if metadata and not all(isinstance(m, annotated_types.Ge) for m in metadata):
+            # pydantic moved an Annotated type's extras here (UuidStr, Timestamp).
+            annotation, metadata = Annotated[(annotation, *metadata)], []
+        kind = _field_type(name, annotation, metadata, wires)
+        if info.default_factory is not None:
+            fields.append((name, kind, field(default_factory=info.default_factory)))  # type: ignore[arg-type]
+        elif info.is_required():
+            fields.append((name, kind, msgspec.NODEFAULT))
+        else:
+            fields.append((name, kind, info.default))
+    return msgspec.defstruct(f"{model.__name__}Data", fields, kw_only=True)
+
+
+def _version_type(model: type[VersionedObject]) -> Any:
+    major = model.OBJ_VERSION.split(".")[0]
+    return Annotated[str, Meta(pattern=rf"^{major}\.[0-9]+\Z", max_length=limits.ENVELOPE_LENGTH)]
+
+
+def wire_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> Any:
+    """A nested object's wrapper: its name fixed, its version of the known major."""
+    if model not in wires:
+        wires[model] = msgspec.defstruct(
+            f"{model.__name__}Wire",
+            [
+                ("name", Literal[model.OBJ_NAME], field(name=NAME_KEY)),
+                ("namespace", str, field(name=NAMESPACE)),
+                ("version", _version_type(model), field(name=VERSION)),
+                ("data", data_struct(model, wires), field(name=DATA)),
+            ],
+        )
+    return wires[model]
+
+
+def _top_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Struct]:
+    return msgspec.defstruct(
+        f"{model.__name__}Top",
+        [
+            ("namespace", str, field(name=NAMESPACE)),
+            (
+                "version",
+                Annotated[str, Meta(max_length=limits.ENVELOPE_LENGTH)],
+                field(name=VERSION),
+            ),
+            ("data", data_struct(model, wires), field(name=DATA)),
+        ],
+        tag_field=NAME_KEY,
+        tag=model.OBJ_NAME,
+    )
+
+
+_WIRES: dict[Any, Any] = {}
+_TOPS: dict[type[Struct], type[VersionedObject]] = {
+    _top_struct(model, _WIRES): model for model in FAST_CLASSES
+}
+_Envelope255 = _str(limits.ENVELOPE_LENGTH)
+_Payload = typing.Union[tuple(_TOPS)]  # type: ignore[valid-type]  # noqa: UP007
+
+
+class _Body(Struct):
+    """A bare notification, or the oslo wrapper (every key optional: either shape)."""
+
+    oslo_version: str | None = field(name="oslo.version", default=None)
+    oslo_message: str | None = field(name="oslo.message", default=None)
+    event_type: _Envelope255 | None = None  # type: ignore[valid-type]
+    publisher_id: _Envelope255 | None = None  # type: ignore[valid-type]
+    priority: _Envelope255 | None = None  # type: ignore[valid-type]
+    payload: _Payload | None = None  # type: ignore[valid-type]
+    timestamp: str | None = None
+    message_id: _Envelope255 | None = None  # type: ignore[valid-type]
+
+
+_decoder = msgspec.json.Decoder(_Body)
+
+
+class FastNotification(typing.NamedTuple):
+    event_type: str
+    event: EventType
+    priority: Priority
+    timestamp: datetime | None
+    message_id: str | None
+    payload_class: type[VersionedObject]
+    obj_name: str
+    obj_version: str
+    data: Any  # the generated ``<Model>Data`` Struct
+
+
+def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
+    """Decode or raise (``Declined`` or a msgspec error): never a contract verdict."""
+    if len(body) > limits.MAX_BODY_BYTES:
+        raise Declined("too large")
+    outer = _decoder.decode(body)
+    if outer.oslo_message is not None:
+        if outer.oslo_version != OSLO_VERSION:
+            raise Declined("oslo.version")
+        outer = _decoder.decode(outer.oslo_message)
+        if outer.oslo_message is not None:
+            raise Declined("nested oslo wrapper")
+    elif outer.oslo_version is not None:
+        raise Declined("oslo.version without oslo.message")
+    top = outer.payload
+    if outer.event_type is None or outer.publisher_id is None or outer.priority is None:
+        raise Declined("envelope key missing")
+    if top is None:
+        raise Declined("payload missing")
+    model = _TOPS[type(top)]
+    if top.namespace != model.OBJ_NAMESPACE:
+        raise Declined("namespace")
+    _check_version(model, top.version)
+    _normalise_times(top.data, model)
+    return FastNotification(
+        event_type=outer.event_type,
+        event=_event_type(outer.event_type),
+        priority=_priority(outer.priority),
+        timestamp=_parse_timestamp(outer.timestamp),
+        message_id=outer.message_id,
+        payload_class=model,
+        obj_name=model.OBJ_NAME,
+        obj_version=top.version,
+        data=top.data,
+    )
+
+
+# Parsed once per distinct value: a stream carries a few dozen event types.
+_event_type = functools.lru_cache(maxsize=1024)(EventType.parse)
+_priority = functools.lru_cache(maxsize=64)(Priority.parse)
+
+_VERSION = re.compile(r"([0-9]+)\.([0-9]+)")
+
+
+_versions_ok: set[tuple[type[VersionedObject], str]] = set()
+
+
+def _check_version(model: type[VersionedObject], version: str) -> None:
+    if (model, version) in _versions_ok:
+        return
+    got = _VERSION.fullmatch(version)
+    known_major, known_minor = map(int, model.OBJ_VERSION.split("."))
+    if got is None or int(got[1]) != known_major:
+        raise Declined("version")
+    if int(got[2]) > known_minor and (model.OBJ_NAME, version) not in _seen_newer:
+        # The reference logs the fields a newer minor adds, once per version.
+        _seen_newer.add((model.OBJ_NAME, version))
+        raise Declined("first newer minor")
+    if len(_versions_ok) < 4096:
+        _versions_ok.add((model, version))
+
+
+def _time_fields(struct: type[Struct]) -> tuple[list[str], list[str]]:
+    """Datetime fields of a data Struct, and fields holding objects that have some."""
+    times, nested = [], []
+    for info in msgspec.structs.fields(struct):
+        kind = info.type
+        if typing.get_origin(kind) in (typing.Union, types.UnionType):
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if kind == _TimeText:
+            times.append(info.name)
+        elif kind in _WIRES.values():
+            data = next(f.type for f in msgspec.structs.fields(kind) if f.name == "data")
+            if any(_time_fields(data)):
+                nested.append(info.name)
+    return times, nested
+
+
+_TIME_PLANS: dict[type, tuple[list[str], list[str]]] = {}
+
+
+def _normalise_times(data: Any, model: type[VersionedObject] | None = None) -> None:
+    """Times in UTC (naive means UTC), as the reference's ``Timestamp`` does; a time
+    that leaves years 1..9999 in UTC raises ``OverflowError`` (the reference names it)."""
+    plan = _TIME_PLANS.get(type(data))
+    if plan is None:
+        plan = _TIME_PLANS[type(data)] = _time_fields(type(data))
+    times, nested = plan
+    for name in times:
+        value = getattr(data, name)
+        if value is not None:
+            setattr(data, name, _utc(value))
+    for name in nested:
+        wrapper = getattr(data, name)
+        if wrapper is not None:
+            _normalise_times(wrapper.data)
+
+
+def _utc(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -1,0 +1,208 @@
+"""The portable regex subset of the API's regex filters, and its translations.
+
+One pattern must match the same strings on every path: Lucene ``regexp`` (Elasticsearch,
+OpenSearch), PostgreSQL ``~`` (ARE), MariaDB ``REGEXP`` (PCRE2) and Python ``re`` (the
+SQLite ``REGEXP`` function). The subset is what all of them agree on, with each
+difference pinned down by the translation:
+
+* Syntax: literals, ``\\`` + punctuation, ``.``, classes ``[a-z_]``/``[^...]``,
+  ``\\d \\w \\s`` (ASCII only: ``[0-9] [0-9A-Za-z_] [ \\t\\n\\r\\f\\v]``, everywhere),
+  ``\\D \\W \\S`` outside classes, ``\\t \\n \\r``, groups ``(...)``/``(?:...)``,
+  ``|``, and ``* + ? {m} {m,} {m,n}``.
+* Unanchored unless it starts with ``^`` / ends with ``$`` (only there; not together
+  with a top-level ``|``, whose branches would each need their own anchors).
+* ``.`` and negated classes match any character, newline included (Lucene's meaning);
+  ``$`` is the very end of the string (not before a final newline); case-sensitive.
+* No backreferences, lookarounds, lazy/possessive quantifiers, inline flags, ``\\b``,
+  or anything else one of the four engines lacks.
+
+Backtracking engines (Python's, PCRE) go exponential on nested quantifiers (``(a+)+``)
+and on alternatives that overlap under a quantifier (``(a|ab)*``), and polynomial on
+runs of overlapping variable quantifiers (``a*a*a*b`` takes 0.7 s on 255 characters in
+Python). Both kinds are rejected: the first structurally, the second by a budget on the
+product of the choices the pattern offers (an unbounded quantifier counts 256, ``?``
+2, ``{m,n}`` n-m+1, an alternation its branch count), so two unbounded quantifiers
+pass and three do not. Counted repetition is capped at 16 (``{m,n}``), which also
+keeps Lucene's determinized automaton well inside Elasticsearch's state limit.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from cellsight.query.regex_syntax import (
+    MAX_CHOICES,
+    MAX_LENGTH,
+    UNBOUNDED_CHOICES,
+    Alt,
+    CharSet,
+    Dot,
+    InvalidRegex,
+    Lit,
+    Parser,
+    Pattern,
+    Ranges,
+    Re,
+    Repeat,
+    Seq,
+    first_chars,
+    overlap,
+    walk,
+)
+
+__all__ = [
+    "InvalidRegex",
+    "parse",
+    "to_lucene",
+    "to_mariadb",
+    "to_postgresql",
+    "to_python",
+    "validate",
+]
+
+
+def _check_safe(text: str, body: Re) -> None:
+    for node in walk(body):
+        if not isinstance(node, Repeat):
+            continue
+        inner = walk(node.item)
+        if any(isinstance(n, Repeat) for n in inner):
+            raise InvalidRegex(f"regex {text!r}: nested quantifiers (like (a+)+) are not allowed")
+        for alt in (n for n in inner if isinstance(n, Alt)):
+            firsts = [first_chars(b)[0] for b in alt.branches]
+            for i, a in enumerate(firsts):
+                if any(overlap(a, b) for b in firsts[i + 1 :]):
+                    raise InvalidRegex(
+                        f"regex {text!r}: alternatives under a quantifier must start with "
+                        "different characters (like (ab|cd)*, not (a|ab)*)"
+                    )
+    choices = prod(_choices(n) for n in walk(body))
+    if choices > MAX_CHOICES:
+        raise InvalidRegex(
+            f"regex {text!r}: too many variable quantifiers and alternatives to match "
+            "safely (at most two unbounded quantifiers such as .* or +)"
+        )
+
+
+def _choices(node: Re) -> int:
+    if isinstance(node, Alt):
+        return len(node.branches)
+    if isinstance(node, Repeat) and node.max != node.min:
+        return UNBOUNDED_CHOICES if node.max is None else node.max - node.min + 1
+    return 1
+
+
+def parse(text: str) -> Pattern:
+    """The checked syntax tree of a pattern; ``InvalidRegex`` says what is wrong."""
+    if not isinstance(text, str):
+        raise InvalidRegex(f"regex must be a string, not {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise InvalidRegex(f"regex is {len(text)} characters long; at most {MAX_LENGTH}")
+    start = text.startswith("^")
+    end = text.endswith("$") and not _escaped_at(text, len(text) - 1)
+    inner = text[1 if start else 0 : len(text) - 1 if end else len(text)]
+    if not inner:
+        raise InvalidRegex(f"regex {text!r} is empty: compare with == instead")
+    parser = Parser(inner)
+    body = parser.alternation(top=True)
+    if parser.pos != len(inner):
+        raise parser.fail("unbalanced ')'")
+    if parser.top_level_alternation and (start or end):
+        raise InvalidRegex(
+            f"regex {text!r}: anchors with a top-level '|' are ambiguous; group it: ^(a|b)$"
+        )
+    _check_safe(text, body)
+    return Pattern(body, start, end)
+
+
+def _escaped_at(text: str, index: int) -> bool:
+    slashes = len(text[:index]) - len(text[:index].rstrip("\\"))
+    return slashes % 2 == 1
+
+
+def validate(pattern: str) -> str:
+    """``pattern`` unchanged if it is in the portable subset, else ``InvalidRegex``."""
+    parse(pattern)
+    return pattern
+
+
+# Translation --------------------------------------------------------------------
+
+
+def _lit(char: str) -> str:
+    # Backslash + ASCII punctuation is a literal in all four syntaxes; it also covers
+    # Lucene's optional operators (@ & < > ~ #) and its quote ("), whatever the flags.
+    if char.isascii() and not char.isalnum() and 0x20 <= ord(char) < 0x7F:
+        return "\\" + char
+    return char
+
+
+def _class(ranges: Ranges, negated: bool) -> str:
+    parts = [_lit(chr(lo)) if lo == hi else f"{_lit(chr(lo))}-{_lit(chr(hi))}" for lo, hi in ranges]
+    return "[" + ("^" if negated else "") + "".join(parts) + "]"
+
+
+def _emit(node: Re) -> str:
+    if isinstance(node, Lit):
+        return _lit(node.char)
+    if isinstance(node, Dot):
+        return "."
+    if isinstance(node, CharSet):
+        return _class(node.ranges, node.negated)
+    if isinstance(node, Alt):
+        return "|".join(_emit(b) for b in node.branches)
+    if isinstance(node, Seq):
+        return "".join(f"({_emit(i)})" if isinstance(i, Alt) else _emit(i) for i in node.items)
+    item = _emit(node.item)
+    if isinstance(node.item, Seq | Alt):
+        item = f"({item})"
+    if (node.min, node.max) == (0, None):
+        return item + "*"
+    if (node.min, node.max) == (1, None):
+        return item + "+"
+    if (node.min, node.max) == (0, 1):
+        return item + "?"
+    if node.max is None:
+        return f"{item}{{{node.min},}}"
+    if node.min == node.max:
+        return f"{item}{{{node.min}}}"
+    return f"{item}{{{node.min},{node.max}}}"
+
+
+def to_lucene(pattern: str) -> str:
+    """Lucene ``regexp`` (always anchored to the whole value): the open ends get ``.*``."""
+    p = parse(pattern)
+    return (
+        ("" if p.anchored_start else ".*") + f"({_emit(p.body)})" + ("" if p.anchored_end else ".*")
+    )
+
+
+def to_postgresql(pattern: str) -> str:
+    """PostgreSQL ARE for ``~``: ``.`` and ``$`` already have the subset's meaning."""
+    p = parse(pattern)
+    return (
+        ("^" if p.anchored_start else "") + f"({_emit(p.body)})" + ("$" if p.anchored_end else "")
+    )
+
+
+def to_mariadb(pattern: str) -> str:
+    """PCRE2 for MariaDB ``REGEXP``: dot-all, case-sensitive, no multiline/extended
+    (whatever ``default_regex_flags`` says), ``\\z`` for the very end."""
+    p = parse(pattern)
+    return (
+        "(?s-imx)"
+        + ("^" if p.anchored_start else "")
+        + f"({_emit(p.body)})"
+        + ("\\z" if p.anchored_end else "")
+    )
+
+
+def to_python(pattern: str) -> str:
+    """Python ``re`` (``search``): dot-all, ``\\A``/``\\Z`` anchors."""
+    p = parse(pattern)
+    return (
+        "(?s)"
+        + ("\\A" if p.anchored_start else "")
+        + f"(?:{_emit(p.body)})"
+        + ("\\Z" if p.anchored_end else "")
+    )

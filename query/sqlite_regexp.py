@@ -1,0 +1,87 @@
+"""SQLite's ``REGEXP``: a Python ``re`` function, with a deadline per statement.
+
+SQLite has the operator but no implementation: ``x REGEXP p`` calls the application's
+``regexp(p, x)``. The patterns it gets are ``regex.to_python`` translations of validated
+patterns, whose worst case ``regex`` bounds; the deadline bounds a whole statement
+anyway (checked per row, since one ``re`` call cannot be interrupted), so a scan of many
+long values cannot hold a reader past it. Both the embedded index (raw ``sqlite3``
+connections) and SQLite cells (SQLAlchemy engines) install it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sqlite3
+import time
+import weakref
+from collections.abc import Callable
+from functools import lru_cache
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+DEFAULT_TIMEOUT = 10.0
+_INSTALLED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+
+class RegexTimeout(Exception):
+    """A statement's regex matching ran past its deadline."""
+
+
+@lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+class Deadline:
+    """The deadline of the statement running on one connection (``inf``: none)."""
+
+    def __init__(self) -> None:
+        self.at = math.inf
+        self.expired = False
+
+    def arm(self, seconds: float) -> None:
+        self.at, self.expired = time.monotonic() + seconds, False
+
+    def disarm(self) -> None:
+        self.at = math.inf
+
+
+def regexp_function(deadline: Deadline) -> Callable[[str | None, Any], int | None]:
+    def regexp(pattern: str | None, value: Any) -> int | None:
+        if pattern is None or value is None:
+            return None
+        if time.monotonic() > deadline.at:
+            deadline.expired = True
+            raise RegexTimeout("regex filter ran past the statement deadline")
+        return 1 if _compiled(pattern).search(str(value)) is not None else 0
+
+    return regexp
+
+
+def install(conn: sqlite3.Connection, deadline: Deadline) -> None:
+    conn.create_function("regexp", 2, regexp_function(deadline), deterministic=True)
+
+
+def install_on_engine(engine: sa.Engine, timeout: float = DEFAULT_TIMEOUT) -> None:
+    """Give every connection of a SQLite ``engine`` the ``REGEXP`` function, each
+    statement ``timeout`` seconds of matching. Call it before the engine's first
+    connection (``cellsight.cells.database.create_engine`` then this); other dialects: no-op."""
+    if engine.dialect.name != "sqlite" or engine in _INSTALLED:
+        return
+    _INSTALLED.add(engine)  # once per engine: listeners would stack
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _arm(conn: sa.Connection, *args: Any) -> None:
+        # Installed on a connection's first statement, not at connect: the engine may
+        # already have pooled connections when this is called.
+        record = conn.connection
+        deadline = record.info.get("regexp_deadline")
+        if deadline is None:
+            deadline = record.info["regexp_deadline"] = Deadline()
+            raw = record.dbapi_connection
+            assert isinstance(raw, sqlite3.Connection)
+            install(raw, deadline)
+        deadline.arm(timeout)

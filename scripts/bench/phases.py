@@ -1,0 +1,329 @@
+"""The timed phases of the indexer benchmark, interleaved in rounds.
+
+* **indexer**: ``IndexerConsumer`` drains prepublished notifications into the engine.
+* **plain**: a kombu consumer that only receives and acks (``basic.ack`` with
+  ``multiple`` every 500) the same kind of queue: the bus's own pace.
+* **ceiling**: ``engine.bulk`` of the same documents, mapped before the clock starts.
+* **one_by_one**: decode, write one document, ack, message by message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from kombu import Connection, Consumer
+
+from bench.bus import Topology, prepublish
+from bench.measure import Instrumented, Stages, Tally, documents_in, say
+from bench.sites import EngineSite
+from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
+from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.writer import merge_tags, plan
+from cellsight.notifications import queues
+
+PLAIN_ACK_EVERY = 500
+
+
+def run_indexer(
+    url: str,
+    engine: Any,
+    config: ConsumerConfig,
+    until: Callable[[IndexerConsumer], bool],
+    timeout: float,
+    stages: Stages | None = None,
+    profile: Path | None = None,
+) -> tuple[IndexerConsumer, float, float]:
+    """Run an IndexerConsumer on a thread until ``until(consumer)``; returns it, the
+    seconds from its start to that moment, and the CPU seconds of this process (the
+    bus thread and the writer threads) meanwhile."""
+    conn = Connection(url)
+    consumer = IndexerConsumer(conn, engine, config)
+    if stages is not None:
+        stages.on_consumer(consumer)
+    prof: Any = None
+
+    def target() -> None:
+        nonlocal prof
+        if profile is not None:
+            import cProfile
+
+            prof = cProfile.Profile()
+            prof.enable()
+        try:
+            consumer.run()
+        finally:
+            if prof is not None:
+                prof.disable()
+
+    thread = threading.Thread(target=target, name="indexer", daemon=True)
+    started, cpu0 = time.perf_counter(), time.process_time()
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not until(consumer):
+        if not thread.is_alive():
+            raise RuntimeError("the indexer thread died")
+        if time.monotonic() > deadline:
+            consumer.stop.set()
+            raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
+        time.sleep(0.005)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+    consumer.stop.set()
+    thread.join(60)
+    conn.release()
+    if prof is not None and profile is not None:
+        prof.dump_stats(str(profile))
+    return consumer, elapsed, cpu
+
+
+def ceiling_chunk(engine: SearchEngine, bodies: Sequence[bytes], batch: int, tally: Tally) -> int:
+    """engine.bulk of these notifications' documents, mapped before the clock starts,
+    in batches of the consumer's size. Returns how many the engine took."""
+    spent = cpu = 0.0
+    written = 0
+    for start in range(0, len(bodies), batch):
+        _, planned = plan(bodies[start : start + batch])
+        merge_tags(planned, {})  # what the indexer stores for new tag-less payloads
+        ops = [p.op for p in planned]
+        del planned
+        t, c = time.perf_counter(), time.thread_time()
+        results = engine.bulk(ops)
+        spent += time.perf_counter() - t
+        cpu += time.thread_time() - c
+        written += sum(r.status is WriteStatus.OK for r in results)
+    tally.add(len(bodies), spent, cpu)
+    return written
+
+
+def indexer_chunk(
+    args: argparse.Namespace,
+    engine: Instrumented,
+    topo: Topology,
+    config: ConsumerConfig,
+    bodies: Sequence[bytes],
+    tally: Tally,
+    totals: dict[str, int],
+    profile: Path | None,
+) -> None:
+    """Publish (untimed), then time an IndexerConsumer draining exactly these."""
+    prepublish(args.amqp, topo, bodies)
+    gc.collect()
+    with engine.stages.on_writer():
+        consumer, seconds, cpu = run_indexer(
+            args.amqp,
+            engine,
+            topo.config(config),
+            lambda c: c.acked >= len(bodies),
+            timeout=max(600.0, len(bodies) / 100),
+            stages=engine.stages,
+            profile=profile,
+        )
+    if consumer.acked != len(bodies):
+        raise RuntimeError(f"the indexer acked {consumer.acked} of {len(bodies)}")
+    for verdict, n in consumer.totals.items():
+        totals[verdict] = totals.get(verdict, 0) + n
+    tally.add(len(bodies), seconds, cpu)
+
+
+def plain_chunk(
+    args: argparse.Namespace, topo: Topology, bodies: Sequence[bytes], prefetch: int, tally: Tally
+) -> None:
+    """The bus's own pace: receive and ack only, one ``multiple`` ack per 500."""
+    prepublish(args.amqp, topo, bodies)
+    done = 0
+    last: Any = None
+
+    def on_message(message: Any) -> None:
+        nonlocal done, last
+        done += 1
+        last = message
+        if done % PLAIN_ACK_EVERY == 0:
+            message.channel.basic_ack(message.delivery_tag, multiple=True)
+
+    gc.collect()
+    with Connection(args.amqp) as conn, conn.channel() as ch:
+        queue = queues.indexer_queue(topo.queue, topo.exchange)
+        ch.basic_qos(0, prefetch, False)
+        started, cpu0 = time.perf_counter(), time.thread_time()
+        with Consumer(ch, queues=[queue], on_message=on_message, prefetch_count=prefetch):
+            while done < len(bodies):
+                with contextlib.suppress(TimeoutError, socket.timeout):
+                    conn.drain_events(timeout=5.0)
+            if done % PLAIN_ACK_EVERY:
+                last.channel.basic_ack(last.delivery_tag, multiple=True)
+        tally.add(done, time.perf_counter() - started, time.thread_time() - cpu0)
+
+
+def single_writer(engine: SearchEngine) -> Callable[[WriteOp], bool]:
+    """One request (or transaction) per document; True when it was taken or stale.
+
+    The embedded engine: ``bulk`` with a single op, one transaction. An HTTP engine's
+    ``bulk`` also resolves the write alias first (one more request, amortised over a
+    batch by the indexer), so here it is one versioned index request to the write
+    alias, as a one-write-per-notification consumer would send it."""
+    client = getattr(engine, "client", None)
+    if client is None:
+
+        def bulk_one(op: WriteOp) -> bool:
+            status = engine.bulk([op])[0].status
+            return status in (WriteStatus.OK, WriteStatus.STALE)
+
+        return bulk_one
+    from opensearchpy.exceptions import ConflictError
+
+    def index_one(op: WriteOp) -> bool:
+        with contextlib.suppress(ConflictError):  # stale: a newer version is stored
+            client.index(
+                index=engine.write_alias(op.resource),
+                id=op.id,
+                body=op.document,
+                version=op.version,
+                version_type="external",
+            )
+        return True
+
+    return index_one
+
+
+def one_by_one_chunk(
+    args: argparse.Namespace,
+    engine: SearchEngine,
+    topo: Topology,
+    bodies: Sequence[bytes],
+    prefetch: int,
+    tally: Tally,
+) -> int:
+    """The previous generation: decode, write one document, ack; message by message.
+    Returns how many writes failed."""
+    prepublish(args.amqp, topo, bodies)
+    write_one = single_writer(engine)
+    done = failed = 0
+
+    def on_message(message: Any) -> None:
+        nonlocal done, failed
+        _, planned = plan([message.body])
+        for p in planned:
+            failed += not write_one(p.op)
+        message.ack()
+        done += 1
+
+    gc.collect()
+    with Connection(args.amqp) as conn, conn.channel() as ch:
+        queue = queues.indexer_queue(topo.queue, topo.exchange)
+        ch.basic_qos(0, prefetch, False)
+        started, cpu0 = time.perf_counter(), time.thread_time()
+        with Consumer(ch, queues=[queue], on_message=on_message, prefetch_count=prefetch):
+            while done < len(bodies):
+                with contextlib.suppress(TimeoutError, socket.timeout):
+                    conn.drain_events(timeout=5.0)
+        tally.add(done, time.perf_counter() - started, time.thread_time() - cpu0)
+    return failed
+
+
+def _slice(items: Sequence[bytes], r: int, rounds: int) -> Sequence[bytes]:
+    return items[r * len(items) // rounds : (r + 1) * len(items) // rounds]
+
+
+def throughput(
+    args: argparse.Namespace,
+    site: EngineSite,
+    bodies: Sequence[bytes],
+    one_bodies: Sequence[bytes],
+    config: ConsumerConfig,
+) -> dict[str, Any]:
+    """The phases interleaved in ``--rounds`` rounds, each round in a rotated order, so
+    that all see the same machine load on average. The one-by-one consumer writes into
+    the indexer's engine right beside it (an index of the same size); the ceiling fills
+    its own engine with the same documents; the plain consumer drains the same bodies
+    from a queue of its own."""
+    rounds = max(1, min(args.rounds, len(bodies), len(one_bodies) or args.rounds))
+    ceiling_engine = site.fresh("ceiling")
+    indexer_engine = site.fresh("indexer")
+    stages = Stages()
+    instrumented = Instrumented(indexer_engine, stages)
+    topos = {p: Topology.fresh(p) for p in ("indexer", "onebyone", "plain")}
+    names = ["ceiling", "indexer", "one_by_one", "plain"]
+    tallies = {name: Tally() for name in names}
+    totals: dict[str, int] = {}
+    took = failed = 0
+    prefetch = config.prefetch_for(config.in_flight_for(indexer_engine))
+    prof = Path(args.profile_dir) / f"indexer-{site.name}" if args.profile_dir else None
+    try:
+        for r in range(rounds):
+            chunk, ones = _slice(bodies, r, rounds), _slice(one_bodies, r, rounds)
+            order = names[r % 4 :] + names[: r % 4]
+            for phase in order if r % 2 == 0 else reversed(order):
+                if phase == "ceiling":
+                    took += ceiling_chunk(ceiling_engine, chunk, config.batch_count, tallies[phase])
+                elif phase == "indexer":
+                    where = prof.with_name(f"{prof.name}-{r}.prof") if prof else None
+                    indexer_chunk(
+                        args,
+                        instrumented,
+                        topos["indexer"],
+                        config,
+                        chunk,
+                        tallies[phase],
+                        totals,
+                        where,
+                    )
+                elif phase == "plain":
+                    plain_chunk(args, topos["plain"], chunk, prefetch, tallies[phase])
+                elif ones:
+                    failed += one_by_one_chunk(
+                        args,
+                        indexer_engine,
+                        topos["onebyone"],
+                        ones,
+                        config.prefetch,
+                        tallies[phase],
+                    )
+            say(
+                f"  {site.name} round {r + 1}/{rounds}: "
+                + ", ".join(f"{k} {t.rounds[-1]:,.0f}/s" for k, t in tallies.items() if t.rounds)
+            )
+        with Connection(args.amqp) as conn:
+            used = [t for name, t in topos.items() if name != "onebyone" or one_bodies]
+            left = sum(t.depth(conn) for t in used)
+            dead = topos["indexer"].dead_letters(conn)
+        ceiling_docs = documents_in(ceiling_engine)
+        indexer_docs = documents_in(indexer_engine)
+    finally:
+        site.release(ceiling_engine)
+        site.release(indexer_engine)
+        for topo in topos.values():
+            topo.delete(args.amqp)
+    ind = tallies["indexer"]
+    return {
+        "rounds": rounds,
+        "ceiling": {
+            **tallies["ceiling"].summary("docs"),
+            "batch": config.batch_count,
+            "taken": took,
+            "documents_after": ceiling_docs,
+        },
+        "indexer": {
+            **ind.summary("notifications"),
+            "cpu_us_per_notification_by_stage": stages.breakdown(ind.cpu, ind.count),
+            "writes_in_flight": config.in_flight_for(indexer_engine),
+            "prefetch": prefetch,
+            "verdicts": totals,
+            "queues_left": left,
+            "dead_lettered": dead,
+            "documents_after": indexer_docs,
+            "documents_expected": len(bodies) + len(one_bodies),
+        },
+        "plain_consumer": {**tallies["plain"].summary("messages"), "ack_every": PLAIN_ACK_EVERY},
+        "one_by_one": (
+            {**tallies["one_by_one"].summary("notifications"), "failed_writes": failed}
+            if one_bodies
+            else {}
+        ),
+    }

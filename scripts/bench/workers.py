@@ -1,0 +1,146 @@
+"""``cellsight indexer --workers N`` as an operator runs it: the real command in its own
+process(es), draining a prepublished queue into the engine, for N = 1 and N = 2.
+
+The rate is counted from the moment all N consumers are attached to the queue (the
+documents already written by then are subtracted) to the moment the index holds every
+document. The resident memory of every indexer process is sampled meanwhile, and its
+CPU time read from /proc at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kombu import Connection
+
+from bench.bus import Topology, prepublish
+from bench.measure import RssSampler, children, say
+from bench.sites import EngineSite
+from cellsight.indexer.consumer import ConsumerConfig
+from cellsight.indexer.engines.base import SearchEngine
+
+
+def _consumers(url: str, topo: Topology) -> int:
+    with Connection(url) as conn, conn.channel() as ch:
+        return int(ch.queue_declare(topo.queue, passive=True).consumer_count)
+
+
+def _count(engine: SearchEngine) -> int:
+    try:
+        engine.refresh("instance")
+        return engine.count("instance")
+    except Exception:  # not created yet by the starting command
+        return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_workers(
+    args: argparse.Namespace,
+    site: EngineSite,
+    bodies: Sequence[bytes],
+    config: ConsumerConfig,
+    n: int,
+) -> dict[str, Any]:
+    topo = Topology.fresh(f"workers{n}")
+    tag = f"workers{n}-{topo.queue[-8:]}"
+    data_dir = Path(tempfile.mkdtemp(prefix=f"cellsight-bench-{tag}-"))
+    env = dict(os.environ)
+    env.update(
+        {
+            "CELLSIGHT_BUS_URL": args.amqp,
+            "CELLSIGHT_EXCHANGE": topo.exchange,
+            "CELLSIGHT_INDEXER_QUEUE": topo.queue,
+            "CELLSIGHT_DEAD_LETTER_EXCHANGE": topo.dlx,
+            "CELLSIGHT_DEAD_LETTER_QUEUE": topo.dlq,
+            "CELLSIGHT_BATCH_COUNT": str(config.batch_count),
+            "CELLSIGHT_BATCH_BYTES": str(config.batch_bytes),
+            "CELLSIGHT_BATCH_AGE_MS": str(int(config.batch_age * 1000)),
+            "CELLSIGHT_PREFETCH": str(config.prefetch),
+            **site.cli_env(tag, data_dir),
+        }
+    )
+    prepublish(args.amqp, topo, bodies)
+    command = [sys.executable, "-m", "cellsight", "--data-dir", str(data_dir), "indexer"]
+    proc = subprocess.Popen(
+        [*command, "--workers", str(n)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    indexers = (lambda: [proc.pid]) if n == 1 else (lambda: children(proc.pid))
+    sampler = RssSampler(indexers)
+    sampler.start()
+    engine = site.cli_engine(tag, data_dir)
+    try:
+        deadline = time.monotonic() + 120
+        while _consumers(args.amqp, topo) < n:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"--workers {n} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
+            time.sleep(0.02)
+        started, before = time.perf_counter(), _count(engine)
+        sampler.mark()
+        pids = indexers()
+        cpu0 = sum(_cpu_seconds(p) for p in pids)
+        deadline = time.monotonic() + max(600.0, len(bodies) / 50)
+        while (done := _count(engine)) < len(bodies):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"--workers {n} stopped at {done} documents")
+            time.sleep(0.05)
+        seconds = time.perf_counter() - started
+        cpu = sum(_cpu_seconds(p) for p in pids) - cpu0
+    finally:
+        sampler.halt.set()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = None
+        engine.close()
+        topo.delete(args.amqp)
+    counted = len(bodies) - before
+    rate = counted / seconds
+    say(f"  {site.name} --workers {n}: {rate:,.0f}/s, exit {code}")
+    return {
+        "workers": n,
+        "notifications_timed": counted,
+        "already_written_when_all_attached": before,
+        "seconds": round(seconds, 3),
+        "notifications_per_s": round(rate, 1),
+        "cpu_us_per_notification_all_processes": round(cpu / counted * 1e6, 1),
+        "exit_code": code,
+        "rss": sampler.summary(),
+    }
+
+
+def phase_workers(
+    args: argparse.Namespace,
+    site: EngineSite,
+    make_bodies: Any,
+    config: ConsumerConfig,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in (1, 2):
+        bodies = make_bodies(n)
+        out[f"workers_{n}"] = run_workers(args, site, bodies, config, n)
+        del bodies
+    one, two = out["workers_1"], out["workers_2"]
+    out["ratio_2_to_1"] = round(two["notifications_per_s"] / one["notifications_per_s"], 2)
+    return out

@@ -1,0 +1,47 @@
+"""How long ``cellsight --help`` and a light command take to start, against same-run
+baselines (a bare interpreter, and ``import typer``). Prints JSON.
+
+    .venv/bin/python scripts/bench_cli_startup.py [--runs 7]
+
+The figure of record is the median wall time of ``cellsight --help``; the target is
+0.3 s. ``python -X importtime -m cellsight --help`` shows where the time goes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+
+def wall(args: list[str], runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(args, capture_output=True, check=True)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=7)
+    runs = parser.parse_args().runs
+    py = sys.executable
+    results = {
+        "python_bare_s": wall([py, "-c", "pass"], runs),
+        "import_typer_s": wall([py, "-c", "import typer"], runs),
+        "cellsight_help_s": wall([py, "-m", "cellsight", "--help"], runs),
+        "cellsight_index_help_s": wall([py, "-m", "cellsight", "index", "sync", "--help"], runs),
+    }
+    results["help_over_typer"] = round(results["cellsight_help_s"] / results["import_typer_s"], 2)
+    results["target_s"] = 0.3
+    results["runs"] = runs
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""Soak: the whole system under load and injected faults, then an exact check.
+
+For ``--seconds`` (default 600), producers run random cluster operations on 5 cells
+(4 SQLite, 1 PostgreSQL behind a TCP proxy) through the transactional outbox; the
+indexer (a subprocess, with its periodic outbox relay) consumes from the embedded
+Redis bus into the embedded index; clients list and query through the API (a
+subprocess). On a schedule: the indexer is SIGKILLed and restarted, the index is made
+unavailable (its write lock held), the PostgreSQL cell is cut off and restored, the
+embedded bus is restarted (never the machine's shared RabbitMQ), a bulk sync runs,
+poison messages are published. Then: the index must equal the cells row by row, every
+list response must have been 200 (from the index or the fan-out path), the DLQ must
+hold exactly the injected poison, and each process's RSS must stay under the bound.
+
+    python scripts/soak.py --seconds 60 --output soak.json   # exit 0 only if it passed
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid as uuidlib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from soak_faults import Faults
+from soak_parts import (
+    Child,
+    Proxy,
+    RssMonitor,
+    answers,
+    child_env,
+    free_port,
+    index_differences,
+    latency_summary,
+    verdict,
+)
+
+from cellsight.cells import outbox
+from cellsight.cells.database import connect
+from cellsight.cells.errors import CellsError
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.outbox import Outbox
+from cellsight.clients import build_bus, build_notifier
+from cellsight.indexer.dlq import peek
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.settings import load_settings
+
+ENV = {
+    "CELLSIGHT_BATCH_AGE_MS": "100",
+    "CELLSIGHT_BUS_VISIBILITY_TIMEOUT": "10",
+    "CELLSIGHT_OUTBOX_RELAY_INTERVAL": "2",
+    "CELLSIGHT_OUTBOX_LEASE": "10",
+    "CELLSIGHT_PUBLISH_TIMEOUT": "3",
+    "CELLSIGHT_DB_CONNECT_TIMEOUT": "2",
+    "CELLSIGHT_CELL_TIMEOUT": "3",
+    "CELLSIGHT_SAFE_CONNECT_COOLDOWN": "2",
+    "CELLSIGHT_LOG_LEVEL": "WARNING",
+}
+POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+ADMIN = {"X-Auth-Token": "soak:admin", "Content-Type": "application/json"}
+
+
+class Soak(Faults):
+    def __init__(self, seconds: float, data_dir: Path, seed: int) -> None:
+        self.seconds, self.data_dir, self.rng = seconds, data_dir, random.Random(seed)
+        overrides: dict[str, Any] = {
+            k.removeprefix("CELLSIGHT_").lower(): v for k, v in ENV.items()
+        }
+        self.settings = load_settings(data_dir=data_dir, **overrides)
+        self.env = child_env({**ENV, "CELLSIGHT_DATA_DIR": str(data_dir)})
+        self.stop = threading.Event()
+        self.counts: Counter[str] = Counter()
+        self.faults: list[dict[str, Any]] = []
+        self.poison: set[bytes] = set()
+        self.latency: dict[str, list[float]] = {"list": [], "query": [], "op": []}
+        self.statuses: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        self.pg_db = f"soak_{uuidlib.uuid4().hex[:10]}"
+        self.proxy: Proxy | None = None
+        self.buses: list[Any] = []
+
+    # Setup -------------------------------------------------------------------
+    def cluster(self) -> CellRegistry:
+        registry = CellRegistry.from_settings(self.settings)
+        urls = [f"sqlite:///{self.data_dir.resolve() / f'cell{i}.db'}" for i in range(1, 5)]
+        admin = sa.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{self.pg_db}"'))
+        admin.dispose()
+        self.proxy = Proxy("127.0.0.1", 5432)
+        urls.append(f"postgresql+psycopg://postgres@127.0.0.1:{self.proxy.port}/{self.pg_db}")
+        for i, url in enumerate(urls, 1):
+            cell = registry.add_cell(f"cell{i}", url)
+            for h in range(3):
+                add_compute_node(
+                    registry.cell_engine(cell),
+                    f"c{i}-h{h}",
+                    vcpus=4096,
+                    memory_mb=8_000_000,
+                    local_gb=400_000,
+                )
+        return registry
+
+    def drop_pg(self) -> None:
+        admin = sa.create_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.pg_db}" WITH (FORCE)'))
+        admin.dispose()
+
+    # Load --------------------------------------------------------------------
+    def producer(self, registry: CellRegistry, seed: int) -> None:
+        rng = random.Random(seed)
+        with build_notifier(self.settings) as notifier:
+            ops = Operations(
+                registry,
+                notifier,
+                publisher_id=f"soak-{seed}",
+                relay=Outbox(notifier, lease_seconds=10),
+            )
+            mine: list[str] = []
+            while not self.stop.is_set():
+                started = time.perf_counter()
+                try:
+                    kind = self.step(ops, rng, mine)
+                    self.count(f"op.{kind}", time.perf_counter() - started)
+                except CellsError as exc:  # a precondition or an unreachable cell
+                    self.count(f"op_refused.{type(exc).__name__}")
+                except Exception as exc:
+                    with self.lock:
+                        self.errors[f"producer {type(exc).__name__}: {exc}"[:200]] += 1
+                self.stop.wait(0.02)
+
+    def step(self, ops: Operations, rng: random.Random, mine: list[str]) -> str:
+        if len(mine) < 5 or rng.random() < 0.15:
+            made = ops.boot(
+                BootRequest(
+                    f"vm{rng.randrange(10_000)}",
+                    "m1.small",
+                    rng.choice(["p1", "p2", "p3"]),
+                    "u",
+                    count=rng.randint(1, 3),
+                    cell=f"cell{rng.randint(1, 5)}",
+                )
+            )
+            mine += [p.uuid for p in made.instances]
+            return "boot"
+        vm = rng.choice(mine)
+        kind, action = rng.choice(
+            [
+                ("rename", lambda: ops.rename(vm, f"n{rng.randrange(10_000)}")),
+                ("power_off", lambda: ops.power_off(vm)),
+                ("power_on", lambda: ops.power_on(vm)),
+                ("tags", lambda: ops.set_tags(vm, rng.sample(["a", "b", "c", "d"], 2))),
+                ("resize", lambda: ops.resize(vm, rng.choice(["m1.small", "m1.large"]))),
+                ("delete", lambda: ops.delete(vm)),
+            ]
+        )
+        action()
+        return str(kind)
+
+    def client(self, port: int, seed: int) -> None:
+        rng = random.Random(seed)
+        base = f"http://127.0.0.1:{port}"
+        while not self.stop.is_set():
+            if rng.random() < 0.7:
+                sort = rng.choice(["display_name", "created_at", "uuid"])
+                req = urllib.request.Request(
+                    f"{base}/v2.1/servers/detail?all_tenants=1&limit=50&sort_key={sort}",
+                    headers=ADMIN,
+                )
+                what = "list"
+            else:
+                body = {"fields": ["uuid", "name", "status"], "filter": ["=~", "name", "^n1"]}
+                req = urllib.request.Request(
+                    f"{base}/v2.1/query/instance",
+                    headers=ADMIN,
+                    data=json.dumps(body).encode(),
+                    method="POST",
+                )
+                what = "query"
+            started = time.perf_counter()
+            try:
+                with urllib.request.urlopen(req, timeout=60) as response:
+                    response.read()
+                    status, path = response.status, response.headers.get("X-Cellsight-Path")
+            except urllib.error.HTTPError as exc:
+                status, path = exc.code, exc.headers.get("X-Cellsight-Path")
+            except OSError as exc:
+                status, path = 0, type(exc).__name__
+            self.count(f"request.{what}", time.perf_counter() - started, latency=what)
+            with self.lock:
+                self.statuses[f"{what} {status} {path}"] += 1
+            self.stop.wait(0.05)
+
+    def count(self, key: str, seconds: float | None = None, latency: str = "op") -> None:
+        with self.lock:
+            self.counts[key] += 1
+            if seconds is not None:
+                self.latency[latency].append(seconds)
+
+    # Faults ------------------------------------------------------------------
+    def fault(self, name: str, action: Any) -> None:
+        started = time.monotonic()
+        detail = action()
+        self.faults.append(
+            {
+                "fault": name,
+                "at_s": round(started - self.t0, 1),
+                "seconds": round(time.monotonic() - started, 2),
+                "detail": detail,
+            }
+        )
+
+    def schedule(self) -> list[tuple[float, str, Any]]:
+        hold = max(3.0, min(20.0, self.seconds * 0.06))
+        plan: list[tuple[float, str, Any]] = []
+        laps = max(1, int(self.seconds // 300))  # every fault once per 5 minutes
+        for lap in range(laps):
+            base, span = lap / laps, 1 / laps
+            plan += [
+                (base + 0.08 * span, "poison", self.inject_poison),
+                (base + 0.15 * span, "indexer SIGKILL", self.kill_indexer),
+                (base + 0.25 * span, "engine unavailable", lambda: self.engine_outage(hold)),
+                (base + 0.38 * span, "cell unreachable", lambda: self.cell_outage(hold)),
+                (base + 0.50 * span, "bulk sync", self.bulk_sync),
+                (base + 0.60 * span, "bus restart", self.restart_bus),
+                (base + 0.70 * span, "poison", self.inject_poison),
+                (base + 0.78 * span, "indexer SIGKILL", self.kill_indexer),
+            ]
+        return [(at * self.seconds, name, action) for at, name, action in plan]
+
+    # Run ---------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.buses.append(build_bus(self.settings))
+        registry = self.cluster()
+        self.indexer = Child("indexer", ["indexer"], self.env, self.data_dir)
+        port = free_port()
+        api = Child("api", ["api", "--port", str(port)], self.env, self.data_dir)
+        self.start_indexer()
+        api.start(lambda text: answers(port))
+        rss = RssMonitor(
+            lambda: {
+                "indexer": self.indexer.pid,
+                "api": api.pid,
+                "bus": self.buses[-1].server.pid,
+                "soak": os.getpid(),
+            }
+        )
+        rss.start()
+        threads = [
+            threading.Thread(target=self.producer, args=(registry, s), daemon=True)
+            for s in range(5)
+        ]
+        threads += [
+            threading.Thread(target=self.client, args=(port, 100 + s), daemon=True)
+            for s in range(2)
+        ]
+        self.t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for at, name, action in self.schedule():
+            if self.stop.wait(max(0.0, self.t0 + at - time.monotonic())):
+                break
+            self.fault(name, action)
+        self.stop.wait(max(0.0, self.t0 + self.seconds - time.monotonic()))
+        self.stop.set()
+        for t in threads:
+            t.join(120)
+        load_seconds = time.monotonic() - self.t0
+        result = self.settle(registry, load_seconds)
+        rss.stop.set()
+        result["rss_peak_mb"] = rss.peak
+        api.stop()
+        self.indexer.stop()
+        registry.close()
+        if self.proxy is not None:
+            self.proxy.close()
+        for bus in reversed(self.buses):
+            bus.close()
+        self.drop_pg()
+        return result
+
+    def settle(self, registry: CellRegistry, load_seconds: float) -> dict[str, Any]:
+        started = time.monotonic()
+        engine = EmbeddedEngine(self.settings.index_path)
+        diffs: dict[str, str] = {"*": "not checked"}
+        waiting = -1
+        while time.monotonic() - started < 240:
+            waiting = 0
+            for cell in registry.list_cells():
+                with connect(registry.cell_engine(cell)) as conn:
+                    waiting += outbox.pending(conn)
+            diffs = index_differences(registry, engine) if waiting == 0 else diffs
+            if waiting == 0 and not diffs:
+                break
+            time.sleep(1.0)
+        instances = engine.count("instance")
+        engine.close()
+        with self.buses[-1].connection() as conn:
+            letters = [
+                x.body
+                for x in peek(
+                    conn,
+                    self.settings.dead_letter_exchange,
+                    self.settings.dead_letter_queue,
+                    10_000,
+                )
+            ]
+        return {
+            "load_seconds": round(load_seconds, 1),
+            "settle_seconds": round(time.monotonic() - started, 1),
+            "outbox_left": waiting,
+            "index_differences": len(diffs),
+            "difference_sample": dict(list(diffs.items())[:5]),
+            "instances": instances,
+            "dead_letters": len(letters),
+            "dead_letters_unexpected": len([b for b in letters if b not in self.poison]),
+            "poison_missing": len(self.poison - set(letters)),
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rss-limit-mb", type=float, default=512.0)
+    parser.add_argument("--data-dir", type=Path, default=None)
+    parser.add_argument("--output", type=Path, default=None)
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        data_dir = args.data_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        soak = Soak(args.seconds, data_dir / "soak", args.seed)
+        summary = soak.run()
+        ops = {k: v for k, v in soak.counts.items() if k.startswith(("op", "request"))}
+        summary.update(
+            {
+                "seconds": args.seconds,
+                "operations": ops,
+                "responses": dict(soak.statuses),
+                "faults": soak.faults,
+                "poison_injected": len(soak.poison),
+                "latency": {k: latency_summary(v) for k, v in soak.latency.items()},
+                "errors": dict(soak.errors),
+            }
+        )
+        checks = verdict(summary, args.rss_limit_mb)
+        summary["verdict"] = {"passed": all(checks.values()), **checks}
+    text = json.dumps(summary, indent=2, sort_keys=True)
+    print(text)
+    if args.output:
+        args.output.write_text(text)
+    return 0 if summary["verdict"]["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

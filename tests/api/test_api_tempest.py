@@ -1,0 +1,163 @@
+"""Tempest's own compute client validates our server bodies against its own schemas.
+
+``tempest.lib.services.compute.servers_client.ServersClient`` picks the response schema
+for the microversion it asks for (its ``schema_versions_info``, the selection Tempest's
+API tests use) and validates every ``GET /servers``, ``/servers/detail`` and
+``/servers/{id}`` answer. Each microversion where that schema changes (every range
+bound up to Cellsight's maximum) is asked, on both paths (index and fan-out), as an
+administrator and as a member. The only stand-in is authentication: there is no
+Keystone, so a fixed-token auth provider hands Tempest the endpoint and token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellsight.api.app import create_app
+from cellsight.api.microversion import MAX
+from cellsight.api.microversion import parse as parse_version
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.support.api_world import World, api_settings, load_index, project_tokens
+from tests.support.serve import serving
+
+servers_client = pytest.importorskip("tempest.lib.services.compute.servers_client")
+base_compute_client = pytest.importorskip("tempest.lib.services.compute.base_compute_client")
+tempest_auth = pytest.importorskip("tempest.lib.auth")
+tempest_exceptions = pytest.importorskip("tempest.lib.exceptions")
+
+
+class FixedToken(tempest_auth.AuthProvider):  # type: ignore[misc, name-defined]
+    """A token and an endpoint, no identity service (Cellsight's dev-mode tokens)."""
+
+    def __init__(self, endpoint: str, token: str) -> None:  # no Credentials to check
+        self.endpoint = endpoint.rstrip("/")
+        self.token = token
+        self.cache = None
+        self.alt_auth_data = None
+        self.alt_part = None
+        self._scope = "project"
+
+    def _decorate_request(
+        self,
+        filters: Any,
+        method: str,
+        url: str,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        auth_data: Any = None,
+    ) -> tuple[str, dict[str, str], Any]:
+        out = dict(headers or {})
+        out["X-Auth-Token"] = self.token
+        return f"{self.endpoint}/{url.lstrip('/')}", out, body
+
+    def _get_auth(self) -> tuple[str, dict[str, Any]]:
+        return self.token, {}
+
+    def _fill_credentials(self, auth_data_body: Any) -> None:
+        return None
+
+    def is_expired(self, auth_data: Any) -> bool:
+        return False
+
+    def base_url(self, filters: Any, auth_data: Any = None) -> str:
+        return self.endpoint
+
+    def _auth_client(self) -> None:
+        return None
+
+    def _auth_params(self) -> dict[str, Any]:
+        return {}
+
+    def _get_auth_from_cache(self) -> None:
+        return None
+
+
+def schema_versions() -> list[str]:
+    """Every bound of Tempest's server schema ranges that Cellsight serves."""
+    out: list[str] = []
+    for item in servers_client.ServersClient.schema_versions_info:
+        for bound in (item["min"] or "2.1", item["max"]):
+            if bound and parse_version(bound) <= MAX and bound not in out:
+                out.append(bound)
+    return out
+
+
+VERSIONS = schema_versions()
+
+
+@pytest.fixture(scope="module")
+def endpoints(
+    sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    tmp: Path = tmp_path_factory.mktemp("tempest")
+    indexed = EmbeddedEngine(tmp / "index.db", prefix="tempest")
+    load_index(indexed, sqlite_world)
+    empty = EmbeddedEngine(tmp / "empty.db", prefix="tempest_empty")
+    index_app = create_app(api_settings(tmp / "i"), engine=indexed, registry=sqlite_world.registry)
+    fanout_app = create_app(api_settings(tmp / "f"), engine=empty, registry=sqlite_world.registry)
+    with serving(index_app) as index_url, serving(fanout_app) as fanout_url:
+        yield {"index": index_url, "fanout": fanout_url}
+    indexed.close()
+    empty.close()
+
+
+def client(base: str, token: str) -> Any:
+    return servers_client.ServersClient(FixedToken(f"{base}/v2.1", token), "compute", "local")
+
+
+def test_the_versions_cover_every_schema_change() -> None:
+    assert VERSIONS[0] == "2.1" and "2.71" in VERSIONS and "2.96" in VERSIONS
+    assert len(VERSIONS) >= 40
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+@pytest.mark.parametrize("role", ["admin", "member"])
+def test_bodies_validate_against_tempest_schemas(
+    endpoints: dict[str, str],
+    sqlite_world: World,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    role: str,
+) -> None:
+    token = "root:admin" if role == "admin" else project_tokens(sqlite_world)[0]["X-Auth-Token"]
+    tempest = client(endpoints[path], token)
+    checked = 0
+    for version in VERSIONS:
+        # Tempest's own switch: the client sends and validates this microversion.
+        monkeypatch.setattr(base_compute_client, "COMPUTE_MICROVERSION", version)
+        params: dict[str, Any] = {"limit": 25}
+        if role == "admin":
+            params["all_tenants"] = "True"
+        listed = tempest.list_servers(detail=False, **params)
+        assert listed.response["x-cellsight-path"] == path
+        assert listed["servers"], version
+        detailed = tempest.list_servers(detail=True, **params)
+        assert [s["id"] for s in detailed["servers"]] == [s["id"] for s in listed["servers"]]
+        for server in detailed["servers"][:3]:
+            shown = tempest.show_server(server["id"])["server"]
+            assert shown["id"] == server["id"]
+            if parse_version(version) >= parse_version("2.71"):
+                assert shown["server_groups"] == []
+            if role == "admin":
+                assert isinstance(shown["OS-EXT-SRV-ATTR:instance_name"], str)
+                assert shown["OS-EXT-SRV-ATTR:instance_name"]
+            else:
+                assert "OS-EXT-SRV-ATTR:instance_name" not in shown
+        checked += 1
+    assert checked == len(VERSIONS)
+
+
+def test_a_bad_body_is_caught(endpoints: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The validation is live: a body breaking the 2.3 schema fails Tempest's check."""
+    from tempest.lib.api_schema.response.compute.v2_3 import servers as v23
+
+    monkeypatch.setattr(base_compute_client, "COMPUTE_MICROVERSION", "2.3")
+    tempest = client(endpoints["index"], "root:admin")
+    body = tempest.list_servers(detail=True, all_tenants="True", limit=1)
+    broken = {"servers": [dict(body["servers"][0], **{"OS-EXT-SRV-ATTR:launch_index": None})]}
+    with pytest.raises(tempest_exceptions.InvalidHTTPResponseBody):
+        tempest.validate_response(v23.list_servers_detail, body.response, broken)

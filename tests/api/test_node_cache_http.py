@@ -1,0 +1,67 @@
+"""The node cache behind query v2: ``bypass_cache=true`` refills it; the nodes of a cell
+that stops answering keep their identity with status 2 for their live fields."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellsight.api.headers import SKIPPED_CELLS
+from tests.api.test_query2_situations import _break_cell, _set_offline
+from tests.support.api_world import World, build_world
+from tests.support.query2_world import ADMIN, Pair, make_pair, node_documents, state
+
+FIELDS = ["uuid", "cell_uuid", "host", "offline", "memory_mb", "vcpus_used"]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Iterator[tuple[World, Pair]]:
+    world = build_world(tmp_path / "w", "sqlite")
+    pair = make_pair(tmp_path / "p", world)
+    yield world, pair
+    pair.close()
+    world.close()
+
+
+def nodes(client: Any, *, bypass: str | None = None) -> Any:
+    url = "/v2.1/query/node" + (f"?bypass_cache={bypass}" if bypass else "")
+    return client.post(url, json={"fields": FIELDS}, headers=ADMIN)
+
+
+def test_bypass_cache_snapshots_and_refills(setup: tuple[World, Pair]) -> None:
+    world, pair = setup
+    client = pair.fanout
+    node = node_documents(world)[0]
+    row = lambda body: next(r for r in body["data"] if r[0][1] == node["uuid"])  # noqa: E731
+    assert row(nodes(client).json())[3] == [0, False]
+    _set_offline(world, node)
+    assert row(nodes(client).json())[3] == [0, False]  # the cache answers (10 min TTL)
+    fresh = row(nodes(client, bypass="true").json())
+    assert fresh[3] == [0, True] and fresh[4] == [4, None]  # offline: live figures status 4
+    assert row(nodes(client).json())[3] == [0, True]  # refilled
+    assert state(client).node_cache.loads == 2
+    bad = nodes(client, bypass="maybe")
+    assert bad.status_code == 400 and "bypass_cache" in bad.json()["badRequest"]["message"]
+    get = client.get(
+        "/v2.1/query/node", params={"fields": "uuid,offline", "bypass_cache": "1"}, headers=ADMIN
+    )
+    assert get.status_code == 200 and state(client).node_cache.loads == 3
+
+
+def test_nodes_of_a_cell_that_stops_answering_are_status_2(setup: tuple[World, Pair]) -> None:
+    world, pair = setup
+    client = pair.fanout
+    before = nodes(client).json()["data"]
+    dead = _break_cell(world, pair, "cell2")
+    after = nodes(client, bypass="true")
+    assert after.status_code == 200 and dead in after.headers[SKIPPED_CELLS]
+    data = after.json()["data"]
+    assert [r[0] for r in data] == [r[0] for r in before]  # the same nodes, by uuid
+    for row in data:
+        if row[1][1] == dead:
+            assert row[2][0] == 0 and row[4] == [2, None] and row[5] == [2, None]
+        else:
+            assert row[4][0] in (0, 4)

@@ -1,0 +1,65 @@
+"""The API's node cache hears operations run by another process, on the embedded bus and
+on RabbitMQ: their compute-node notifications drop exactly the nodes they changed."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cellsight.api.fanout import FanOut
+from cellsight.api.node_listener import start_listener
+from cellsight.api.query2.node_cache import NodeCache
+from cellsight.api.query2.nodes import _from_cells
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodeevents import register_node, set_node_state
+from cellsight.cells.operations import Operations
+from cellsight.clients import build_notifier
+from tests.support.indexing import bus_settings
+
+
+class Watched(NodeCache):
+    """A node cache that signals each observed event (tests wait on it, not on time)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.heard = threading.Event()
+
+    def observe(self, event_type: str, payload: Any) -> None:
+        super().observe(event_type, payload)
+        self.heard.set()
+
+
+@pytest.fixture(params=["embedded", "rabbitmq"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    if request.param == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")  # skips, or fails under REQUIRE_SERVICES
+    return bus_settings(tmp_path / "data", request.param)
+
+
+def test_a_node_event_from_another_process_drops_that_node(settings: Any, tmp_path: Path) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    fanout = FanOut(cell_timeout=5.0)
+    cache = Watched(registry.list_cells, lambda cells: _from_cells(list(cells), fanout))
+    ready, stop = start_listener(settings, cache)
+    try:
+        assert ready.wait(30), "listener did not bind its queue"
+        with build_notifier(settings) as notifier:
+            ops = Operations(registry, notifier, publisher_id="elsewhere")
+            register_node(ops, "cell1", "h1")
+            assert cache.heard.wait(30)
+            before = cache.get()
+            assert [d["offline"] for d in before.documents] == [False]
+            cache.heard.clear()
+            set_node_state(ops, "cell1", "h1", offline=True)
+            assert cache.heard.wait(30), "the notification never reached the API"
+        assert cache.invalidations >= 1
+        assert [d["offline"] for d in cache.get().documents] == [True]
+    finally:
+        stop.set()
+        fanout.close()
+        registry.close()

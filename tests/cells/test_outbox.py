@@ -1,0 +1,207 @@
+"""The transactional outbox on every cell dialect: notifications commit with the change,
+survive a bus failure, are relayed in order, and two relays never interleave a cell."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cellsight.cells import outbox
+from cellsight.cells.database import connect
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.operations import Operations
+from cellsight.cells.outbox import Outbox, relay_cells, start_periodic_relay
+from cellsight.notifications.envelope import Notification
+from tests.support.publishers import CollectingPublisher, FailingPublisher
+
+
+def waiting(registry: CellRegistry, cell: CellMapping) -> int:
+    with connect(registry.cell_engine(cell)) as conn:
+        return outbox.pending(conn)
+
+
+def boot(ops: Operations, name: str = "web") -> str:
+    result = ops.boot(BootRequest(name, "m1.small", "p1", "u1"))
+    return result.instances[0].uuid
+
+
+# One instance booted: create.start, update, create.end, then its node's compute_node.update.
+BOOT_EVENTS = 4
+
+
+def revisions(sent: Sequence[Notification]) -> dict[str, list[int]]:
+    seen: dict[str, list[int]] = {}
+    for n in sent:
+        payload: Any = n.payload
+        seen.setdefault(payload.uuid, []).append(payload.revision)
+    return seen
+
+
+def test_operations_publish_through_the_outbox_and_leave_it_empty(
+    ops: Operations, registry: CellRegistry, cell: CellMapping, publisher: CollectingPublisher
+) -> None:
+    uuid = boot(ops)
+    ops.rename(uuid, "web-2")
+    assert publisher.event_types == [
+        "instance.create.start",
+        "instance.update",
+        "instance.create.end",
+        "compute_node.update",
+        "instance.update",
+    ]
+    first = publisher.sent[0]
+    assert first.message_id and first.timestamp  # stamped when written, kept on republish
+    assert waiting(registry, cell) == 0
+
+
+def test_a_failed_publish_keeps_the_committed_notifications_for_the_relay(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    down = FailingPublisher()
+    ops = Operations(registry, down, publisher_id="t")
+    uuid = boot(ops)  # committed although the bus is down: no exception
+    ops.power_off(uuid)
+    assert down.attempts >= 2
+    waited = waiting(registry, cell)
+    assert waited >= 4  # create.start, update, create.end, power_off's
+
+    up = CollectingPublisher()
+    reports = relay_cells(registry, Outbox(up))
+    assert reports[cell.name].published == waited and reports[cell.name].error is None
+    assert up.event_types[:3] == [
+        "instance.create.start",
+        "instance.update",
+        "instance.create.end",
+    ]
+    assert "instance.power_off.end" in up.event_types[3:]
+    assert revisions(up.sent)[uuid] == sorted(revisions(up.sent)[uuid])
+    assert waiting(registry, cell) == 0
+    again = relay_cells(registry, Outbox(up))
+    assert again[cell.name].published == 0
+
+
+def test_a_rolled_back_operation_leaves_nothing_in_the_outbox(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    def fail(action: str, conn: sa.Connection) -> None:
+        raise RuntimeError(f"fail {action}")
+
+    publisher = CollectingPublisher()
+    ops = Operations(registry, publisher, before_commit=fail)
+    with pytest.raises(RuntimeError):
+        boot(ops)
+    assert waiting(registry, cell) == 0
+    assert publisher.sent == []
+
+
+def test_a_relay_that_cannot_publish_keeps_every_row_and_releases_the_lease(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    boot(Operations(registry, FailingPublisher()))
+    report = Outbox(FailingPublisher()).relay(registry.cell_engine(cell))
+    assert report.error and report.published == 0 and report.left == BOOT_EVENTS
+    # The lease was released: another relay gets it at once, not after expiry.
+    up = CollectingPublisher()
+    assert Outbox(up).relay(registry.cell_engine(cell)).published == BOOT_EVENTS
+
+
+def test_a_held_lease_makes_another_relay_wait_until_it_expires(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    boot(Operations(registry, FailingPublisher()))
+    engine = registry.cell_engine(cell)
+    holder = Outbox(CollectingPublisher(), lease_seconds=3600, holder="stuck")
+    assert holder._acquire(engine)  # a relay that took the lease and died
+    other = Outbox(CollectingPublisher())
+    assert other.relay(engine).busy
+    assert waiting(registry, cell) == BOOT_EVENTS
+    expired = Outbox(CollectingPublisher(), lease_seconds=0.0, holder="stuck")
+    assert expired._acquire(engine)  # renewed by its holder with no time left
+    later = CollectingPublisher()
+    assert Outbox(later).relay(engine).published == BOOT_EVENTS
+
+
+def test_two_relays_at_once_publish_each_instance_in_revision_order(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    ops = Operations(registry, FailingPublisher(), publisher_id="t")
+    uuids = [boot(ops, f"vm{i}") for i in range(3)]
+    for round_ in range(4):
+        for uuid in uuids:
+            ops.rename(uuid, f"name-{round_}")
+    total = waiting(registry, cell)
+    assert total == 3 * BOOT_EVENTS + 12
+
+    shared = CollectingPublisher()
+    lock = threading.Lock()
+
+    class Recording:
+        def publish(self, notification: Notification) -> None:
+            self.publish_many([notification])
+
+        def publish_many(self, notifications: Sequence[Notification]) -> None:
+            with lock:
+                shared.publish_many(notifications)
+
+    relays = [Outbox(Recording(), batch=2) for _ in range(2)]
+    errors: list[BaseException] = []
+
+    def run(relay: Outbox) -> None:
+        try:
+            while waiting(registry, cell):
+                relay.relay(registry.cell_engine(cell))
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in relays]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert len(shared.sent) == total  # neither relay published a row twice
+    for uuid, seen in revisions(shared.sent).items():
+        assert seen == sorted(seen), uuid
+
+
+def test_large_and_astral_notifications_round_trip_through_the_outbox(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    # 300 x 255-character values: a body far above MariaDB's 64 KB TEXT (LONGTEXT here),
+    # with characters outside the BMP (4-byte UTF-8, MySQL's utf8mb4).
+    ops = Operations(registry, FailingPublisher())
+    uuid = boot(ops, "\U0001f600-\u00e9-name")
+    metadata = {f"k{i:03d}": ("\U0001f600" + "x" * 254) for i in range(300)}
+    ops.update_metadata(uuid, metadata)
+    up = CollectingPublisher()
+    report = Outbox(up).relay(registry.cell_engine(cell))
+    assert report.error is None and report.published == len(up.sent) >= 4
+    last: Any = up.sent[-1].payload
+    assert last.metadata == metadata
+    first: Any = up.sent[0].payload
+    assert first.display_name == "\U0001f600-\u00e9-name"
+
+
+def test_the_periodic_relay_delivers_what_producers_left(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    boot(Operations(registry, FailingPublisher()))
+    up = CollectingPublisher()
+    stop = threading.Event()
+    thread = start_periodic_relay(registry, Outbox(up), 0.05, stop)
+    try:
+        deadline = time.monotonic() + 30
+        while waiting(registry, cell) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert waiting(registry, cell) == 0
+    assert up.event_types[0] == "instance.create.start" and len(up.sent) == BOOT_EVENTS

@@ -1,0 +1,49 @@
+"""``cellsight ops reserve|modify|rename|commit|cancel`` on the embedded defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cellsight.cells.database import connect
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.reads import get_instance
+from cellsight.settings import load_settings
+from tests.cells.test_cells_cli import UUID, Invoke, cli, one_line
+
+__all__ = ["cli"]
+
+
+def test_reservation_workflow_from_the_cli(cli: Invoke, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'east.db'}"
+    assert cli("cells", "add", "--name", "east", "--db-url", url).exit_code == 0
+    assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
+    made = cli("ops", "reserve")
+    assert made.exit_code == 0, made.output
+    (uuid,) = UUID.findall(made.output)[:1]
+    refused = cli("ops", "commit", uuid)
+    assert refused.exit_code == 1  # a refused operation (exit codes: cellsight.cli.errors)
+    assert "cannot be committed without display_name" in one_line(refused.output)
+    changed = cli("ops", "modify", uuid, "--project", "p", "--user", "u", "--flavor", "m1.small")
+    assert changed.exit_code == 0, changed.output
+    assert cli("ops", "modify", uuid, "--host", "h1").exit_code == 0
+    assert cli("ops", "rename", uuid, "web").exit_code == 0
+    built = cli("ops", "commit", uuid)
+    assert built.exit_code == 0, built.output
+    assert "state=active" in built.output and "host=h1" in built.output
+    nothing = cli("ops", "modify", uuid)
+    assert nothing.exit_code == 2
+    gone = cli("ops", "cancel", uuid)
+    assert gone.exit_code == 1 and "is not a reservation" in one_line(gone.output)
+    other = UUID.findall(cli("ops", "reserve", "--flavor", "m1.tiny").output)[0]
+    assert cli("ops", "cancel", other).exit_code == 0
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry(settings.resolved_api_db_url)
+    try:
+        cell = registry.locate(uuid)
+        with connect(registry.cell_engine(cell)) as conn:
+            row = get_instance(conn, uuid)
+            cancelled = get_instance(conn, other)
+        assert row is not None and (row["display_name"], row["forthcoming"]) == ("web", False)
+        assert cancelled is not None and cancelled["deleted"]
+    finally:
+        registry.close()

@@ -1,0 +1,128 @@
+"""The consumer's write pipeline: batches written while later ones are received and
+decoded, several in flight, settled and acked strictly in order; on shutdown a write
+that cannot finish stays unacked and the next consumer gets its messages."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Producer
+
+from cellsight.clients import build_bus
+from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications import queues
+from cellsight.settings import Settings
+from tests.support.indexing import bus_settings, running_indexer, wait_for
+
+FIRST_ID = "00000000-0000-4000-8000-000000000000"  # of the first notification published
+
+
+class GatedEngine:
+    """A real engine whose ``bulk`` of the first published document waits for
+    ``release``: a slow write at the head of the pipeline (writer threads may start in
+    any order). Counts the writes that finished and the most at once."""
+
+    def __init__(self, engine: SearchEngine, held_id: str = FIRST_ID) -> None:
+        self.engine = engine
+        self.release = threading.Event()
+        self.first_started = threading.Event()
+        self.finished = 0
+        self.running = 0
+        self.most_running = 0
+        self._lock = threading.Lock()
+        self.held_id = held_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def bulk(self, ops: Sequence[WriteOp]) -> list[WriteResult]:
+        first = any(op.id == self.held_id for op in ops)
+        with self._lock:
+            self.running += 1
+            self.most_running = max(self.most_running, self.running)
+        try:
+            if first:
+                self.first_started.set()
+                self.release.wait(60)
+            return self.engine.bulk(ops)
+        finally:
+            with self._lock:
+                self.running -= 1
+                self.finished += 1
+
+
+def _publish(settings: Settings, samples_dir: Path, count: int) -> list[str]:
+    """``count`` instance.update notifications, each about its own instance."""
+    sample = json.loads((samples_dir / "instance-update.json").read_text())
+    uuids = []
+    with build_bus(settings) as bus, bus.connection() as conn:
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        producer = Producer(conn.channel())
+        for i in range(count):
+            uuid = f"00000000-0000-4000-8000-{i:012d}"
+            sample["payload"]["nova_object.data"]["uuid"] = uuid
+            uuids.append(uuid)
+            producer.publish(
+                json.dumps(sample).encode(),
+                exchange=exchange,
+                routing_key=queues.routing_key("INFO"),
+                content_type="application/json",
+                content_encoding="binary",
+                delivery_mode=2,
+            )
+    return uuids
+
+
+@pytest.fixture(params=["rabbitmq", "embedded"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    if request.param == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    return bus_settings(tmp_path / "data", request.param)
+
+
+def test_later_batches_are_written_but_acked_only_after_the_first(
+    settings: Settings, samples_dir: Path, tmp_path: Path
+) -> None:
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    gated = GatedEngine(engine)
+    uuids = _publish(settings, samples_dir, 40)
+    with running_indexer(
+        settings, gated, batch_count=5, batch_age=0.02, max_in_flight=3
+    ) as consumer:  # type: ignore[arg-type]
+        assert consumer.in_flight == 3
+        wait_for(gated.first_started.is_set, what="first write")
+        wait_for(lambda: gated.finished >= 2, what="later writes while the first is held")
+        assert consumer.acked == 0  # written, but the first batch's verdict is not known
+        assert gated.most_running >= 2
+        gated.release.set()
+        wait_for(lambda: consumer.acked >= len(uuids), what="all acked")
+    assert consumer.totals == {"indexed": 40, "stale": 0, "ignored": 0, "dead": 0}
+    assert all(engine.get("instance", u) is not None for u in uuids)
+    engine.close()
+
+
+def test_a_write_unfinished_at_shutdown_stays_unacked_for_the_next_consumer(
+    settings: Settings, samples_dir: Path, tmp_path: Path
+) -> None:
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    gated = GatedEngine(engine)
+    uuids = _publish(settings, samples_dir, 12)
+    with running_indexer(settings, gated, batch_count=100, batch_age=0.02) as consumer:  # type: ignore[arg-type]
+        wait_for(gated.first_started.is_set, what="first write")
+        # leaving the block sets stop; the held write outlives the grace period
+    assert consumer.acked == 0
+    gated.release.set()
+    with running_indexer(settings, engine) as second:
+        wait_for(lambda: second.acked >= len(uuids), what="redelivered and written")
+    assert second.totals["indexed"] + second.totals["stale"] == len(uuids)
+    assert all(engine.get("instance", u) is not None for u in uuids)
+    engine.close()

@@ -1,0 +1,204 @@
+"""Dead letters are never lost: the DLQ must confirm before the original is acked, and a
+replay removes a letter only once its republish reached a queue. On RabbitMQ and on the
+embedded Redis bus, with the target unroutable and with the broker refusing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+from kombu import Connection, Producer, Queue
+from typer.testing import CliRunner
+
+from cellsight.cli import app
+from cellsight.cli.groups import register
+from cellsight.clients import build_bus
+from cellsight.indexer.dlq import peek
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications import queues
+from cellsight.settings import Settings
+from tests.support.indexing import bus_settings, running_indexer, wait_for
+
+register(app)
+
+POISON = b"{this is not json"
+BUSES = ["rabbitmq", "embedded"]
+
+
+@pytest.fixture(params=BUSES)
+def settings_on(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    if request.param == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    return bus_settings(tmp_path / "data", request.param)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[EmbeddedEngine]:
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    yield engine
+    engine.close()
+
+
+@contextmanager
+def connected(settings: Settings) -> Iterator[Connection]:
+    with build_bus(settings) as bus, bus.connection() as connection:
+        yield connection
+
+
+def publish_raw(settings: Settings, *bodies: bytes) -> None:
+    with connected(settings) as conn:
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        producer = Producer(conn.channel())
+        for body in bodies:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key="versioned_notifications.info",
+                content_type="application/json",
+                content_encoding="binary",
+                delivery_mode=2,
+            )
+
+
+def count(settings: Settings, queue: Queue) -> int:
+    with connected(settings) as conn:
+        return int(queue(conn.channel()).queue_declare().message_count)
+
+
+def dead_letters(settings: Settings) -> list[bytes]:
+    with connected(settings) as conn:
+        letters = peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 100)
+        return [letter.body for letter in letters]
+
+
+def indexer_queue(settings: Settings) -> Queue:
+    return queues.indexer_queue(settings.indexer_queue, settings.exchange)
+
+
+def delete_queue(settings: Settings, queue: Queue) -> None:
+    with connected(settings) as conn:
+        bound = queue(conn.channel())
+        # kombu's Redis channel deletes only the bindings it declared itself.
+        bound.declare()
+        bound.delete()
+
+
+@contextmanager
+def redis_client(settings: Settings) -> Iterator[redis.Redis]:
+    """A plain Redis client on the embedded bus, kept open (with the server) until exit."""
+    with build_bus(settings) as bus:
+        assert bus.server is not None
+        client = redis.Redis(unix_socket_path=str(bus.server.socket))
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def test_a_deleted_dlq_is_declared_again_and_no_dead_letter_is_lost(
+    settings_on: Settings, engine: EmbeddedEngine
+) -> None:
+    settings = settings_on
+    publish_raw(settings, POISON)
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] >= 1, what="first dead letter")
+        # Someone deletes the DLQ (and so its binding): the next dead-letter publish is
+        # unroutable (a returned mandatory message / no binding on Redis). It must not be
+        # acked as done; the handoff declares the DLQ again and retries.
+        delete_queue(
+            settings,
+            queues.dead_letter_queue(settings.dead_letter_queue, settings.dead_letter_exchange),
+        )
+        publish_raw(settings, POISON + b" 2")
+        wait_for(lambda: consumer.totals["dead"] >= 2, what="second dead letter")
+        assert consumer.dead_letters.retries >= 1
+    assert dead_letters(settings) == [POISON + b" 2"]  # the first went with the queue
+    assert count(settings, indexer_queue(settings)) == 0
+
+
+def refuse_dead_letters(settings: Settings, until: ExitStack) -> None:
+    """The broker refuses every publish to the dead-letter queue until ``until`` closes."""
+    if settings.bus_url:
+        # A bound queue that is always full and rejects new publishes: RabbitMQ nacks.
+        full = Queue(
+            f"{settings.dead_letter_queue}-full",
+            exchange=queues.dead_letter_exchange(settings.dead_letter_exchange),
+            routing_key=queues.EVERYTHING,
+            durable=False,
+            queue_arguments={"x-max-length": 0, "x-overflow": "reject-publish"},
+        )
+        with connected(settings) as conn:
+            full(conn.channel()).declare()
+        until.callback(delete_queue, settings, full)
+        return
+    # Redis refuses the push onto the DLQ's list (WRONGTYPE) while its key holds a string.
+    dlq, saved = settings.dead_letter_queue, f"{settings.dead_letter_queue}.saved"
+    client = until.enter_context(redis_client(settings))
+    client.rename(dlq, saved)
+    client.set(dlq, "not a list")
+    until.callback(client.rename, saved, dlq)
+    until.callback(client.delete, dlq)
+
+
+def test_a_refused_dead_letter_leaves_the_original_unacked_until_the_dlq_takes_it(
+    settings_on: Settings, engine: EmbeddedEngine
+) -> None:
+    settings = settings_on
+    publish_raw(settings, POISON)
+    with ExitStack() as refusal:
+        with running_indexer(settings, engine) as consumer:
+            wait_for(lambda: consumer.totals["dead"] >= 1, what="first dead letter")
+            refuse_dead_letters(settings, refusal)
+            publish_raw(settings, POISON + b" 2")
+            wait_for(lambda: consumer.dead_letters.retries >= 2, what="refused dead letters")
+            assert consumer.totals["dead"] == 1  # the refused batch was not acked
+        # Stopped while refused: the poison is back in the indexer queue, not lost.
+        assert count(settings, indexer_queue(settings)) == 1
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] >= 1, what="dead letter after the refusal")
+    # At least once: a queue that refused may sit beside one that kept a copy (a nack
+    # means "not all queues took it"), so a retried dead letter can appear twice.
+    assert set(dead_letters(settings)) == {POISON, POISON + b" 2"}
+    assert count(settings, indexer_queue(settings)) == 0
+
+
+def _cli(settings: Settings, *args: str) -> tuple[int, str]:
+    env = {
+        "CELLSIGHT_EXCHANGE": settings.exchange,
+        "CELLSIGHT_INDEXER_QUEUE": settings.indexer_queue,
+        "CELLSIGHT_DEAD_LETTER_EXCHANGE": settings.dead_letter_exchange,
+        "CELLSIGHT_DEAD_LETTER_QUEUE": settings.dead_letter_queue,
+    }
+    if settings.bus_url:
+        env["CELLSIGHT_BUS_URL"] = settings.bus_url
+    result = CliRunner().invoke(app, ["--data-dir", str(settings.data_dir), *args], env=env)
+    return result.exit_code, result.output
+
+
+def test_replay_refuses_when_nothing_is_bound_and_keeps_the_letter(
+    settings_on: Settings, engine: EmbeddedEngine
+) -> None:
+    settings = settings_on
+    publish_raw(settings, POISON)
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] >= 1, what="dead letter")
+    assert dead_letters(settings) == [POISON]
+
+    delete_queue(settings, indexer_queue(settings))  # nothing bound to the routing key now
+    code, output = _cli(settings, "dlq", "replay")
+    assert code == 1, output
+    assert "error:" in output and "not replayed" in output and "Traceback" not in output
+    assert dead_letters(settings) == [POISON]  # still there, once
+
+    with connected(settings) as conn:
+        indexer_queue(settings)(conn.channel()).declare()
+    code, output = _cli(settings, "dlq", "replay")
+    assert code == 0, output
+    assert "replayed 1" in output
+    assert dead_letters(settings) == []
+    assert count(settings, indexer_queue(settings)) == 1  # moved, not copied or dropped

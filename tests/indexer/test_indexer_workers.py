@@ -1,0 +1,153 @@
+"""``cellsight indexer --workers 2``: two consumer processes share one RabbitMQ queue,
+the index converges on the cells' state, and SIGTERM stops both cleanly."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kombu import Connection
+
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.clients import build_notifier
+from cellsight.indexer.dlq import peek
+from cellsight.indexer.engines.base import IndexMissing
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.settings import Settings
+from tests.support.indexing import bus_settings, index_differences, wait_for
+from tests.support.publishers import CountingPublisher
+
+pytestmark = pytest.mark.services
+
+STOPPED = re.compile(r"^indexer\[(\d+)\] stopped: (\{.*\})$")
+
+
+def _cluster(settings: Settings) -> CellRegistry:
+    registry = CellRegistry.from_settings(settings)
+    for name in ("cell1", "cell2"):
+        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
+        for host in ("host1", "host2"):
+            add_compute_node(registry.cell_engine(cell), host, availability_zone="az1")
+    return registry
+
+
+def _workers(settings: Settings, n: int) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "CELLSIGHT_BUS_URL": settings.bus_url or "",
+            "CELLSIGHT_EXCHANGE": settings.exchange,
+            "CELLSIGHT_INDEXER_QUEUE": settings.indexer_queue,
+            "CELLSIGHT_DEAD_LETTER_EXCHANGE": settings.dead_letter_exchange,
+            "CELLSIGHT_DEAD_LETTER_QUEUE": settings.dead_letter_queue,
+            "CELLSIGHT_BATCH_AGE_MS": "50",
+            "CELLSIGHT_BATCH_COUNT": "20",
+            "COLUMNS": "250",  # one line per message from the console
+        }
+    )
+    command = [sys.executable, "-m", "cellsight", "--data-dir", str(settings.data_dir)]
+    return subprocess.Popen(
+        [*command, "indexer", "--workers", str(n)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _consumers(settings: Settings) -> int:
+    with Connection(settings.bus_url) as conn, conn.channel() as ch:
+        try:
+            return int(ch.queue_declare(settings.indexer_queue, passive=True).consumer_count)
+        except conn.channel_errors:  # not declared yet: the workers are still starting
+            return 0
+
+
+def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
+    try:
+        return not index_differences(registry, engine)
+    except IndexMissing:
+        return False
+
+
+def test_two_workers_converge_and_stop_on_sigterm(rabbitmq_url: str, tmp_path: Path) -> None:
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    registry = _cluster(settings)
+    notifier = build_notifier(settings)  # declares the queue the workers consume
+    publisher = CountingPublisher(notifier)
+    ops = Operations(registry, publisher, publisher_id="test")
+    proc = _workers(settings, 2)
+    try:
+        # Both consumers attached before the stream starts, so RabbitMQ shares it out.
+        wait_for(lambda: proc.poll() is None and _consumers(settings) == 2, what="2 consumers")
+        uuids: list[str] = []
+        for i in range(12):
+            made = ops.boot(
+                BootRequest(f"vm{i}", "m1.small", project_id="p1", user_id="u", count=3)
+            )
+            uuids += [p.uuid for p in made.instances]
+        for i, vm in enumerate(uuids):
+            ops.rename(vm, f"renamed-{i}")
+            ops.set_tags(vm, [f"t{i % 3}", "all"])
+            if i % 2:
+                ops.power_off(vm)
+            if i % 5 == 0:
+                ops.delete(vm)
+        engine = EmbeddedEngine(settings.index_path)
+        wait_for(lambda: _matches(registry, engine), timeout=120, what="index == cells")
+        assert engine.count("instance") == len(uuids)
+        engine.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    totals = {
+        int(m.group(1)): ast.literal_eval(m.group(2))
+        for m in (STOPPED.match(line.strip()) for line in out.splitlines())
+        if m
+    }
+    assert sorted(totals) == [0, 1], out
+    assert all(sum(t.values()) > 0 for t in totals.values()), totals  # both did work
+    assert sum(sum(t.values()) for t in totals.values()) == publisher.count
+    assert sum(t["dead"] for t in totals.values()) == 0
+    assert _consumers(settings) == 0  # both channels closed
+    with Connection(settings.bus_url) as conn:
+        assert list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue)) == []
+    notifier.close()
+    registry.close()
+
+
+def test_three_workers_on_a_fresh_data_dir_with_the_embedded_bus(tmp_path: Path) -> None:
+    """Nothing exists yet (API database, index, bus): the workers must not race to
+    create them, and the embedded bus is shared by all of them."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    proc = _workers(settings, 3)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # printed once the shared parts exist
+        assert first.startswith("indexer: 3 worker processes"), first
+        registry = _cluster(settings)
+        notifier = build_notifier(settings)
+        ops = Operations(registry, CountingPublisher(notifier), publisher_id="test")
+        made = ops.boot(BootRequest("vm", "m1.small", project_id="p1", user_id="u", count=6))
+        engine = EmbeddedEngine(settings.index_path)
+        wait_for(lambda: _matches(registry, engine), timeout=120, what="index == cells")
+        assert engine.count("instance") == len(made.instances)
+        engine.close()
+        notifier.close()
+        registry.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    assert sorted(int(m.group(1)) for m in map(STOPPED.match, out.splitlines()) if m) == [0, 1, 2]
+    assert "Traceback" not in err, err

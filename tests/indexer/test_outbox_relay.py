@@ -1,0 +1,139 @@
+"""A producer SIGKILLed between its commit and its publish loses nothing: the
+notifications wait in the cell's outbox and ``cellsight outbox relay`` delivers them,
+through the real bus, to the indexer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellsight.cells import outbox
+from cellsight.cells.database import connect
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.reads import iter_instances
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.settings import Settings
+from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
+from tests.support.publishers import FailingPublisher
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "CELLSIGHT_DATA_DIR": str(settings.data_dir),
+        "CELLSIGHT_EXCHANGE": settings.exchange,
+        "CELLSIGHT_INDEXER_QUEUE": settings.indexer_queue,
+        "CELLSIGHT_DEAD_LETTER_EXCHANGE": settings.dead_letter_exchange,
+        "CELLSIGHT_DEAD_LETTER_QUEUE": settings.dead_letter_queue,
+        # The killed producer held its cell's relay lease: the relay waits this long.
+        "CELLSIGHT_OUTBOX_LEASE": "2",
+    }
+    if settings.bus_url:
+        env["CELLSIGHT_BUS_URL"] = settings.bus_url
+    return env
+
+
+@pytest.mark.parametrize("bus", ["rabbitmq", "embedded"])
+def test_a_producer_killed_between_commit_and_publish_loses_nothing(
+    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if bus == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    settings = bus_settings(tmp_path / "data", bus)
+    registry = CellRegistry.from_settings(settings)
+    cell = registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    for host in ("h1", "h2"):
+        add_compute_node(registry.cell_engine(cell), host)
+    env = _env(settings)
+
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.stalled_producer", "survivor"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert producer.stdout is not None
+        line = producer.stdout.readline()
+        assert line.strip() == "COMMITTED", line + (
+            producer.stderr.read() if producer.stderr else ""
+        )
+        producer.send_signal(signal.SIGKILL)
+    finally:
+        producer.kill()
+        producer.wait(30)
+    assert producer.returncode == -signal.SIGKILL
+
+    engine_db = registry.cell_engine(cell)
+    with connect(engine_db) as conn:
+        rows = list(iter_instances(conn))
+        waiting = outbox.pending(conn)
+    assert [r["display_name"] for r in rows] == ["survivor"]  # the change committed
+    assert waiting == 4  # create.start, update, create.end, compute_node.update: none published
+    uuid = rows[0]["uuid"]
+
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    try:
+        relay = subprocess.run(
+            [sys.executable, "-m", "cellsight", "outbox", "relay"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert relay.returncode == 0, relay.stdout + relay.stderr
+        assert "cell1: published 4, 0 left" in relay.stdout
+        with connect(engine_db) as conn:
+            assert outbox.pending(conn) == 0
+        with running_indexer(settings, engine) as consumer:
+            wait_for(lambda: consumer.totals["indexed"] >= 2, what="relayed notifications")
+        stored = engine.get("instance", uuid)
+        assert stored is not None and stored.document["display_name"] == "survivor"
+        assert index_differences(registry, engine) == {}
+    finally:
+        engine.close()
+        registry.close()
+
+
+def test_relay_with_the_bus_down_exits_1_in_one_line_and_keeps_the_rows(tmp_path: Path) -> None:
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = CellRegistry.from_settings(settings)
+    cell = registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    add_compute_node(registry.cell_engine(cell), "h1")
+    Operations(registry, FailingPublisher()).boot(BootRequest("kept", "m1.small", "p", "u"))
+    env = {
+        **_env(settings),
+        # Nothing listens there: every publish fails after its bounded retries.
+        "CELLSIGHT_BUS_URL": "amqp://guest:guest@127.0.0.1:1//",
+        "CELLSIGHT_PUBLISH_TIMEOUT": "1",
+    }
+    relay = subprocess.run(
+        [sys.executable, "-m", "cellsight", "outbox", "relay", "--no-wait"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert relay.returncode == 1, relay.stdout + relay.stderr
+    assert "cell1: published 0, 4 left" in relay.stdout
+    assert relay.stderr.strip().startswith("error: outbox relay incomplete for cell1")
+    assert "Traceback" not in relay.stderr
+    with connect(registry.cell_engine(cell)) as conn:
+        assert outbox.pending(conn) == 4
+    registry.close()

