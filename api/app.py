@@ -14,7 +14,7 @@ from cellsight.api import errors, openapi
 from cellsight.api.auth import Authenticator
 from cellsight.api.fanout import FanOut
 from cellsight.api.index_probe import DeferredEngine, IndexProber
-from cellsight.api.metrics import ApiMetrics
+from cellsight.api.metrics import ApiMetrics, RequestTimer
 from cellsight.api.paths import InstanceSearch
 from cellsight.api.routes import health, nodes, query, reservations, servers, versions
 from cellsight.api.safe_connect import SafeConnect
@@ -57,6 +57,7 @@ def create_app(
         metrics=metrics,
     )
     safe_connect = SafeConnect(settings.safe_connect_cooldown)
+    metrics.safe_connect.set_function(lambda: 1.0 if safe_connect.flagged else 0.0)
     search = InstanceSearch(registry, engine, fanout, safe_connect, metrics)
 
     def next_probe_delay() -> float:
@@ -95,6 +96,7 @@ def create_app(
     app.state.search = search
     app.state.prober = prober
     app.state.metrics = metrics
+    app.add_middleware(RequestTimer, metrics=metrics)
     errors.install(app)
     openapi.install(app)
 

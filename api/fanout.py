@@ -192,6 +192,8 @@ class FanOut:
             self._run(cells, fn, out)
         finally:
             self.admission.release(len(cells))
+        for s in out.skipped:
+            self.metrics.cells_skipped.labels(s.name, s.reason).inc()
         if out.skipped:
             log.warning(
                 "skipped cells: %s",
@@ -307,6 +309,7 @@ class FanOut:
                     docs = self.fetch(cell, conn, after)
             except CELL_FAILURES as exc:
                 skipped.append(self._failed(cell, exc))
+                self.metrics.cells_skipped.labels(cell.name, skipped[-1].reason).inc()
                 log.warning("skipped cell %s mid-listing: %s", cell.name, _describe(exc))
                 return
             rows_read[cell.uuid] = rows_read.get(cell.uuid, 0) + len(docs)

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+# ``headers.PATH`` as ASGI carries it (lower case, bytes); headers imports the fan-out,
+# which imports this module, hence the literal (a test keeps the two equal).
+PATH_HEADER = b"x-cellsight-path"
 
 
 class ApiMetrics:
@@ -41,6 +47,23 @@ class ApiMetrics:
             "One cell's query on the fan-out path, from its start",
             registry=self.registry,
         )
+        self.requests = Histogram(
+            "cellsight_api_request_seconds",
+            "Request latency by the path that answered (index, fanout; none: not a listing)",
+            ["path"],
+            registry=self.registry,
+        )
+        self.cells_skipped = Counter(
+            "cellsight_api_cells_skipped",
+            "Cells a fan-out skipped (timeout or error), by cell",
+            ["cell", "reason"],
+            registry=self.registry,
+        )
+        self.safe_connect = Gauge(
+            "cellsight_api_safe_connect_active",
+            "1 while the safe-connect flag keeps listings off the index",
+            registry=self.registry,
+        )
         self._logged: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -53,3 +76,33 @@ class ApiMetrics:
             self._logged.add((where, kind))
         if first:
             log.error("%s: unexpected %s (logged once per kind)", where, kind, exc_info=exc)
+
+
+class RequestTimer:
+    """ASGI middleware: each HTTP request's latency into ``cellsight_api_request_seconds``,
+    labelled by the ``X-Cellsight-Path`` the response carries (a plain ASGI wrapper, not
+    Starlette's ``BaseHTTPMiddleware``, so large listings are not buffered twice)."""
+
+    def __init__(self, app: Any, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        begun = time.perf_counter()
+        path = "none"
+
+        async def timed_send(message: Any) -> None:
+            nonlocal path
+            if message["type"] == "http.response.start":
+                for name, value in message.get("headers", ()):
+                    if name.lower() == PATH_HEADER:
+                        path = value.decode("latin-1")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, timed_send)
+        finally:
+            self.metrics.requests.labels(path).observe(time.perf_counter() - begun)

@@ -268,9 +268,7 @@ def relay_cells(
 
     A cell that cannot be reached gets a report with its error; the others go on.
     """
-    chosen = (
-        [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
-    )
+    chosen = [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
     reports: dict[str, RelayReport] = {}
     for cell in chosen:
         try:

@@ -6,7 +6,8 @@ floor: the same rows through the same SQL with nothing else (``sqlite_floor_live
 Prints one JSON object: per path docs/s (wall), CPU µs per document (this thread), and
 ``live_to_floor``, the live path's rate over the floor's.
 
-Documents are the Nova ``instance.create.end`` sample varied per instance (uuid, names,
+Documents are a generated ``instance.create.end`` (``tests/support/novagen.py``, every
+InstancePayload field) varied per instance (uuid, names,
 project, cell, timestamps, tags, addresses), built before the clock starts.
 """
 
@@ -17,6 +18,7 @@ import gc
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 import uuid
@@ -33,12 +35,13 @@ from cellsight.notifications.base import format_timestamp
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.payloads import InstancePayload
 
-SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "nova-notification-samples"
-SAMPLE = SAMPLES / "instance-create-end.json"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.support import novagen  # realistic notifications, every field
 
 
 def build(count: int) -> list[WriteOp]:
-    n = decode(json.loads(SAMPLE.read_text()))
+    n = decode(novagen.notification("instance.create.end", seed=1))
     assert isinstance(n.payload, InstancePayload)
     base = instance_document(n.payload, n.event_type, event_version(n.payload, n.event, None))
     start = datetime(2024, 1, 1, tzinfo=UTC)

@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
 import threading
@@ -291,8 +292,14 @@ class Soak(Faults):
         registry.close()
         if self.proxy is not None:
             self.proxy.close()
+        pids = [bus.server.pid for bus in self.buses if bus.server is not None]
         for bus in reversed(self.buses):
             bus.close()
+        # The bus closes its server only when no other client is connected; a kombu
+        # client of the API thread may still be. The soak's data is throwaway: stop it.
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         self.drop_pg()
         return result
 

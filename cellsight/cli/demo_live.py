@@ -40,6 +40,7 @@ class LiveStream:
     refused: Counter[str] = field(default_factory=Counter)
     _pool: list[str] = field(default_factory=list)
     _live: list[str] = field(default_factory=list)
+    _reserved: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -74,10 +75,24 @@ class LiveStream:
         """One random operation; returns its name."""
         from cellsight.cells.errors import CellsError
         from cellsight.cells.instances import BootRequest
+        from cellsight.cells.reservations import Reservations
 
         choice = self._random.random()
         try:
-            if choice < 0.15 and len(self._live) < MAX_LIVE:
+            if self._reserved and choice < 0.5:
+                # A reservation made earlier becomes a real server (instance.create.*).
+                uuid = self._reserved.pop()
+                Reservations(self.ops).commit(uuid)
+                self._live.append(uuid)
+                kind = "commit"
+            elif choice < 0.08 and len(self._live) < MAX_LIVE:
+                # Capacity held first, the server built a step or two later.
+                reserved = Reservations(self.ops).reserve(
+                    name=next(self._names), project_id="demo", user_id="alice", flavor="m1.small"
+                )
+                self._reserved.append(reserved.uuid)
+                kind = "reserve"
+            elif choice < 0.15 and len(self._live) < MAX_LIVE:
                 result = self.ops.boot(
                     BootRequest(
                         display_name=next(self._names),

@@ -163,4 +163,3 @@ def index_purge(
     console.print(
         f"purged {removed} tombstone(s) deleted before {datetime.now(UTC) - age:%Y-%m-%d %H:%M}Z"
     )
-

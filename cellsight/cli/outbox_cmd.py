@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from typing import Annotated
@@ -53,15 +54,28 @@ def relay(
             "(a producer killed mid-publish leaves one behind)"
         ),
     ] = True,
+    every: Annotated[
+        float | None,
+        typer.Option(
+            min=0.1,
+            help="Keep running: relay every this many seconds until SIGTERM/SIGINT "
+            "(a service beside producers the indexer's own relay does not cover)",
+        ),
+    ] = None,
 ) -> None:
     """Publish every cell's waiting notifications in order, with publisher confirms.
 
     Exits 1 when a cell could not be relayed completely (its rows stay for next time).
+    With ``--every`` it keeps relaying (a failed pass is logged and retried) and exits 0
+    on SIGTERM/SIGINT.
     """
     from cellsight.cells.outbox import Outbox, relay_cells
     from cellsight.clients import build_notifier
 
     settings = settings_of(ctx)
+    if every is not None:
+        _relay_forever(ctx, settings, every)
+        return
     deadline = time.monotonic() + (settings.outbox_lease + 1.0 if wait else 0.0)
     with open_registry(ctx) as registry, build_notifier(settings) as notifier:
         relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
@@ -87,6 +101,28 @@ def relay(
             failed.append(name)
     if failed:
         fail(f"outbox relay incomplete for {', '.join(failed)}", code=1)
+
+
+def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None:
+    from cellsight.cells.outbox import Outbox, start_periodic_relay
+    from cellsight.clients import build_notifier
+
+    stop = threading.Event()
+
+    def _stop(signum: int, frame: object) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+            relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
+            console.print(f"relaying every {every:g} s until SIGTERM/SIGINT", highlight=False)
+            worker = start_periodic_relay(registry, relay, every, stop)
+            stop.wait()
+            worker.join(timeout=settings.publish_timeout + every)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 @app.command("status")

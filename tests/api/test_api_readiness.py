@@ -65,6 +65,9 @@ def test_starts_with_the_engine_unreachable_then_switches_to_the_index(
         assert ready["safe_connect"]["next_probe_in"] is not None
         assert {c["state"] for c in ready["cells"]} == {"up"} and len(ready["cells"]) == 3
         assert client.get("/healthz").status_code == 200
+        outage = client.get("/metrics").text
+        assert "cellsight_api_safe_connect_active 1.0" in outage
+        assert 'cellsight_api_request_seconds_count{path="fanout"}' in outage
 
         proxy.start()  # the engine is back on the same port
         back = until(lambda: (r := client.get("/readyz").json())["path"] == "index" and r)
@@ -76,6 +79,9 @@ def test_starts_with_the_engine_unreachable_then_switches_to_the_index(
         assert 'cellsight_api_index_probes_total{result="unavailable"}' in metrics
         assert 'cellsight_api_index_probes_total{result="synced"}' in metrics
         assert 'cellsight_api_path_decisions_total{path="index"' in metrics, metrics
+        assert "cellsight_api_safe_connect_active 0.0" in metrics
+        assert 'cellsight_api_request_seconds_count{path="index"} 1.0' in metrics
+        assert 'cellsight_api_request_seconds_count{path="none"}' in metrics  # /readyz
 
 
 @pytest.mark.parametrize("state", ["missing", "corrupt"])

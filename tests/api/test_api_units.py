@@ -183,3 +183,10 @@ def test_order_key_nulls_and_directions() -> None:
     assert [d["uuid"] for d in sorted(docs, key=order_key(desc))] == ["a", "c", "d", "b"]
     by_time = (SortKey("created_at", Direction.DESC), SortKey("uuid"))
     assert [d["uuid"] for d in sorted(docs, key=order_key(by_time))] == ["c", "b", "a", "d"]
+
+
+def test_the_latency_middleware_reads_the_path_header_by_its_name() -> None:
+    from cellsight.api.headers import PATH
+    from cellsight.api.metrics import PATH_HEADER
+
+    assert PATH.lower().encode() == PATH_HEADER

@@ -78,6 +78,10 @@ def test_a_dropped_mariadb_cell_is_skipped(tmp_path: Path, mariadb_server: sa.UR
         assert response.status_code == 200
         (skipped,) = parse_skipped(response.headers[SKIPPED_CELLS])
         assert skipped[2] == "error"
+        metrics = client.get("/metrics").text
+        assert f'cellsight_api_cells_skipped_total{{cell="{skipped[0]}",reason="error"}} 1.0' in (
+            metrics
+        )
         client.close()
     finally:
         world.close()

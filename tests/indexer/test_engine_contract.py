@@ -117,8 +117,9 @@ def test_bulk_then_get_returns_the_document_and_its_version(
 def test_an_older_or_equal_version_is_stale_and_changes_nothing(ready: SearchEngine) -> None:
     doc_id = new_id()
     assert statuses(ready.bulk([op(doc_id, 10, display_name="kept")])) == [OK]
-    later = ready.bulk([op(doc_id, 10, display_name="same version"),
-                        op(doc_id, 9, display_name="older")])
+    later = ready.bulk(
+        [op(doc_id, 10, display_name="same version"), op(doc_id, 9, display_name="older")]
+    )
     assert statuses(later) == [STALE, STALE]
     ready.refresh("instance")
     stored = ready.get("instance", doc_id)
@@ -146,8 +147,12 @@ def test_a_newer_version_replaces_the_document(
 
 def test_duplicates_in_one_bulk_call_converge_on_the_newest(ready: SearchEngine) -> None:
     doc_id = new_id()
-    ops = [op(doc_id, 1, display_name="one"), op(doc_id, 1, display_name="one again"),
-           op(doc_id, 3, display_name="three"), op(doc_id, 2, display_name="two")]
+    ops = [
+        op(doc_id, 1, display_name="one"),
+        op(doc_id, 1, display_name="one again"),
+        op(doc_id, 3, display_name="three"),
+        op(doc_id, 2, display_name="two"),
+    ]
     assert statuses(ready.bulk(ops)) == [OK, STALE, OK, STALE]
     ready.refresh("instance")
     stored = ready.get("instance", doc_id)

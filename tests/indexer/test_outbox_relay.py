@@ -137,3 +137,41 @@ def test_relay_with_the_bus_down_exits_1_in_one_line_and_keeps_the_rows(tmp_path
     with connect(registry.cell_engine(cell)) as conn:
         assert outbox.pending(conn) == 4
     registry.close()
+
+
+def test_relay_every_keeps_running_until_sigterm(tmp_path: Path) -> None:
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = CellRegistry.from_settings(settings)
+    cell = registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    add_compute_node(registry.cell_engine(cell), "h1")
+    ops = Operations(registry, FailingPublisher())
+    ops.boot(BootRequest("first", "m1.small", "p", "u"))
+    engine_db = registry.cell_engine(cell)
+
+    def waiting() -> int:
+        with connect(engine_db) as conn:
+            return outbox.pending(conn)
+
+    assert waiting() == 4
+    relay = subprocess.Popen(
+        [sys.executable, "-m", "cellsight", "outbox", "relay", "--every", "0.2"],
+        env=_env(settings),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: waiting() == 0, 60, "the first pass")
+        # Still running: a change committed later is relayed by a later pass.
+        ops.boot(BootRequest("second", "m1.small", "p", "u"))
+        assert waiting() > 0
+        wait_for(lambda: waiting() == 0, 60, "a later pass")
+        assert relay.poll() is None
+        relay.send_signal(signal.SIGTERM)
+        out, err = relay.communicate(timeout=60)
+    finally:
+        relay.kill()
+    assert relay.returncode == 0, out + err
+    assert "Traceback" not in err
+    registry.close()

@@ -88,16 +88,31 @@ def embedded_redis_servers(under: Path) -> list[int]:
     return pids
 
 
+def kill_embedded_redis_servers(under: Path) -> None:
+    for pid in embedded_redis_servers(under):
+        # SIGKILL: Redis ignores SIGTERM when its final save fails, and this is a
+        # test's throwaway data.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.fixture(autouse=True)
 def _no_leftover_embedded_bus(tmp_path: Path) -> Iterator[None]:
     """A test's embedded Redis server must not outlive the test (a kombu client that
     lingers after close keeps it from stopping itself); stop any that did."""
     yield
-    for pid in embedded_redis_servers(tmp_path):
-        # SIGKILL: Redis ignores SIGTERM when its final save fails, and this is a
-        # test's throwaway data.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    kill_embedded_redis_servers(tmp_path)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_embedded_bus_in_session(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """The same for directories made with ``tmp_path_factory`` (hypothesis examples),
+    which no test's ``tmp_path`` covers: at the end of the session (of this xdist
+    worker), nothing under its base directory is in use any more."""
+    yield
+    kill_embedded_redis_servers(tmp_path_factory.getbasetemp())
 
 
 # PostgreSQL and MariaDB -----------------------------------------------------------------
