@@ -205,7 +205,23 @@ COMPUTED: dict[str, list[FieldDef]] = {
             computed=True,
         )
     ],
-    "node": [],
+    # Not in the node documents: added to each one when a snapshot is loaded, from
+    # either source (``cellsight.api.query2.nodes.with_derived``), so filters evaluate
+    # them like any other field. Not computed at render time: ``computed`` stays False.
+    "node": [
+        FieldDef(name, title, kind, doc, doc_field=name, doc_kind=doc_kind)
+        for name, title, kind, doc_kind, doc in (
+            ("name", "Node", QKind.TEXT, Kind.KEYWORD, "Node name: the hypervisor host name"),
+            ("cell", "Cell", QKind.TEXT, Kind.KEYWORD, "Name of the cell holding the node"),
+            (
+                "memory_mb_free",
+                "MemoryMBFree",
+                QKind.UNIT,
+                Kind.LONG,
+                "Memory not in use in MiB, total minus used",
+            ),
+        )
+    ],
 }
 
 REGISTRY: dict[str, dict[str, FieldDef]] = {

@@ -82,9 +82,11 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
             if is_synced(engine, "node"):
                 documents = _from_index(engine, [c.uuid for c in cells])
                 safe.succeeded()
+                names = {c.uuid: c.name for c in cells}
                 by_cell: dict[str, list[dict[str, Any]]] = {c.uuid: [] for c in cells}
                 for doc in documents:
-                    by_cell.setdefault(str(doc.get("cell_uuid")), []).append(doc)
+                    cell = str(doc.get("cell_uuid"))
+                    by_cell.setdefault(cell, []).append(with_derived(doc, names.get(cell)))
                 return CellLoad(by_cell, (), "index")
             safe.release_probe()
         except EngineError as exc:
@@ -96,6 +98,17 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
             state.metrics.bug("node index read", exc, log)
             safe.release_probe()
     return _from_cells(list(cells), state.fanout)
+
+
+def with_derived(doc: dict[str, Any], cell_name: str | None) -> dict[str, Any]:
+    """``doc`` with the node fields no document stores (``fields.COMPUTED["node"]``)."""
+    total, used = doc.get("memory_mb"), doc.get("memory_mb_used")
+    doc["name"] = doc.get("hypervisor_hostname")
+    doc["cell"] = cell_name
+    doc["memory_mb_free"] = (
+        max(0, total - used) if isinstance(total, int) and isinstance(used, int) else None
+    )
+    return doc
 
 
 def _from_index(engine: SearchEngine, cells: list[str]) -> list[dict[str, Any]]:
@@ -112,7 +125,10 @@ def _from_index(engine: SearchEngine, cells: list[str]) -> list[dict[str, Any]]:
 
 def _from_cells(cells: list[CellMapping], fanout: FanOut) -> CellLoad:
     def read(cell: CellMapping, conn: Any) -> list[dict[str, Any]]:
-        return [comparable(node_row_document(row, cell.uuid)) for row in list_compute_nodes(conn)]
+        return [
+            with_derived(comparable(node_row_document(row, cell.uuid)), cell.name)
+            for row in list_compute_nodes(conn)
+        ]
 
     results = fanout.map_cells(cells, read)
     return CellLoad(dict(results.results), tuple(results.skipped), "cells")

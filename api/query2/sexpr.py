@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
 from cellsight.api.query2.fields import REGISTRY, FieldDef, QKind
 from cellsight.api.status import status_filter
 from cellsight.indexer.fields import Kind, field_map
+from cellsight.query.fields import DocField
 from cellsight.query.prepare import QueryError, prepare_filter
 from cellsight.query.regex import InvalidRegex, validate
 from cellsight.query.tree import (
@@ -123,6 +125,18 @@ class ParsedFilter:
     fields: frozenset[str]  # the registry names the filter refers to
 
 
+@cache
+def filter_fields(resource: str) -> dict[str, DocField]:
+    """The document fields a filter may name: the stored ones, and the node fields each
+    snapshot adds (``fields.COMPUTED["node"]``, evaluated in memory like stored ones)."""
+    derived = {
+        f.doc_field: DocField(f.doc_field, f.doc_kind, f.many, f.doc)
+        for f in REGISTRY[resource].values()
+        if resource == "node" and f.doc_field not in field_map(resource)
+    }
+    return {**field_map(resource), **derived}
+
+
 def parse(resource: str, raw: Any, *, max_depth: int = MAX_DEPTH) -> ParsedFilter:
     """The tree of a filter and the fields it names; ``None`` matches everything."""
     if raw is None:
@@ -131,7 +145,7 @@ def parse(resource: str, raw: Any, *, max_depth: int = MAX_DEPTH) -> ParsedFilte
     tree = parser.parse(raw, 1)
     try:
         # The compilers' own check: whatever passes here compiles on every path.
-        prepare_filter(tree, field_map(resource))
+        prepare_filter(tree, filter_fields(resource))
     except QueryError as exc:
         raise MalformedFilter(f"filter: {exc}") from None
     return ParsedFilter(tree, frozenset(parser.named))

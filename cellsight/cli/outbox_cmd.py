@@ -6,15 +6,17 @@ import json
 import signal
 import threading
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cellsight.cli.cells_cmd import open_registry
 from cellsight.cli.context import console, fail, settings_of
-from cellsight.notifications.bus import Bus
-from cellsight.notifications.notifier import Notifier
-from cellsight.settings import Settings
+
+if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command that runs needs them
+    from cellsight.notifications.bus import Bus
+    from cellsight.notifications.notifier import Notifier
+    from cellsight.settings import Settings
 
 app = typer.Typer(
     name="outbox",

@@ -8,9 +8,10 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cellsight.settings import Settings
+if TYPE_CHECKING:  # pydantic-settings costs a tenth of a second: `--help` never needs it
+    from cellsight.settings import Settings
 
 ADMIN_TOKEN = "cli:admin"
 

@@ -181,3 +181,30 @@ def test_nodes_same_on_both_paths(pair: Pair, world: World, raw: Any) -> None:
     assert bodies["index"] == bodies["fanout"]
     assert [row[0][1] for row in bodies["index"]["data"]] == want
     assert json.dumps(bodies["index"])  # plain JSON all the way
+
+
+def test_derived_node_fields_on_both_paths(pair: Pair, world: World) -> None:
+    """``name``, ``cell`` and ``memory_mb_free`` are in no document: each snapshot adds
+    them, from the index or the cells alike, and filters see them like stored fields."""
+    docs = {d["uuid"]: d for d in node_documents(world)}
+    cell_names = {c.uuid: c.name for c in world.registry.list_cells()}
+    free = {u: d["memory_mb"] - d["memory_mb_used"] for u, d in docs.items()}
+    middle = sorted(free.values())[len(free) // 2]
+    fields = ["uuid", "name", "cell", "memory_mb_free"]
+    bodies = {}
+    for client, path in ((pair.index, "index"), (pair.fanout, "fanout")):
+        listing = query(client, "node", {"fields": fields}).json()
+        chosen = query(
+            client, "node", {"fields": ["uuid"], "filter": [">", "memory_mb_free", middle]}
+        )
+        bodies[path] = (listing, chosen.json())
+    assert bodies["index"] == bodies["fanout"]
+    listing, chosen = bodies["index"]
+    assert len(listing["data"]) == len(docs)
+    for (_, uuid), (_, name), (_, cell), (status, value) in listing["data"]:
+        doc = docs[uuid]
+        assert name == doc["hypervisor_hostname"] and cell == cell_names[doc["cell_uuid"]]
+        assert (status, value) == ((4, None) if doc["offline"] else (0, free[uuid]))
+    want = sorted(u for u, d in docs.items() if free[u] > middle)
+    assert "data" in chosen, chosen
+    assert want and [row[0][1] for row in chosen["data"]] == want
