@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.drift
+
 from soak_faults import Faults
 from soak_parts import (
     Child,
@@ -42,7 +45,6 @@ from soak_parts import (
     answers,
     child_env,
     free_port,
-    index_differences,
     latency_summary,
     verdict,
 )
@@ -57,9 +59,11 @@ from cellsight.cells.operations import Operations
 from cellsight.cells.outbox import Outbox
 from cellsight.clients import build_bus, build_notifier
 from cellsight.indexer.dlq import peek
+from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.verify import Verifier
 from cellsight.settings import load_settings
+from tests.support.drift import Drift, index_differences
 
 ENV = {
     "CELLSIGHT_BATCH_AGE_MS": "100",
@@ -307,16 +311,17 @@ class Soak(Faults):
     def settle(self, registry: CellRegistry, load_seconds: float) -> dict[str, Any]:
         started = time.monotonic()
         engine = EmbeddedEngine(self.settings.index_path)
-        diffs: dict[str, str] = {"*": "not checked"}
+        diffs: dict[str, Drift] | None = None  # None: no instance index to compare
         waiting = -1
         while time.monotonic() - started < 240:
             waiting = 0
             for cell in registry.list_cells():
                 with connect(registry.cell_engine(cell)) as conn:
                     waiting += outbox.pending(conn)
-            diffs = index_differences(registry, engine) if waiting == 0 else diffs
-            if waiting == 0 and not diffs:
-                break
+            if waiting == 0:
+                diffs = _differences(registry, engine)
+                if diffs == {}:
+                    break
             time.sleep(1.0)
         # The embedded bus is kombu's Redis transport, which BRPOPs a message and only
         # then records it as unacked: an indexer SIGKILLed between the two loses that one
@@ -324,13 +329,13 @@ class Soak(Faults):
         # behind its cell, which anti-entropy exists to repair: check that every
         # difference is of that kind and bounded by the kills, and that verify --repair
         # closes it.
-        behind = [u for u, d in diffs.items() if d == "missing" or _behind(d)]
+        found = diffs or {}
         repaired = 0
         after = diffs
-        if waiting == 0 and diffs and "*" not in diffs:
+        if waiting == 0 and diffs:
             report = Verifier(engine, registry, "instance", repair=True).run(registry.list_cells())
             repaired = sum(c.repaired for c in report.cells)
-            after = index_differences(registry, engine)
+            after = _differences(registry, engine)
         instances = engine.count("instance")
         engine.close()
         with self.buses[-1].connection() as conn:
@@ -347,11 +352,12 @@ class Soak(Faults):
             "load_seconds": round(load_seconds, 1),
             "settle_seconds": round(time.monotonic() - started, 1),
             "outbox_left": waiting,
-            "index_differences": len(diffs),
-            "index_behind": len(behind),
-            "difference_sample": dict(list(diffs.items())[:5]),
+            "index_checked": diffs is not None and after is not None,
+            "index_differences": len(found),
+            "index_behind": sum(1 for d in found.values() if d.behind),
+            "difference_sample": {u: str(d) for u, d in list(found.items())[:5]},
             "repaired_by_verify": repaired,
-            "index_differences_after_verify": len(after),
+            "index_differences_after_verify": len(after or {}),
             "indexer_sigkills": sum(1 for f in self.faults if f["fault"] == "indexer SIGKILL"),
             "instances": instances,
             "dead_letters": len(letters),
@@ -360,10 +366,11 @@ class Soak(Faults):
         }
 
 
-def _behind(difference: str) -> bool:
-    """``fields [...], version 2/3``: the stored version is below the cell's revision."""
-    stored, _, revision = difference.rpartition("version ")[2].partition("/")
-    return stored.isdigit() and revision.isdigit() and int(stored) < int(revision)
+def _differences(registry: CellRegistry, engine: EmbeddedEngine) -> dict[str, Drift] | None:
+    try:
+        return index_differences(registry, engine)
+    except IndexMissing:
+        return None
 
 
 def main() -> int:

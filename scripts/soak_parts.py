@@ -16,10 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from cellsight.cells import reads, rows
-from cellsight.cells.mappings import CellRegistry
-from cellsight.indexer.documents import comparable, instance_document
-from cellsight.indexer.engines.base import IndexMissing, SearchEngine
+from bench.measure import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,18 +135,6 @@ class Proxy:
         self.listener.close()
 
 
-def rss_mb(pid: int | None) -> float | None:
-    if pid is None:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 class RssMonitor(threading.Thread):
     """Samples each role's RSS every second and keeps the maximum."""
 
@@ -162,7 +147,7 @@ class RssMonitor(threading.Thread):
     def run(self) -> None:
         while not self.stop.wait(1.0):
             for role, pid in self.pids().items():
-                value = rss_mb(pid)
+                value = None if pid is None else rss_mb(pid)
                 if value is not None:
                     self.peak[role] = max(self.peak.get(role, 0.0), round(value, 1))
 
@@ -182,29 +167,6 @@ def latency_summary(samples: list[float]) -> dict[str, float]:
         "p99_ms": pct(0.99),
         "max_ms": round(ordered[-1] * 1000, 2),
     }
-
-
-def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str, str]:
-    """uuid → how the index differs from the cell row (empty: equal, row by row)."""
-    try:
-        engine.refresh("instance")
-    except IndexMissing:
-        return {"*": "no index"}
-    diffs: dict[str, str] = {}
-    for cell in registry.list_cells():
-        with registry.cell_engine(cell).connect() as conn:
-            for row in reads.iter_instances(conn):
-                payload: Any = rows.row_to_payload(row, cell.uuid)
-                want = comparable(instance_document(payload, "instance.update", row["revision"]))
-                stored = engine.get("instance", row["uuid"])
-                if stored is None:
-                    diffs[row["uuid"]] = "missing"
-                    continue
-                got = comparable(stored.document)
-                bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
-                if bad or stored.version != row["revision"]:
-                    diffs[row["uuid"]] = f"fields {bad}, version {stored.version}/{row['revision']}"
-    return diffs
 
 
 def wait_gone(pid: int, timeout: float = 30.0) -> None:
@@ -246,7 +208,8 @@ def verdict(summary: dict[str, Any], rss_limit: float) -> dict[str, bool]:
     return {
         # Equal once anti-entropy ran, and before it only behind by what the embedded
         # bus can lose to a SIGKILL (one message per kill); ahead or garbled never.
-        "index_equals_cells": summary["outbox_left"] == 0
+        "index_equals_cells": summary["index_checked"]
+        and summary["outbox_left"] == 0
         and summary["index_differences_after_verify"] == 0
         and summary["index_behind"] == summary["index_differences"]
         and summary["index_differences"] <= summary["indexer_sigkills"],

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from cellsight.api.query2.fields import REGISTRY, FieldDef, QKind
+from cellsight.api.query2.fields import COMPUTED, REGISTRY, FieldDef, QKind
 from cellsight.api.status import status_filter
 from cellsight.indexer.fields import Kind, field_map
 from cellsight.query.fields import DocField
@@ -129,12 +129,13 @@ class ParsedFilter:
 def filter_fields(resource: str) -> dict[str, DocField]:
     """The document fields a filter may name: the stored ones, and the node fields each
     snapshot adds (``fields.COMPUTED["node"]``, evaluated in memory like stored ones)."""
-    derived = {
-        f.doc_field: DocField(f.doc_field, f.doc_kind, f.many, f.doc)
-        for f in REGISTRY[resource].values()
-        if resource == "node" and f.doc_field not in field_map(resource)
+    # The instance's computed ``status`` is not among them: the parser turns it into
+    # state pairs before this check.
+    derived = COMPUTED["node"] if resource == "node" else []
+    return {
+        **field_map(resource),
+        **{f.doc_field: DocField(f.doc_field, f.doc_kind, f.many, f.doc) for f in derived},
     }
-    return {**field_map(resource), **derived}
 
 
 def parse(resource: str, raw: Any, *, max_depth: int = MAX_DEPTH) -> ParsedFilter:

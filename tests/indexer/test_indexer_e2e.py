@@ -15,7 +15,8 @@ from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_notifier
 from cellsight.indexer.engines.base import SearchEngine
-from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
+from tests.support.drift import index_differences
+from tests.support.indexing import bus_settings, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
 
 

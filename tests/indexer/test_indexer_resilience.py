@@ -28,7 +28,8 @@ from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from cellsight.indexer.metrics import REGISTRY
 from cellsight.settings import Settings
-from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
+from tests.support.drift import index_differences
+from tests.support.indexing import bus_settings, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
 
 pytestmark = pytest.mark.services

@@ -23,7 +23,8 @@ from cellsight.indexer.dlq import peek
 from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
-from tests.support.indexing import bus_settings, index_differences, wait_for
+from tests.support.drift import index_differences
+from tests.support.indexing import bus_settings, wait_for
 from tests.support.publishers import CountingPublisher
 
 pytestmark = pytest.mark.services

@@ -21,7 +21,8 @@ from cellsight.cells.operations import Operations
 from cellsight.cells.reads import iter_instances
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
-from tests.support.indexing import bus_settings, index_differences, running_indexer, wait_for
+from tests.support.drift import index_differences
+from tests.support.indexing import bus_settings, running_indexer, wait_for
 from tests.support.publishers import FailingPublisher
 
 ROOT = Path(__file__).resolve().parents[2]

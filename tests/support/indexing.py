@@ -1,4 +1,5 @@
-"""Helpers for indexer tests: a consumer on a thread, and index-vs-cells comparison."""
+"""Helpers for indexer tests: a consumer on a thread (index-vs-cells comparison:
+``tests.support.drift``)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from cellsight.cells import reads, rows
-from cellsight.cells.mappings import CellRegistry
 from cellsight.clients import build_bus, build_consumer_config
 from cellsight.indexer.consumer import IndexerConsumer
-from cellsight.indexer.documents import comparable, instance_document
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.settings import Settings, load_settings
 from tests.support.services import RABBITMQ_URL
@@ -54,25 +52,3 @@ def running_indexer(
             consumer.stop.set()
             thread.join(30)
             assert not thread.is_alive(), "indexer did not stop"
-
-
-def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str, str]:
-    """uuid → what differs between each cell row and its document (empty: equal)."""
-    engine.refresh("instance")
-    diffs: dict[str, str] = {}
-    for cell in registry.list_cells():
-        with registry.cell_engine(cell).connect() as conn:
-            for row in reads.iter_instances(conn):
-                payload = rows.row_to_payload(row, cell.uuid)
-                want = comparable(instance_document(payload, "instance.update", row["revision"]))
-                stored = engine.get("instance", row["uuid"])
-                if stored is None:
-                    diffs[row["uuid"]] = "missing"
-                    continue
-                got = comparable(stored.document)
-                bad = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
-                if bad or stored.version != row["revision"]:
-                    diffs[row["uuid"]] = (
-                        f"fields {bad}, version {stored.version} vs {row['revision']}"
-                    )
-    return diffs
