@@ -86,6 +86,10 @@ class LocalSource:
         from cellsight.api.app import create_app
 
         self.app = create_app(settings)
+        # No server lifespan runs here, so no background prober: probe once, as the
+        # prober's first pass would, so the index serves when it can (and an engine that
+        # is down is noticed here, not as a warning in the middle of the query).
+        self.app.state.search.probe()
 
     def query(self, resource: str, fields: list[str], filter_text: str | None) -> Answer:
         from cellsight.api.auth import dev_principal

@@ -120,3 +120,19 @@ def test_units_as_ganeti_formats_them() -> None:
     assert render_table(heads, [[[0, "a"], [0, 5]], [[0, "bbb"], [3, None]]]) == [
         "N           X", "a           5", "bbb (unavail)",
     ]  # fmt: skip
+
+
+def test_local_queries_use_a_synced_index_without_a_server(cli: Invoke, data: Path) -> None:
+    """No server lifespan runs for ``cellsight query``, so no background prober: the
+    local source probes once itself, and a synced index serves (the safe-connect flag
+    stays clear) instead of every local query falling back to the cells."""
+    from cellsight.cli.querysource import LocalSource
+
+    for resource in ("instance", "node"):
+        assert cli("index", "sync", "--type", resource).exit_code == 0
+    source = LocalSource(load_settings(data_dir=data))
+    answer = source.query("node", ["name", "cell"], None)
+    state = source.app.state
+    assert len(answer.body["data"]) == 2
+    assert not state.safe_connect.flagged
+    assert state.search.choose()[0] == "index"
