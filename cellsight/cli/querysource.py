@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -39,6 +36,10 @@ class RemoteSource:
         self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[Any, dict[str, str]]:
+        # urllib.request pulls in http.client and email: 20 ms every `--help` would pay
+        import urllib.error
+        import urllib.request
+
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -63,7 +64,9 @@ class RemoteSource:
         return Answer(body, lowered.get("x-cellsight-skipped-cells"))
 
     def fields(self, resource: str) -> list[dict[str, str]]:
-        body, _ = self._call("GET", f"/v2.1/query/{urllib.parse.quote(resource)}/fields")
+        from urllib.parse import quote
+
+        body, _ = self._call("GET", f"/v2.1/query/{quote(resource)}/fields")
         return list(body["fields"])
 
     def refresh_nodes(self) -> dict[str, Any]:

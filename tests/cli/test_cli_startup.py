@@ -24,6 +24,7 @@ HEAVY = (
     "cellsight.api",
     "cellsight.indexer",
     "cellsight.cells",
+    "urllib.request",  # http.client and email with it: only `--url` needs them
 )
 
 PROBE = """
