@@ -22,7 +22,7 @@ def say(message: str) -> None:
 
 class Stages:
     """CPU seconds per stage, from wrappers that read the calling thread's CPU clock:
-    the bus thread's receive (``drain_events``, which runs the message callback), ack,
+    the bus thread's receive (``_receive``: frames, which run the message callback), ack,
     decode and map (``cellsight.indexer.writer``'s ``decode`` and ``plan``), and on the writer
     threads the whole ``commit`` with the engine's ``bulk`` and reads inside it."""
 
@@ -58,7 +58,7 @@ class Stages:
                 setattr(w, name, fn)
 
     def on_consumer(self, consumer: Any) -> None:
-        consumer.connection.drain_events = self.timed("receive", consumer.connection.drain_events)
+        consumer._receive = self.timed("receive", consumer._receive)
         consumer._ack = self.timed("ack", consumer._ack)
         consumer.writer.commit = self.timed("commit", consumer.writer.commit)
 

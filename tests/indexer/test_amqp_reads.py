@@ -1,0 +1,156 @@
+"""Buffered AMQP reads (``cellsight.indexer.amqp_reads``): frames come out byte for byte
+as the socket carried them, however the bytes were split, and a whole frame is reported
+ready only when every byte of it is buffered. Then the same through a real RabbitMQ,
+with bodies larger than a frame and than the buffer."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
+
+from cellsight.indexer.amqp_reads import FRAME_END, FRAME_HEADER, BufferedRecv, buffered_frames
+
+
+def frame(kind: int, channel: int, payload: bytes) -> bytes:
+    return (
+        bytes([kind])
+        + channel.to_bytes(2, "big")
+        + len(payload).to_bytes(4, "big")
+        + (payload + b"\xce")
+    )
+
+
+def read_frame(recv: BufferedRecv) -> bytes:
+    """As py-amqp reads: exactly n bytes by repeated calls that may return fewer."""
+
+    def exactly(n: int) -> bytes:
+        got = b""
+        while len(got) < n:
+            part = recv(n - len(got))
+            assert part, "socket closed mid-frame"
+            got += part
+        return got
+
+    header = exactly(FRAME_HEADER)
+    size = int.from_bytes(header[3:7], "big")
+    return header + exactly(size) + exactly(FRAME_END)
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    a, b = socket.socketpair()
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=3000), min_size=1, max_size=12),
+    cuts=st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=20),
+    chunk=st.integers(min_value=1, max_value=600),
+)
+def test_frames_survive_any_split(payloads: list[bytes], cuts: list[int], chunk: int) -> None:
+    frames = [frame(3, i % 3, p) for i, p in enumerate(payloads)]
+    wire = b"".join(frames)
+    a, b = socket.socketpair()
+    try:
+
+        def send() -> None:
+            position, i = 0, 0
+            while position < len(wire):
+                size = cuts[i % len(cuts)]
+                a.sendall(wire[position : position + size])
+                position, i = position + size, i + 1
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        recv = BufferedRecv(b.recv, chunk=chunk)
+        got = [read_frame(recv) for _ in frames]
+        sender.join()
+    finally:
+        a.close()
+        b.close()
+    assert got == frames
+    assert recv.buffered == 0
+
+
+def test_whole_frame_only_when_every_byte_is_buffered(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, b = pair
+    first, second = frame(1, 0, b"x" * 50), frame(3, 1, b"y" * 10)
+    recv = BufferedRecv(b.recv, chunk=4096)
+    assert not recv.whole_frame()  # nothing read yet
+    a.sendall(first + second[:-1])
+    assert read_frame(recv) == first  # one recv filled the buffer with both
+    assert recv.buffered == len(second) - 1
+    assert not recv.whole_frame()  # `second` lacks its end octet
+    assert recv(FRAME_HEADER) == second[:FRAME_HEADER]  # served from the buffer
+    a.sendall(second[-1:] + second)
+    assert recv(len(second)) == second[FRAME_HEADER:-1]  # what is buffered, no more
+    assert recv.buffered == 0
+    assert recv(1) == second[-1:]  # the next recv brings the end octet and a whole frame
+    assert recv.whole_frame()
+    assert read_frame(recv) == second
+    assert not recv.whole_frame()
+
+
+def test_recv_never_returns_more_than_asked(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.sendall(bytes(range(200)))
+    recv = BufferedRecv(b.recv, chunk=1024)
+    assert recv(3) == bytes([0, 1, 2])
+    assert recv(500) == bytes(range(3, 200))  # what is buffered, as socket.recv would
+
+
+@pytest.mark.parametrize("bodies", [[b"a" * 2900] * 300 + [b"b" * 600_000] + [b"c" * 10] * 50])
+def test_rabbitmq_messages_through_the_buffered_reader(
+    rabbitmq_url: str, bodies: list[bytes]
+) -> None:
+    """Real broker framing: thousands of frames, one body split over many frames and
+    larger than the buffer; every message arrives whole and in order, and most of them
+    came from the buffer (no recv, no timeout change)."""
+    name = f"cellsight.test.reads.{uuid.uuid4().hex[:8]}"
+    exchange = Exchange(name, type="direct", durable=False, auto_delete=True)
+    queue = Queue(name, exchange, routing_key=name, durable=False, auto_delete=True)
+    received: list[bytes] = []
+    with Connection(rabbitmq_url) as conn:
+        channel = conn.channel()
+        queue(channel).declare()
+        producer = Producer(conn.channel(), exchange=exchange)
+        for body in bodies:
+            producer.publish(body, routing_key=name, content_type="application/octet-stream")
+
+        def on_message(message: Message) -> None:
+            received.append(message.body)
+            message.ack()
+
+        with Consumer(channel, queues=[queue], on_message=on_message, prefetch_count=500):
+            frames = buffered_frames(conn)
+            assert frames is not None, "py-amqp's TCP transport should be buffered"
+            from_buffer = 0
+            while len(received) < len(bodies):
+                if frames.ready():
+                    frames.read_one()
+                    from_buffer += 1
+                else:
+                    conn.drain_events(timeout=10)
+        queue(channel).delete()
+    assert received == bodies
+    assert from_buffer > len(bodies)  # frames (three or more per message) mostly buffered
+
+
+def test_other_transports_keep_their_own_reads(tmp_path: object) -> None:
+    with Connection("memory://") as conn:
+        conn.connect()
+        assert buffered_frames(conn) is None
