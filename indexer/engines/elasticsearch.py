@@ -13,6 +13,7 @@ from typing import Any
 
 from elasticsearch import ApiError, Elasticsearch, TransportError, UnsupportedProductError
 from elasticsearch.helpers import streaming_bulk
+from elasticsearch.serializer import OrjsonSerializer
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
@@ -39,6 +40,8 @@ class ElasticsearchEngine(HttpEngine):
             "request_timeout": timeout,
             "max_retries": 0,
             "retry_on_timeout": False,
+            # the client's own orjson serializer (bulk lines included): as on OpenSearch
+            "serializer": OrjsonSerializer(),
         }
         return Elasticsearch(url, **(defaults | options))
 

@@ -12,8 +12,10 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 from opensearchpy import ConnectionError, OpenSearch, TransportError
 from opensearchpy.helpers import streaming_bulk
+from opensearchpy.serializer import JSONSerializer
 
 from cellsight.indexer.engines.base import EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
@@ -23,6 +25,27 @@ from cellsight.indexer.engines.http_errors import from_status
 
 def _as_is(action: BulkAction) -> BulkAction:
     return action
+
+
+class OrjsonSerializer(JSONSerializer):
+    """orjson for bulk lines and answers: the stdlib encoder was the writer thread's
+    largest Python cost on the HTTP path (profiled against the null bulk endpoint).
+    Whatever orjson refuses (an integer past 64 bits, a lone surrogate) takes the
+    client's own serializer as before."""
+
+    def dumps(self, data: Any) -> Any:
+        if isinstance(data, str):
+            return data
+        try:
+            return orjson.dumps(data).decode()
+        except TypeError:
+            return super().dumps(data)
+
+    def loads(self, s: str) -> Any:
+        try:
+            return orjson.loads(s)
+        except orjson.JSONDecodeError:
+            return super().loads(s)
 
 
 class OpenSearchEngine(HttpEngine):
@@ -36,7 +59,12 @@ class OpenSearchEngine(HttpEngine):
     distribution = "opensearch"
 
     def _make_client(self, url: str, timeout: float, options: dict[str, Any]) -> OpenSearch:
-        defaults: dict[str, Any] = {"timeout": timeout, "max_retries": 0, "retry_on_timeout": False}
+        defaults: dict[str, Any] = {
+            "timeout": timeout,
+            "max_retries": 0,
+            "retry_on_timeout": False,
+            "serializer": OrjsonSerializer(),
+        }
         return OpenSearch(hosts=[url], **(defaults | options))
 
     @contextmanager
