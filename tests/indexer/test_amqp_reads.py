@@ -150,7 +150,7 @@ def test_rabbitmq_messages_through_the_buffered_reader(
     assert from_buffer > len(bodies)  # frames (three or more per message) mostly buffered
 
 
-def test_other_transports_keep_their_own_reads(tmp_path: object) -> None:
+def test_other_transports_keep_their_own_reads() -> None:
     with Connection("memory://") as conn:
         conn.connect()
         assert buffered_frames(conn) is None
