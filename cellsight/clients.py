@@ -141,6 +141,14 @@ def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[st
     return registry.cells_of
 
 
+def build_write_side(
+    settings: Settings,
+) -> tuple[SearchEngine, Callable[[Sequence[str]], dict[str, str]]]:
+    """The engine and cell resolver of an indexer's writer process, built in that process
+    (``functools.partial(build_write_side, settings)`` is what it is handed)."""
+    return build_engine(settings), build_cell_resolver(settings)
+
+
 def build_consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfig:
     """The indexer consumer's names and batching from the settings; ``overrides`` (e.g. a
     shorter ``batch_age`` for the demo) replace single fields."""

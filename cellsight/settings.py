@@ -80,6 +80,11 @@ class Settings(BaseSettings):
     max_in_flight: int = Field(
         0, ge=0, le=64, description="Bulk writes in flight per indexer; 0: 1 embedded, 5 HTTP"
     )
+    write_process: bool = Field(
+        True,
+        description="Indexer: the engine's reads and writes in a writer process beside "
+        "the consumer (which receives, decodes and acks); false: writer threads",
+    )
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Indexer's Prometheus /metrics port; default off"
     )

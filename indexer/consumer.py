@@ -3,8 +3,8 @@
 A message is acked only after its verdict (see ``writer``): nothing is acked before its
 write succeeded or was classified. A batch flushes at a count, a byte size or an age,
 whichever comes first, as one bulk request. While a batch is written (on a writer
-thread, see ``inflight``) the next ones are received and decoded here; finished writes
-are settled in order. On SIGTERM/SIGINT the caller sets ``stop``: what was received is
+thread, see ``inflight``, or in a writer process, see ``write_process``) the next ones
+are received and decoded here; finished writes are settled in order. On SIGTERM/SIGINT the caller sets ``stop``: what was received is
 written and acked within a bounded time, then the channel closes.
 """
 
@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kombu import Connection, Consumer, Message
 
@@ -26,7 +27,8 @@ from cellsight.indexer.deadletter import (
     DeadLetterUnconfirmed,
 )
 from cellsight.indexer.engines.base import SearchEngine
-from cellsight.indexer.inflight import Flights, PlannedBatch, default_in_flight
+from cellsight.indexer.inflight import Flights, Pipeline, default_in_flight
+from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
 from cellsight.notifications import queues
 
@@ -69,7 +71,11 @@ class IndexerConsumer:
         *,
         stop: threading.Event | None = None,
         cell_resolver: CellResolver | None = None,
+        write_process: WriterFactory | None = None,
     ) -> None:
+        """With ``write_process`` (a factory of the engine and cell resolver, called in a
+        child process) decoding and writing run in that child; ``engine`` is then only
+        asked its distribution."""
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
@@ -79,7 +85,8 @@ class IndexerConsumer:
             engine, stop=self._abort, cell_resolver=cell_resolver, max_backoff=config.max_backoff
         )
         self.in_flight = config.in_flight_for(engine)
-        self.prefetch = config.prefetch_for(self.in_flight)
+        # A writer process holds one batch more: decoded while the others are written.
+        self.prefetch = config.prefetch_for(self.in_flight + (write_process is not None))
         self.exchange = queues.notifications_exchange(config.exchange)
         self.queue = queues.indexer_queue(config.queue, self.exchange)
         self.dlx = queues.dead_letter_exchange(config.dead_letter_exchange)
@@ -95,8 +102,12 @@ class IndexerConsumer:
         self._batch: list[Message] = []
         self._bytes = 0
         self._oldest = 0.0
-        self._ready: PlannedBatch | None = None
-        self._flights = Flights(self.writer, self.in_flight)
+        self._ready: Any = None  # the pipeline's prepared batch, not yet launched
+        self._flights: Pipeline = (
+            Flights(self.writer, self.in_flight)
+            if write_process is None
+            else WriteProcess(write_process, self.in_flight, self.writer)
+        )
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
         self.received = 0
@@ -132,6 +143,7 @@ class IndexerConsumer:
                     self.connection = self.connection.clone()
         finally:
             self._abort.set()
+            self._flights.abort()
             self._flights.forget(grace=SHUTDOWN_GRACE)
             self._flights.close()
 
@@ -201,10 +213,9 @@ class IndexerConsumer:
         self._bytes += len(message.body or b"")
         self.received += 1
 
-    def _plan(self) -> PlannedBatch:
+    def _plan(self) -> Any:
         batch, self._batch, self._bytes = self._batch, [], 0
-        outcomes, planned = self.writer.plan([m.body for m in batch])
-        return PlannedBatch(batch, outcomes, planned)
+        return self._flights.prepare(batch)
 
     # Settle -----------------------------------------------------------------
     def _finish(self, grace: float | None) -> None:
@@ -221,6 +232,7 @@ class IndexerConsumer:
             self._settle()
         if pending or self._flights:
             self._abort.set()
+            self._flights.abort()
             left = sum(len(b.messages) for b in pending) + self._flights.forget(grace=1.0)
             log.warning("shutdown: %d messages stay unacked (write not finished)", left)
 

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from kombu import Message
 
@@ -38,6 +39,29 @@ def default_in_flight(distribution: str) -> int:
     """One write at a time on the embedded engine (SQLite has one writer; a second one
     would only wait on its lock), several bulk requests on a cluster."""
     return HTTP_IN_FLIGHT if distribution in HTTP_DISTRIBUTIONS else 1
+
+
+class Settled(Protocol):
+    messages: list[Message]
+    started: float
+
+
+class Pipeline(Protocol):
+    """What the consumer drives: ``Flights`` (writer threads in this process) or
+    ``write_process.WriteProcess`` (decoding and writing in a child process)."""
+
+    def __len__(self) -> int: ...
+    @property
+    def messages(self) -> int: ...
+    def prepare(self, messages: list[Message]) -> Any: ...
+    def can_take(self, batch: Any) -> bool: ...
+    def launch(self, batch: Any) -> None: ...
+    def any_settled(self) -> bool: ...
+    def settled(self) -> Iterator[tuple[Settled, list[Outcome]]]: ...
+    def wait_oldest(self, timeout: float) -> None: ...
+    def abort(self) -> None: ...
+    def forget(self, grace: float) -> int: ...
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -79,6 +103,10 @@ class Flights:
     def messages(self) -> int:
         return sum(len(f.messages) for f in self._queue)
 
+    def prepare(self, messages: list[Message]) -> PlannedBatch:
+        """Decode and map (CPU only), on the consumer's thread while others are written."""
+        return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
+
     def can_take(self, batch: PlannedBatch) -> bool:
         return len(self._queue) < self.limit and not any(f.ids & batch.ids for f in self._queue)
 
@@ -101,6 +129,10 @@ class Flights:
         if self._queue:
             with contextlib.suppress(FutureTimeout):
                 self._queue[0].future.exception(timeout=max(0.0, timeout))
+
+    def abort(self) -> None:
+        """Stop retrying: a write blocked by an outage is abandoned, unacked."""
+        self.writer.stop.set()
 
     def forget(self, grace: float) -> int:
         """Drop every flight unsettled (their messages will be redelivered); wait up to

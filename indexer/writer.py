@@ -34,7 +34,16 @@ from cellsight.indexer.engines.base import (
 from cellsight.indexer.outcomes import Outcome, Verdict, dead
 from cellsight.indexer.planning import Planned, plan
 
-__all__ = ["BatchWriter", "Outcome", "Planned", "Verdict", "dead", "merge_tags", "plan"]
+__all__ = [
+    "BatchWriter",
+    "Outcome",
+    "Planned",
+    "Verdict",
+    "dead",
+    "merge_tags",
+    "plan",
+    "record_outcomes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +81,14 @@ class BatchWriter:
         cell_resolver: CellResolver | None = None,
         max_backoff: float = 30.0,
         floor_ttl: float = 30.0,
+        record_metrics: bool = True,
+        on_retry: Callable[[], None] | None = None,
     ) -> None:
         self.engine = engine
+        # A writer process leaves the metrics to its consumer, which records them from
+        # the verdicts and the retries it is told of (this process's registry is unseen).
+        self.record_metrics = record_metrics
+        self.on_retry = on_retry or metrics.RETRIES.inc
         self.stop = stop or threading.Event()
         self.cell_resolver = cell_resolver
         self.max_backoff = max_backoff
@@ -106,7 +121,8 @@ class BatchWriter:
             if todo:
                 self._retrying(lambda: self._write(todo, outcomes))
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
-        self._count(final)
+        if self.record_metrics:
+            record_outcomes(final)
         return final
 
     def _ensure_ready(self, resources: set[str]) -> None:
@@ -125,9 +141,10 @@ class BatchWriter:
         ):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
-                    metrics.RETRIES.inc()
+                    self.on_retry()
                 fn()
-        metrics.ENGINE_UP.set(1)
+        if self.record_metrics:
+            metrics.ENGINE_UP.set(1)
 
     def _prepare(self, planned: Sequence[Planned], outcomes: list[Outcome | None]) -> None:
         """Tags merge, the purge floor and the cell of Nova's own payloads."""
@@ -140,9 +157,11 @@ class BatchWriter:
         for p in below_floor:
             if p.op.id not in stored:
                 # Its tombstone was purged: a very late event must not recreate it.
-                metrics.STALE.labels(p.op.resource).inc()
                 outcomes[p.position] = Outcome(
-                    Verdict.STALE, "below_purge_floor", event_type=p.notification.event_type
+                    Verdict.STALE,
+                    "below_purge_floor",
+                    event_type=p.notification.event_type,
+                    resource=p.op.resource,
                 )
         merge_tags(instances, stored)
         missing_cell = [p for p in instances if not p.op.document.get("cell_uuid")]
@@ -161,15 +180,17 @@ class BatchWriter:
         for p, result in zip(pending, results, strict=True):
             event_type = p.notification.event_type
             if result.status is WriteStatus.OK:
-                metrics.INDEXED.labels(p.op.resource).inc()
-                outcomes[p.position] = Outcome(Verdict.INDEXED, event_type=event_type)
-                if p.notification.timestamp is not None:
-                    metrics.LAG_SECONDS.observe(
-                        max(0.0, (now - p.notification.timestamp).total_seconds())
-                    )
+                stamp = p.notification.timestamp
+                outcomes[p.position] = Outcome(
+                    Verdict.INDEXED,
+                    event_type=event_type,
+                    resource=p.op.resource,
+                    lag=None if stamp is None else max(0.0, (now - stamp).total_seconds()),
+                )
             elif result.status is WriteStatus.STALE:
-                metrics.STALE.labels(p.op.resource).inc()
-                outcomes[p.position] = Outcome(Verdict.STALE, "stale", event_type=event_type)
+                outcomes[p.position] = Outcome(
+                    Verdict.STALE, "stale", event_type=event_type, resource=p.op.resource
+                )
             elif result.status is WriteStatus.REJECTED:
                 outcomes[p.position] = dead(
                     "rejected", f"engine rejected document: {result.reason}", event_type
@@ -179,11 +200,21 @@ class BatchWriter:
         if retry:
             raise ItemsToRetry(f"{retry} of {len(pending)} items must be retried")
 
-    def _count(self, outcomes: Iterable[Outcome]) -> None:
-        for o in outcomes:
-            metrics.CONSUMED.inc()
-            if o.verdict is Verdict.DEAD:
-                metrics.DEAD_LETTERED.labels(o.reason_code or "unknown").inc()
-                log.warning("dead-lettering %s: %s", o.event_type or "message", o.reason)
-            elif o.verdict is Verdict.IGNORED:
-                metrics.IGNORED.labels(o.event_type or "").inc()
+
+def record_outcomes(outcomes: Iterable[Outcome]) -> None:
+    """The indexer's per-message metrics, from the verdicts alone (wherever they were
+    reached: this process's writer threads or a writer process)."""
+    for o in outcomes:
+        metrics.CONSUMED.inc()
+        if o.verdict is Verdict.INDEXED:
+            metrics.INDEXED.labels(o.resource or "").inc()
+            if o.lag is not None:
+                metrics.LAG_SECONDS.observe(o.lag)
+        elif o.verdict is Verdict.STALE:
+            if o.resource is not None:
+                metrics.STALE.labels(o.resource).inc()
+        elif o.verdict is Verdict.DEAD:
+            metrics.DEAD_LETTERED.labels(o.reason_code or "unknown").inc()
+            log.warning("dead-lettering %s: %s", o.event_type or "message", o.reason)
+        elif o.verdict is Verdict.IGNORED:
+            metrics.IGNORED.labels(o.event_type or "").inc()

@@ -3,7 +3,9 @@
 N workers are N competing consumers on the one indexer queue. That is safe because every
 write is versioned: whichever worker writes an instance's older event last, the engine
 keeps the newest version. Each worker is a whole indexer (its own bus connection, engine
-client and write pipeline), so decoding, which holds Python's GIL, runs on N cores.
+client and write pipeline), so decoding, which holds Python's GIL, runs on N cores. With
+``write_process`` (the default) each worker also has its writer process
+(``cellsight.indexer.write_process``): one worker is already two processes.
 
 The supervisor forwards SIGTERM/SIGINT to every worker, which finishes and acks what it
 received (bounded, see ``cellsight.indexer.consumer``) and exits; if one worker dies, the others
@@ -13,6 +15,7 @@ whole indexer (the dead worker's unacked messages are redelivered meanwhile).
 
 from __future__ import annotations
 
+import functools
 import multiprocessing as mp
 import signal
 import threading
@@ -35,6 +38,7 @@ def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
         build_cell_resolver,
         build_consumer_config,
         build_engine,
+        build_write_side,
     )
     from cellsight.indexer import metrics
     from cellsight.indexer.consumer import IndexerConsumer
@@ -64,11 +68,21 @@ def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
         config = build_consumer_config(settings)
         with build_bus(settings) as bus, bus.connection() as connection:
             consumer = IndexerConsumer(
-                connection, engine, config, stop=stop, cell_resolver=build_cell_resolver(settings)
+                connection,
+                engine,
+                config,
+                stop=stop,
+                cell_resolver=build_cell_resolver(settings),
+                write_process=(
+                    functools.partial(build_write_side, settings)
+                    if settings.write_process
+                    else None
+                ),
             )
+            where = "a writer process" if settings.write_process else "writer threads"
             console.print(
                 f"{name}: {engine.distribution} engine, queue {config.queue} on "
-                f"{bus.display_url}, {consumer.in_flight} write(s) in flight"
+                f"{bus.display_url}, {consumer.in_flight} write(s) in flight in {where}"
             )
             # One relay per indexer (worker 0): the outbox's lease serialises relays anyway.
             relay_notifier = relay_beside_indexer(settings, bus, stop) if worker == 0 else None

@@ -273,6 +273,7 @@ class SearchEngine(Names, DocumentStore, Search, IndexAdmin, MetaStore):
     def close(self) -> None: ...
 
     def reopener(self) -> Callable[[], SearchEngine]:
-        """A picklable factory of this engine for a worker process; only when
-        ``capabilities.worker_processes``."""
+        """A picklable factory of this engine for another process: the indexer's writer
+        process, and (when ``capabilities.worker_processes``: a local file that processes
+        can share) a bulk sync's builders."""
         raise NotImplementedError(f"{type(self).__name__} cannot be reopened in a process")

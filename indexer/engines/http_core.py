@@ -12,10 +12,11 @@ from __future__ import annotations
 import abc
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cellsight.indexer.engines.base import (
@@ -25,6 +26,7 @@ from cellsight.indexer.engines.base import (
     EngineUnavailable,
     IndexMissing,
     Names,
+    SearchEngine,
     WriteOp,
     WriteResult,
 )
@@ -82,6 +84,17 @@ class HttpCore(Names):
         super().__init__(prefix)
         if max_in_flight < 1:
             raise ValueError("max_in_flight must be at least 1")
+        # The real URL stays out of repr and messages, but a writer process needs it.
+        self._reopen: Callable[[], Any] = partial(
+            type(self),
+            url,
+            prefix=prefix,
+            timeout=timeout,
+            bulk_timeout=bulk_timeout,
+            replicas=replicas,
+            max_in_flight=max_in_flight,
+            **client_options,
+        )
         self.client = self._make_client(url, timeout, client_options)
         self.url = redact_url(url)  # for messages; the client is given the real one
         self.timeout = timeout
@@ -94,6 +107,10 @@ class HttpCore(Names):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r}, prefix={self.prefix!r})"
+
+    def reopener(self) -> Callable[[], SearchEngine]:
+        """Another client of the same cluster, for a writer process."""
+        return self._reopen
 
     # Client hooks -------------------------------------------------------------
     @abc.abstractmethod

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
+from cellsight.indexer.engines.sqlite_checkpoint import Checkpointer
 
 # SQLite's primary result codes that mean "try again later" rather than "bug".
 _TRANSIENT = {
@@ -60,6 +61,7 @@ class Connections:
         self._lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
         self._catalog_ready = False
+        self.checkpointer = Checkpointer(path, timeout=timeout)
 
     def get(self) -> sqlite3.Connection:
         # The pid check: a forked child must not reuse its parent's connection.
@@ -87,7 +89,7 @@ class Connections:
             if isinstance(exc, sqlite3.Error):
                 raise translate(exc) from exc
             raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
-        self._local.conn, self._local.pid = conn, os.getpid()
+        self._local.conn, self._local.pid, self._local.writes = conn, os.getpid(), False
         with self._lock:
             self._all.append(conn)
         return conn
@@ -97,6 +99,12 @@ class Connections:
         """One transaction: IMMEDIATE takes the write lock up front, so versions read in
         it stay true; a read transaction pins one snapshot (alias and table agree)."""
         conn = self.get()
+        if write and not getattr(self._local, "writes", False):
+            # This connection writes: checkpoints move to their own thread (see
+            # ``sqlite_checkpoint``). Readers never checkpoint, so they are left alone.
+            conn.execute(self.checkpointer.writer_pragma())
+            self.checkpointer.ensure_running()
+            self._local.writes = True
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             try:
@@ -113,6 +121,7 @@ class Connections:
 
     def close(self) -> None:
         """Close every thread's connection; call it when no thread is using the engine."""
+        self.checkpointer.close()
         with self._lock:
             connections, self._all = self._all, []
         for conn in connections:

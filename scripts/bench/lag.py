@@ -1,7 +1,11 @@
 """Lag at a steady rate: a child process publishes at ``--lag-rate`` for
 ``--lag-seconds`` while the indexer runs; lag = when ``engine.bulk`` returned for a
 document minus its notification's timestamp, per message (the indexer's
-``LAG_SECONDS`` histogram is reported beside it as a cross-check)."""
+``LAG_SECONDS`` histogram is reported beside it as a cross-check).
+
+With ``--lag-pipeline process`` (the CLI's default) the engine is in the writer
+process, which measures the same difference there and sends it back with each verdict
+(``Outcome.lag``); those are the per-message lags then."""
 
 from __future__ import annotations
 
@@ -18,8 +22,9 @@ from bench.bus import Topology, steady_publisher
 from bench.measure import Instrumented, quantile, say
 from bench.phases import run_indexer
 from bench.sites import EngineSite
-from cellsight.indexer import metrics
+from cellsight.indexer import metrics, write_process
 from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
+from cellsight.indexer.outcomes import Outcome, Verdict
 
 
 def _lag_histogram() -> dict[float, float]:
@@ -85,20 +90,38 @@ def phase_lag(
             raise RuntimeError("the lag publisher did not start")
         say(f"  {site.name} lag: publishing {args.lag_rate:,.0f}/s for {args.lag_seconds}s")
         started = time.monotonic()
-        _, seconds, cpu = run_indexer(
-            args.amqp,
-            clock,
-            topo.config(config),
-            until,
-            timeout=args.lag_seconds + 600,
-        )
+        process = args.lag_pipeline == "process"
+        seen: list[float] = []
+        record = write_process.record_outcomes
+
+        def recording(outcomes: list[Outcome]) -> None:
+            seen.extend(o.lag for o in outcomes if o.verdict is Verdict.INDEXED and o.lag)
+            record(outcomes)
+
+        write_process.record_outcomes = recording  # type: ignore[assignment]
+        try:
+            _, seconds, cpu = run_indexer(
+                args.amqp,
+                clock,
+                topo.config(config),
+                until,
+                timeout=args.lag_seconds + 600,
+                write_process=write_process.reopened(engine) if process else None,
+            )
+        finally:
+            write_process.record_outcomes = record  # type: ignore[assignment]
         child.join(30)
         after = _lag_histogram()
-        lags = [clock.done[u] - ts for u, ts in report["stamps"] if u in clock.done]
-        missing = sum(1 for u, _ in report["stamps"] if u not in clock.done)
+        if process:
+            lags = seen
+            missing = len(report["stamps"]) - len(lags)
+        else:
+            lags = [clock.done[u] - ts for u, ts in report["stamps"] if u in clock.done]
+            missing = sum(1 for u, _ in report["stamps"] if u not in clock.done)
         p50, p99 = quantile(lags, 0.50), quantile(lags, 0.99)
         say(f"  {site.name} lag: p50 {p50:.3f}s p99 {p99:.3f}s max {max(lags):.3f}s")
         return {
+            "pipeline": args.lag_pipeline,
             "published": len(report["stamps"]),
             "publish_rate_achieved": round(report["rate"], 1),
             "publish_seconds": round(report["seconds"], 2),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 import threading
 import time
@@ -149,6 +150,17 @@ def quantile(values: Sequence[float], q: float) -> float:
     return ordered[k]
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of process ``pid`` so far (0 when it is gone or None)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -170,6 +182,14 @@ def children(pid: int) -> list[int]:
         with contextlib.suppress(OSError):
             if b"resource_tracker" not in Path(f"/proc/{child}/cmdline").read_bytes():
                 out.append(child)
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children first), without resource trackers."""
+    out = []
+    for child in children(pid):
+        out += [child, *descendants(child)]
     return out
 
 

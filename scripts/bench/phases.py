@@ -1,6 +1,9 @@
 """The timed phases of the indexer benchmark, interleaved in rounds.
 
-* **indexer**: ``IndexerConsumer`` drains prepublished notifications into the engine.
+* **indexer**: ``IndexerConsumer`` drains prepublished notifications into the engine,
+  with its writer threads in this process.
+* **indexer_wp**: the same with a writer process (``cellsight.indexer.write_process``),
+  as ``cellsight indexer`` runs by default; CPU counts both processes.
 * **plain**: a kombu consumer that only receives and acks (``basic.ack`` with
   ``multiple`` every 500) the same kind of queue: the bus's own pace.
 * **ceiling**: ``engine.bulk`` of the same documents, mapped before the clock starts.
@@ -22,10 +25,11 @@ from typing import Any
 from kombu import Connection, Consumer
 
 from bench.bus import Topology, prepublish
-from bench.measure import Instrumented, Stages, Tally, documents_in, say
+from bench.measure import Instrumented, Stages, Tally, cpu_seconds, documents_in, say
 from bench.sites import EngineSite
 from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.write_process import WriterFactory, reopened
 from cellsight.indexer.writer import merge_tags, plan
 from cellsight.notifications import queues
 
@@ -40,12 +44,14 @@ def run_indexer(
     timeout: float,
     stages: Stages | None = None,
     profile: Path | None = None,
+    write_process: WriterFactory | None = None,
 ) -> tuple[IndexerConsumer, float, float]:
     """Run an IndexerConsumer on a thread until ``until(consumer)``; returns it, the
     seconds from its start to that moment, and the CPU seconds of this process (the
-    bus thread and the writer threads) meanwhile."""
+    bus thread and the writer threads) and of its writer process meanwhile."""
     conn = Connection(url)
-    consumer = IndexerConsumer(conn, engine, config)
+    consumer = IndexerConsumer(conn, engine, config, write_process=write_process)
+    child = getattr(consumer._flights, "pid", None)  # the writer process, if any
     if stages is not None:
         stages.on_consumer(consumer)
     prof: Any = None
@@ -64,7 +70,7 @@ def run_indexer(
                 prof.disable()
 
     thread = threading.Thread(target=target, name="indexer", daemon=True)
-    started, cpu0 = time.perf_counter(), time.process_time()
+    started, cpu0 = time.perf_counter(), time.process_time() + cpu_seconds(child)
     thread.start()
     deadline = time.monotonic() + timeout
     while not until(consumer):
@@ -74,7 +80,8 @@ def run_indexer(
             consumer.stop.set()
             raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
         time.sleep(0.005)
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu0
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time() + cpu_seconds(child) - cpu0
     consumer.stop.set()
     thread.join(60)
     conn.release()
@@ -111,6 +118,7 @@ def indexer_chunk(
     tally: Tally,
     totals: dict[str, int],
     profile: Path | None,
+    write_process: WriterFactory | None = None,
 ) -> None:
     """Publish (untimed), then time an IndexerConsumer draining exactly these."""
     prepublish(args.amqp, topo, bodies)
@@ -124,6 +132,7 @@ def indexer_chunk(
             timeout=max(600.0, len(bodies) / 100),
             stages=engine.stages,
             profile=profile,
+            write_process=write_process,
         )
     if consumer.acked != len(bodies):
         raise RuntimeError(f"the indexer acked {consumer.acked} of {len(bodies)}")
@@ -246,19 +255,22 @@ def throughput(
     rounds = max(1, min(args.rounds, len(bodies), len(one_bodies) or args.rounds))
     ceiling_engine = site.fresh("ceiling")
     indexer_engine = site.fresh("indexer")
+    wp_engine = site.fresh("indexer_wp")
     stages = Stages()
     instrumented = Instrumented(indexer_engine, stages)
-    topos = {p: Topology.fresh(p) for p in ("indexer", "onebyone", "plain")}
-    names = ["ceiling", "indexer", "one_by_one", "plain"]
+    wp_stages = Instrumented(wp_engine, Stages())  # the child's stages are not seen here
+    topos = {p: Topology.fresh(p) for p in ("indexer", "indexer_wp", "onebyone", "plain")}
+    names = ["ceiling", "indexer", "indexer_wp", "one_by_one", "plain"]
     tallies = {name: Tally() for name in names}
     totals: dict[str, int] = {}
+    wp_totals: dict[str, int] = {}
     took = failed = 0
     prefetch = config.prefetch_for(config.in_flight_for(indexer_engine))
     prof = Path(args.profile_dir) / f"indexer-{site.name}" if args.profile_dir else None
     try:
         for r in range(rounds):
             chunk, ones = _slice(bodies, r, rounds), _slice(one_bodies, r, rounds)
-            order = names[r % 4 :] + names[: r % 4]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for phase in order if r % 2 == 0 else reversed(order):
                 if phase == "ceiling":
                     took += ceiling_chunk(ceiling_engine, chunk, config.batch_count, tallies[phase])
@@ -273,6 +285,18 @@ def throughput(
                         tallies[phase],
                         totals,
                         where,
+                    )
+                elif phase == "indexer_wp":
+                    indexer_chunk(
+                        args,
+                        wp_stages,
+                        topos["indexer_wp"],
+                        config,
+                        chunk,
+                        tallies[phase],
+                        wp_totals,
+                        None,
+                        write_process=reopened(wp_engine),
                     )
                 elif phase == "plain":
                     plain_chunk(args, topos["plain"], chunk, prefetch, tallies[phase])
@@ -293,11 +317,14 @@ def throughput(
             used = [t for name, t in topos.items() if name != "onebyone" or one_bodies]
             left = sum(t.depth(conn) for t in used)
             dead = topos["indexer"].dead_letters(conn)
+            wp_dead = topos["indexer_wp"].dead_letters(conn)
         ceiling_docs = documents_in(ceiling_engine)
         indexer_docs = documents_in(indexer_engine)
+        wp_docs = documents_in(wp_engine)
     finally:
         site.release(ceiling_engine)
         site.release(indexer_engine)
+        site.release(wp_engine)
         for topo in topos.values():
             topo.delete(args.amqp)
     ind = tallies["indexer"]
@@ -319,6 +346,14 @@ def throughput(
             "dead_lettered": dead,
             "documents_after": indexer_docs,
             "documents_expected": len(bodies) + len(one_bodies),
+        },
+        "indexer_write_process": {
+            **tallies["indexer_wp"].summary("notifications"),
+            "writes_in_flight": config.in_flight_for(wp_engine),
+            "verdicts": wp_totals,
+            "dead_lettered": wp_dead,
+            "documents_after": wp_docs,
+            "documents_expected": len(bodies),
         },
         "plain_consumer": {**tallies["plain"].summary("messages"), "ack_every": PLAIN_ACK_EVERY},
         "one_by_one": (

@@ -23,7 +23,7 @@ from typing import Any
 from kombu import Connection
 
 from bench.bus import Topology, prepublish
-from bench.measure import RssSampler, children, say
+from bench.measure import RssSampler, cpu_seconds, descendants, say
 from bench.sites import EngineSite
 from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.engines.base import SearchEngine
@@ -40,14 +40,6 @@ def _count(engine: SearchEngine) -> int:
         return engine.count("instance")
     except Exception:  # not created yet by the starting command
         return 0
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_workers(
@@ -84,7 +76,11 @@ def run_workers(
         stderr=subprocess.PIPE,
         text=True,
     )
-    indexers = (lambda: [proc.pid]) if n == 1 else (lambda: children(proc.pid))
+    # Every process of the command: the consumer (or the supervisor's N of them) and
+    # each consumer's writer process.
+    indexers = (
+        (lambda: [proc.pid, *descendants(proc.pid)]) if n == 1 else (lambda: descendants(proc.pid))
+    )
     sampler = RssSampler(indexers)
     sampler.start()
     engine = site.cli_engine(tag, data_dir)
@@ -97,14 +93,14 @@ def run_workers(
         started, before = time.perf_counter(), _count(engine)
         sampler.mark()
         pids = indexers()
-        cpu0 = sum(_cpu_seconds(p) for p in pids)
+        cpu0 = sum(cpu_seconds(p) for p in pids)
         deadline = time.monotonic() + max(600.0, len(bodies) / 50)
         while (done := _count(engine)) < len(bodies):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"--workers {n} stopped at {done} documents")
             time.sleep(0.05)
         seconds = time.perf_counter() - started
-        cpu = sum(_cpu_seconds(p) for p in pids) - cpu0
+        cpu = sum(cpu_seconds(p) for p in pids) - cpu0
     finally:
         sampler.halt.set()
         proc.send_signal(signal.SIGTERM)

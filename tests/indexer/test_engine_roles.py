@@ -219,11 +219,18 @@ def test_embedded_reopens_in_another_process_from_a_pickle(tmp_path: Path) -> No
     engine.close()
 
 
-def test_http_engines_are_not_reopened_in_processes(osmem_url: str) -> None:
-    engine = OpenSearchEngine(osmem_url, prefix="t")
-    assert not engine.capabilities.worker_processes
-    with pytest.raises(NotImplementedError):
-        engine.reopener()
+def test_http_engines_build_no_sync_in_processes_but_reopen_for_a_writer(osmem_url: str) -> None:
+    engine = OpenSearchEngine(osmem_url, prefix="t", timeout=7.0)
+    assert not engine.capabilities.worker_processes  # a sync builds over HTTP, in-process
+    engine.ensure_ready("instance")
+    engine.bulk([WriteOp("instance", "a", 3, {"uuid": "a", "version": 3})])
+    # The indexer's writer process opens its own client of the same cluster.
+    other = pickle.loads(pickle.dumps(engine.reopener()))()
+    assert type(other) is OpenSearchEngine and other.client is not engine.client
+    assert (other.prefix, other.timeout) == ("t", 7.0)
+    stored = other.get("instance", "a")
+    assert stored is not None and stored.version == 3
+    other.close()
     engine.close()
 
 

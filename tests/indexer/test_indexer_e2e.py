@@ -9,6 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
@@ -16,7 +18,7 @@ from cellsight.cells.operations import Operations
 from cellsight.clients import build_notifier
 from cellsight.indexer.engines.base import SearchEngine
 from tests.support.drift import index_differences
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
 
 
@@ -30,8 +32,9 @@ def _cluster(data_dir: Path, bus: str) -> tuple[Any, CellRegistry]:
     return settings, registry
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 def test_operations_reach_the_index_equal_to_the_cells(
-    bus: str, engine: SearchEngine, tmp_path: Path
+    bus: str, engine: SearchEngine, tmp_path: Path, pipeline: str
 ) -> None:
     settings, registry = _cluster(tmp_path / "data", bus)
     notifier = build_notifier(settings)
@@ -66,7 +69,7 @@ def test_operations_reach_the_index_equal_to_the_cells(
     ops.delete(d)
     ops.delete(booted[-1])
     engine.ensure_ready("instance")
-    with running_indexer(settings, engine) as consumer:
+    with running_indexer(settings, engine, pipeline) as consumer:
         wait_for(lambda: sum(consumer.totals.values()) >= publisher.count, what="all events")
     notifier.close()
     assert consumer.totals["dead"] == 0

@@ -29,7 +29,7 @@ from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from cellsight.indexer.metrics import REGISTRY
 from cellsight.settings import Settings
 from tests.support.drift import index_differences
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
 from tests.support.publishers import CountingPublisher
 
 pytestmark = pytest.mark.services
@@ -177,8 +177,9 @@ def _retries() -> float:
 OUTAGE_RETRIES = 6
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 def test_engine_outage_acks_nothing_then_drains(
-    rabbitmq_url: str, own_osmem: Any, tmp_path: Path
+    rabbitmq_url: str, own_osmem: Any, tmp_path: Path, pipeline: str
 ) -> None:
     server = own_osmem
     settings = bus_settings(tmp_path / "data", "rabbitmq")
@@ -187,7 +188,7 @@ def test_engine_outage_acks_nothing_then_drains(
     engine.ensure_ready("instance")
     publisher = CountingPublisher(build_notifier(settings))
     producer = Producer(Operations(registry, publisher, publisher_id="test"), seed=3, pause=0.02)
-    with running_indexer(settings, engine, max_backoff=2.0) as consumer:
+    with running_indexer(settings, engine, pipeline, max_backoff=2.0) as consumer:
         producer.start()
         wait_for(lambda: consumer.acked > 20, what="first acks")
         os.kill(server.pid, signal.SIGSTOP)

@@ -26,7 +26,7 @@ from cellsight.notifications import queues
 from cellsight.settings import Settings
 from tests.indexer.test_decode_fuzz import KNOWN_CODES, VALUES, WHERE, mutate
 from tests.support import novagen, poison
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
 from tests.support.services import kill_embedded_redis_servers
 
 BUSES = ["rabbitmq", "embedded"]
@@ -59,9 +59,10 @@ def dead_letters(settings: Settings) -> list[DeadLetter]:
         return list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 1000))
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES)
 @pytest.mark.parametrize("bus", BUSES)
 def test_poison_corpus_through_the_consumer(
-    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+    bus: str, pipeline: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     settings = _settings(bus, tmp_path, request)
     engine = EmbeddedEngine(tmp_path / "index.db")
@@ -77,7 +78,7 @@ def test_poison_corpus_through_the_consumer(
     bodies += [body for body, _ in accepted.values()]
     publish(settings, bodies)
 
-    with running_indexer(settings, engine) as consumer:
+    with running_indexer(settings, engine, pipeline) as consumer:
         wait_for(lambda: sum(consumer.totals.values()) >= len(bodies), 120, "every message")
         # Still consuming after all of it: one more good message is indexed.
         last = poison.good(seed=99_999)

@@ -13,6 +13,7 @@ from typing import Any
 from cellsight.clients import build_bus, build_consumer_config
 from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.write_process import reopened
 from cellsight.settings import Settings, load_settings
 from tests.support.services import RABBITMQ_URL
 from tests.support.waiting import wait_for  # noqa: F401  (re-exported)
@@ -35,14 +36,23 @@ def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
     )
 
 
+PIPELINES = ["threads", "process"]
+"""How the indexer writes: writer threads in its process, or a writer process (the
+CLI's default). Contract tests of the consumer run on both."""
+
+
 @contextmanager
 def running_indexer(
-    settings: Settings, engine: SearchEngine, **overrides: Any
+    settings: Settings, engine: SearchEngine, pipeline: str = "threads", **overrides: Any
 ) -> Iterator[IndexerConsumer]:
-    """An indexer consuming on a thread; stopped (flush, ack, close) on exit."""
+    """An indexer consuming on a thread, writing through ``pipeline``; stopped (flush,
+    ack, close) on exit."""
     with build_bus(settings) as bus, bus.connection() as connection:
         consumer = IndexerConsumer(
-            connection, engine, build_consumer_config(settings, **({"batch_age": 0.05} | overrides))
+            connection,
+            engine,
+            build_consumer_config(settings, **({"batch_age": 0.05} | overrides)),
+            write_process=reopened(engine) if pipeline == "process" else None,
         )
         thread = threading.Thread(target=consumer.run, daemon=True)
         thread.start()

@@ -1,0 +1,404 @@
+"""The engine's reads and writes in a child process, so the consumer's process keeps the bus.
+
+One indexer process spends its CPU in parts that all hold Python's GIL: receiving from
+the bus, decoding and mapping, and the engine's write (building rows or bulk lines, the
+version reads, the SQL or HTTP calls). Writer threads only take turns at them. With a
+writer process, the consumer's process receives, decodes, maps, acks and dead-letters as
+before; ``BatchWriter.commit`` (tag merge, purge floor, cell lookup, the versioned bulk
+write and its retries) runs in the child, with its own engine client. That is the same
+cut as between the consumer's thread and its writer threads, so every rule of the
+in-process pipeline holds: batches are committed and settled in the order they were
+planned (the consumer's ``multiple`` ack stays correct), and two batches in flight
+never share an instance id.
+
+What crosses is small and cheap to encode: each planned document as msgpack bytes
+(pickling the planned objects cost 20-50 µs a document each way; msgpack 3-10 µs), and
+each verdict as a tuple. Metrics are recorded by the parent, from the verdicts and from
+the retries the child reports, so one ``/metrics`` endpoint shows them.
+
+The child is told to stop, or finds its parent gone (the pipe closes, or its parent
+process changes), and then abandons its retries; whatever it had not reported stays
+unacked in the broker and is redelivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import logging
+import multiprocessing as mp
+import os
+import signal
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import datetime
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgspec
+from kombu import Message
+
+from cellsight.indexer import metrics
+from cellsight.indexer.engines.base import SearchEngine, WriteOp
+from cellsight.indexer.inflight import PlannedBatch
+from cellsight.indexer.outcomes import Outcome, Verdict, dead
+from cellsight.indexer.planning import EventInfo, Planned
+from cellsight.indexer.writer import BatchWriter, CellResolver, record_outcomes
+
+log = logging.getLogger(__name__)
+
+WriteSide = tuple[SearchEngine, CellResolver | None]
+WriterFactory = Callable[[], WriteSide]
+"""Builds the child's engine and cell resolver (picklable: a module-level function or a
+``functools.partial`` of one, called in the child)."""
+
+
+def reopened(engine: SearchEngine) -> WriterFactory:
+    """A factory of another client of ``engine``'s storage, with no cell resolver."""
+    return functools.partial(engine_side, engine.reopener())
+
+
+STARTUP_TIMEOUT = 60.0  # seconds for the child to import and build its engine
+# The consumer asks whether a batch settled after every message; looking at the pipe
+# costs a poll() system call (measured 20 µs of the consumer's thread each time), so it
+# looks at most this often (a batch takes tens of milliseconds to write).
+PUMP_EVERY = 0.001  # seconds
+PIPE_BYTES = 1 << 20  # socket buffers: a batch crosses in a few writes
+WATCH_EVERY = 0.05  # seconds between the child's looks at its abort flag and its parent
+
+_ENCODE = msgspec.msgpack.Encoder()
+_DECODE = msgspec.msgpack.Decoder()
+
+# (position, resource, id, version, document as msgpack (or the dict itself when msgpack
+# cannot carry it), event type, notification time, snapshot time)
+WirePlanned = tuple[int, str, str, int, bytes | dict[str, Any], str, datetime | None, Any]
+WireOutcome = tuple[str, str | None, str | None, str | None, str | None, float | None]
+
+
+class WriterProcessFailed(RuntimeError):
+    """The writer process died, could not start, or its write raised an error that is not
+    transient; nothing it had not reported is acked."""
+
+
+def engine_side(build: Callable[..., SearchEngine], /, *args: Any, **kwargs: Any) -> WriteSide:
+    """A write side of ``build(*args, **kwargs)`` and no cell resolver (payloads that
+    carry their cell); ``functools.partial(engine_side, EmbeddedEngine, path)`` is a
+    picklable ``WriterFactory``."""
+    return build(*args, **kwargs), None
+
+
+# The wire -------------------------------------------------------------------------
+def encode_planned(p: Planned) -> WirePlanned:
+    document: bytes | dict[str, Any]
+    try:
+        document = _ENCODE.encode(p.op.document)
+    except (TypeError, ValueError, OverflowError, UnicodeEncodeError):
+        # An integer past 64 bits or a lone surrogate: pickle carries it, and the engine
+        # decides about it as it would in-process.
+        document = p.op.document
+    info = p.notification
+    return (p.position, p.op.resource, p.op.id, p.op.version, document, info.event_type,
+            info.timestamp, p.snapshot_at)  # fmt: skip
+
+
+def decode_planned(wire: WirePlanned) -> Planned:
+    position, resource, doc_id, version, document, event_type, timestamp, snapshot_at = wire
+    doc = _DECODE.decode(document) if isinstance(document, bytes) else document
+    op = WriteOp(resource, doc_id, version, doc)
+    return Planned(position, op, EventInfo(event_type, timestamp), snapshot_at)
+
+
+def encode_outcome(o: Outcome) -> WireOutcome:
+    return (o.verdict.value, o.reason_code, o.reason, o.event_type, o.resource, o.lag)
+
+
+def decode_outcome(wire: WireOutcome) -> Outcome:
+    verdict, code, reason, event_type, resource, lag = wire
+    return Outcome(Verdict(verdict), code, reason, event_type, resource=resource, lag=lag)
+
+
+def widen(conn: Connection) -> None:
+    """A duplex ``Pipe`` is a Unix socket pair; wider buffers mean fewer system calls."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except OSError:
+        return
+    with sock, contextlib.suppress(OSError):  # capped by the OS: only slower
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PIPE_BYTES)
+
+
+# The consumer's side ----------------------------------------------------------------
+@dataclass
+class SentBatch:
+    seq: int
+    messages: list[Message]
+    outcomes: list[Outcome | None]
+    ids: frozenset[str]
+    started: float
+
+
+class WriteProcess:
+    """At most ``in_flight`` batches being committed in the child (one more waiting in
+    the pipe, so the child never idles), settled in order. ``inflight.Pipeline``."""
+
+    def __init__(self, factory: WriterFactory, in_flight: int, writer: BatchWriter) -> None:
+        ctx = mp.get_context("spawn")  # a fresh interpreter: no copy of our sockets or locks
+        self.writer = writer  # plans batches here, as with writer threads
+        self.in_flight = in_flight
+        self.limit = in_flight + 1
+        self._conn, child_conn = ctx.Pipe()
+        widen(self._conn)
+        widen(child_conn)
+        # A flag in shared memory, not a multiprocessing Event: setting an Event whose
+        # waiter was killed blocks forever (its condition waits for the sleeper to wake).
+        self._abort = ctx.RawValue(ctypes.c_bool, False)
+        self._proc = ctx.Process(
+            target=child_main,
+            args=(child_conn, factory, in_flight, self._abort, os.getpid()),
+            name="indexer-writer",
+            daemon=True,
+        )
+        self._proc.start()
+        child_conn.close()
+        self._queue: deque[SentBatch] = deque()
+        self._done: dict[int, list[tuple[int, WireOutcome]] | WriterProcessFailed] = {}
+        self._seq = 0
+        self._forgotten = 0  # verdicts of batches up to this one are dropped
+        self._pumped = 0.0
+        self._closed = False
+        try:
+            self._await_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid
+
+    def _await_ready(self) -> None:
+        if not self._conn.poll(STARTUP_TIMEOUT):
+            raise WriterProcessFailed(f"writer process not ready after {STARTUP_TIMEOUT:.0f}s")
+        kind, *rest = self._recv()
+        if kind != "ready":
+            raise WriterProcessFailed(f"writer process could not start: {rest[-1]}")
+
+    def _gone(self) -> WriterProcessFailed:
+        self._proc.join(0.5)
+        return WriterProcessFailed(f"writer process exited (code {self._proc.exitcode})")
+
+    def _recv(self) -> tuple[Any, ...]:
+        try:
+            message: tuple[Any, ...] = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            raise self._gone() from exc
+        return message
+
+    def _pump(self, timeout: float = 0.0) -> None:
+        """Take whatever the child has sent (waiting up to ``timeout`` for the first)."""
+        while self._conn.poll(timeout):
+            timeout = 0.0
+            kind, *rest = self._recv()
+            if kind == "retry":
+                metrics.RETRIES.inc()
+            elif rest[0] <= self._forgotten:
+                continue
+            elif kind == "done":
+                self._done[rest[0]] = rest[1]
+            elif kind == "error":
+                self._done[rest[0]] = WriterProcessFailed(f"write failed: {rest[1]}")
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def messages(self) -> int:
+        return sum(len(b.messages) for b in self._queue)
+
+    def prepare(self, messages: list[Message]) -> PlannedBatch:
+        return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
+
+    def can_take(self, batch: PlannedBatch) -> bool:
+        # Batches are committed in order, but ``in_flight`` > 1 commits several at once.
+        committing = list(self._queue)[-self.in_flight :] if self.in_flight > 1 else []
+        return len(self._queue) < self.limit and not any(b.ids & batch.ids for b in committing)
+
+    def launch(self, batch: PlannedBatch) -> None:
+        self._seq += 1
+        wire = [encode_planned(p) for p in batch.planned]
+        try:
+            self._conn.send(("batch", self._seq, len(batch.outcomes), wire))
+        except OSError as exc:
+            raise self._gone() from exc
+        sent = SentBatch(self._seq, batch.messages, batch.outcomes, batch.ids, time.perf_counter())
+        self._queue.append(sent)
+
+    def any_settled(self) -> bool:
+        if not self._queue:
+            return False
+        if self._queue[0].seq not in self._done:
+            now = time.monotonic()
+            if now - self._pumped < PUMP_EVERY:
+                return False
+            self._pumped = now
+            self._pump()
+        return self._queue[0].seq in self._done
+
+    def settled(self) -> Iterator[tuple[SentBatch, list[Outcome]]]:
+        """Finished batches from the oldest on; a failed one raises here (it and every
+        later batch stay unacked)."""
+        self._pump()
+        while self._queue and self._queue[0].seq in self._done:
+            batch = self._queue.popleft()
+            result = self._done.pop(batch.seq)
+            if isinstance(result, WriterProcessFailed):
+                raise result
+            outcomes = batch.outcomes
+            for position, wire in result:
+                outcomes[position] = decode_outcome(wire)
+            final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
+            metrics.ENGINE_UP.set(1)
+            record_outcomes(final)
+            yield batch, final
+
+    def wait_oldest(self, timeout: float) -> None:
+        if self._queue and self._queue[0].seq not in self._done:
+            self._pump(max(0.0, timeout))
+
+    def abort(self) -> None:
+        """Stop retrying: a write blocked by an outage is abandoned, unacked."""
+        self._abort.value = True
+
+    def forget(self, grace: float) -> int:
+        """Drop every batch unsettled (redelivered later); wait up to ``grace`` seconds for
+        the child to finish what it is writing, so it cannot race the redelivery."""
+        dropped = self.messages
+        deadline = time.monotonic() + grace
+        with contextlib.suppress(WriterProcessFailed):
+            while any(b.seq not in self._done for b in self._queue):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    log.warning("a write is still running after %.1fs; leaving it", grace)
+                    break
+                self._pump(min(left, 0.1))
+        self._queue.clear()
+        self._done.clear()
+        self._forgotten = self._seq
+        return dropped
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._abort.value = True
+        with contextlib.suppress(OSError):
+            self._conn.send(("stop",))
+        self._proc.join(10.0)
+        if self._proc.is_alive():
+            self._proc.terminate()
+            self._proc.join(5.0)
+        self._conn.close()
+
+
+# The child ---------------------------------------------------------------------------
+def child_main(
+    conn: Connection,
+    factory: WriterFactory,
+    in_flight: int,
+    aborted: Any,
+    parent: int,
+) -> None:
+    """Commit the batches the parent sends, in order, until told to stop or the parent
+    is gone. Signals are the parent's business: a Ctrl-C reaches the whole process
+    group, and the child must finish through the parent, not die mid-write."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    send_lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        with send_lock:  # writer threads report retries while this one sends verdicts
+            conn.send(message)
+
+    try:
+        engine, cell_resolver = factory()
+    except Exception as exc:
+        send(("failed", f"{type(exc).__name__}: {exc}"))
+        return
+    abort = threading.Event()
+    threading.Thread(target=_watch, args=(aborted, parent, abort), daemon=True).start()
+    writer = BatchWriter(
+        engine,
+        stop=abort,
+        cell_resolver=cell_resolver,
+        record_metrics=False,
+        on_retry=lambda: send(("retry",)),
+    )
+    try:
+        send(("ready",))
+        _commit_loop(conn, writer, in_flight, send)
+    except (EOFError, OSError):
+        pass  # the parent is gone: its unacked messages are redelivered
+    finally:
+        abort.set()
+        engine.close()
+        conn.close()
+
+
+def _watch(aborted: Any, parent: int, abort: threading.Event, every: float = WATCH_EVERY) -> None:
+    """Turns the parent's abort flag into this process's ``abort`` event, and so does a
+    parent that is gone: killed while this child retries through an outage, it would
+    leave it retrying forever (the pipe is only read between batches)."""
+    while not abort.wait(every):
+        if aborted.value or os.getppid() != parent:
+            abort.set()
+
+
+def _commit(writer: BatchWriter, size: int, wire: list[WirePlanned]) -> list[Any]:
+    planned = [decode_planned(w) for w in wire]
+    final = writer.commit([None] * size, planned)
+    return [(p.position, encode_outcome(final[p.position])) for p in planned]
+
+
+def _commit_loop(
+    conn: Connection, writer: BatchWriter, in_flight: int, send: Callable[[tuple[Any, ...]], None]
+) -> None:
+    """One commit at a time on this thread (a second thread would only contend for the
+    GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
+    pool = ThreadPoolExecutor(in_flight, "indexer-write") if in_flight > 1 else None
+    running: deque[tuple[int, Future[list[Any]]]] = deque()
+    try:
+        while True:
+            while running and running[0][1].done():
+                seq, future = running.popleft()
+                try:
+                    send(("done", seq, future.result()))
+                except Exception as exc:
+                    send(("error", seq, f"{type(exc).__name__}: {exc}"))
+                    return
+            if len(running) >= in_flight:
+                wait([running[0][1]], timeout=0.005)
+                continue
+            if running and not conn.poll(0.005):
+                continue  # nothing new: look at the running ones again
+            message = conn.recv()  # blocks only when nothing is running
+            if message[0] == "stop":
+                return
+            _, seq, size, wire = message
+            if pool is not None:
+                running.append((seq, pool.submit(_commit, writer, size, wire)))
+                continue
+            try:
+                send(("done", seq, _commit(writer, size, wire)))
+            except Exception as exc:
+                send(("error", seq, f"{type(exc).__name__}: {exc}"))
+                return
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,275 @@
+"""The writer process (``cellsight.indexer.write_process``): what crosses the pipe comes
+out exactly as it went in, whatever the document holds; a child that dies loses nothing
+(its batches stay unacked and a next consumer indexes them); a child whose parent is gone
+stops; a write blocked at shutdown is abandoned unacked; the parent's metrics count what
+the child wrote. The consumer contract tests (poison, end to end, engine outage) run on
+this pipeline too (``tests.support.indexing.PIPELINES``)."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cellsight.clients import build_bus
+from cellsight.indexer.consumer import IndexerConsumer
+from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.metrics import REGISTRY
+from cellsight.indexer.outcomes import Outcome, Verdict
+from cellsight.indexer.planning import EventInfo, Planned
+from cellsight.indexer.write_process import (
+    WriteProcess,
+    WriterProcessFailed,
+    _watch,
+    decode_outcome,
+    decode_planned,
+    encode_outcome,
+    encode_planned,
+    reopened,
+)
+from cellsight.indexer.writer import BatchWriter
+from cellsight.settings import Settings
+from tests.indexer.test_poison_bus import publish
+from tests.support import novagen, poison
+from tests.support.indexing import bus_settings, running_indexer, wait_for
+
+BUSES = ["rabbitmq", "embedded"]
+
+# JSON-like values at their extremes: integers past 64 bits, non-finite floats, lone
+# surrogates, NUL, deep nesting, long strings.
+leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**40), max_value=10**40)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(alphabet=st.characters(codec=None), max_size=40)
+    | st.just("\ud800 lone")
+    | st.just("x" * 100_000)
+)
+values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to NaN (the wire must carry it, not fix it)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    document=st.dictionaries(st.text(max_size=12), values, max_size=8),
+    version=st.integers(min_value=0, max_value=2**63 - 1),
+    stamp=st.none() | st.datetimes(timezones=st.just(UTC)),
+)
+def test_a_planned_document_crosses_the_wire_unchanged(
+    document: dict[str, Any], version: int, stamp: datetime | None
+) -> None:
+    planned = Planned(
+        7,
+        WriteOp("instance", "id-1", version, document),
+        EventInfo("instance.update", stamp),
+        stamp,
+    )
+    back = decode_planned(encode_planned(planned))
+    assert back.position == 7 and back.snapshot_at == stamp
+    assert back.notification == planned.notification
+    assert (back.op.resource, back.op.id, back.op.version) == ("instance", "id-1", version)
+    assert _same(back.op.document, document)
+
+
+@given(
+    verdict=st.sampled_from(list(Verdict)),
+    text=st.none() | st.text(max_size=50),
+    lag=st.none() | st.floats(min_value=0, max_value=1e9),
+)
+def test_a_verdict_crosses_the_wire_with_what_the_metrics_need(
+    verdict: Verdict, text: str | None, lag: float | None
+) -> None:
+    outcome = Outcome(verdict, text, text, text, resource="instance", lag=lag)
+    back = decode_outcome(encode_outcome(outcome))
+    assert back == outcome and back.resource == "instance" and back.lag == lag
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def _indexer(settings: Settings, engine: EmbeddedEngine) -> tuple[IndexerConsumer, Any]:
+    bus = build_bus(settings)
+    connection = bus.connection()
+    from cellsight.clients import build_consumer_config
+
+    consumer = IndexerConsumer(
+        connection,
+        engine,
+        build_consumer_config(settings, batch_age=0.05, batch_count=20),
+        write_process=reopened(engine),
+    )
+    return consumer, (bus, connection)
+
+
+@pytest.mark.parametrize("bus", BUSES)
+def test_a_killed_writer_process_loses_nothing(
+    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if bus == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    settings = bus_settings(tmp_path / "data", bus)
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    goods = [poison.good(seed=100 + i) for i in range(200)]
+    uuids = [poison.data(g)["uuid"] for g in goods]
+    consumer, (bus_, connection) = _indexer(settings, engine)
+    child = consumer._flights.pid  # type: ignore[attr-defined]
+    assert child is not None and child != os.getpid()
+    # Held by the test: the child cannot commit, so the kill lands mid-write.
+    lock = sqlite3.connect(tmp_path / "index.db", isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            consumer.run()
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    publish(settings, [novagen.body(g) for g in goods])
+    wait_for(lambda: consumer.received >= 20, what="a batch received")
+    os.kill(child, signal.SIGKILL)
+    thread.join(30)
+    assert not thread.is_alive(), "the consumer did not stop when its writer died"
+    assert failure and isinstance(failure[0], WriterProcessFailed), failure
+    assert "exited" in str(failure[0])
+    assert consumer.acked == 0
+    connection.release()
+    bus_.close()
+    lock.execute("ROLLBACK")
+    lock.close()
+    # Nothing was acked, so the broker gives every message to the next consumer.
+    with running_indexer(settings, engine, "process") as second:
+        wait_for(lambda: second.acked >= len(goods), 60, "redelivered and written")
+    assert second.totals["dead"] == 0
+    assert all(engine.get("instance", u) is not None for u in uuids)
+    engine.close()
+
+
+def test_the_child_stops_when_its_parent_pipe_closes(tmp_path: Path) -> None:
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    pipeline = WriteProcess(reopened(engine), 1, BatchWriter(engine))
+    proc = pipeline._proc
+    assert proc.is_alive()
+    pipeline._conn.close()  # as when the parent dies: the child reads end-of-file
+    proc.join(20)
+    assert not proc.is_alive(), "the writer process outlived its parent's pipe"
+    pipeline._closed = True
+    engine.close()
+
+
+class Flag:
+    value = False
+
+
+def test_the_child_stops_retrying_when_its_parent_changes_or_says_so() -> None:
+    abort = threading.Event()
+    watcher = threading.Thread(target=_watch, args=(Flag(), os.getpid(), abort, 0.01))
+    watcher.start()  # our parent is not ourselves: the watcher sees a new parent
+    watcher.join(5)
+    assert abort.is_set() and not watcher.is_alive()
+    flag, told = Flag(), threading.Event()
+    steady = threading.Thread(target=_watch, args=(flag, os.getppid(), told, 0.01), daemon=True)
+    steady.start()
+    steady.join(0.2)
+    assert not told.is_set() and steady.is_alive()  # same parent, no flag: keeps going
+    flag.value = True
+    steady.join(5)
+    assert told.is_set() and not steady.is_alive()
+
+
+@pytest.mark.parametrize("bus", BUSES)
+def test_a_write_blocked_at_shutdown_stays_unacked_for_the_next_consumer(
+    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if bus == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    settings = bus_settings(tmp_path / "data", bus)
+    engine = EmbeddedEngine(tmp_path / "index.db", timeout=0.2)
+    engine.ensure_ready("instance")
+    goods = [poison.good(seed=300 + i) for i in range(30)]
+    lock = sqlite3.connect(tmp_path / "index.db", isolation_level=None)
+    lock.execute("BEGIN IMMEDIATE")  # the engine is "down" for writes: retried, never done
+    retries = _sample("cellsight_indexer_retries_total")
+    publish(settings, [novagen.body(g) for g in goods])
+    with running_indexer(settings, engine, "process", max_backoff=0.2) as consumer:
+        wait_for(lambda: consumer.received >= len(goods), what="all received")
+        # The child reports its retries: the parent's metrics see the outage.
+        wait_for(lambda: _sample("cellsight_indexer_retries_total") > retries, what="retries")
+    assert consumer.acked == 0
+    lock.execute("ROLLBACK")
+    lock.close()
+    with running_indexer(settings, engine, "process") as second:
+        wait_for(lambda: second.acked >= len(goods), 60, "redelivered and written")
+    assert all(engine.get("instance", poison.data(g)["uuid"]) is not None for g in goods)
+    engine.close()
+
+
+def test_the_parent_counts_what_the_child_wrote(tmp_path: Path, rabbitmq_url: str) -> None:
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    # Oslo-wrapped notifications carry their timestamp: each one written is a lag sample.
+    kinds = list(novagen.EVENT_CLASSES)
+    goods = [novagen.notification(kinds[i % len(kinds)], seed=700 + i) for i in range(25)]
+    for g in goods:
+        g["timestamp"] = f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S.%f}"  # Nova's form
+    bad = b'{"not": "a notification"'
+    before = {
+        name: _sample(name)
+        for name in (
+            "cellsight_indexer_consumed_total",
+            "cellsight_indexer_lag_seconds_count",
+            "cellsight_indexer_engine_up",
+        )
+    }
+    indexed = REGISTRY.get_sample_value("cellsight_indexer_indexed_total", {"resource": "instance"})
+    publish(settings, [novagen.body(g) for g in goods] + [bad])
+    with running_indexer(settings, engine, "process") as consumer:
+        wait_for(lambda: consumer.acked >= len(goods) + 1, what="all settled")
+    assert consumer.totals == {"indexed": 25, "stale": 0, "ignored": 0, "dead": 1}
+    after = REGISTRY.get_sample_value("cellsight_indexer_indexed_total", {"resource": "instance"})
+    assert (after or 0) - (indexed or 0) == 25
+    assert (
+        _sample("cellsight_indexer_consumed_total") - before["cellsight_indexer_consumed_total"]
+        == 26
+    )
+    # Every written notification had a timestamp: one lag observation each.
+    assert (
+        _sample("cellsight_indexer_lag_seconds_count")
+        - before["cellsight_indexer_lag_seconds_count"]
+        == 25
+    )
+    assert _sample("cellsight_indexer_engine_up") == 1
+    engine.close()
