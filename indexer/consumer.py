@@ -4,8 +4,9 @@ A message is acked only after its verdict (see ``writer``): nothing is acked bef
 write succeeded or was classified. A batch flushes at a count, a byte size or an age,
 whichever comes first, as one bulk request. While a batch is written (on a writer
 thread, see ``inflight``, or in a writer process, see ``write_process``) the next ones
-are received and decoded here; finished writes are settled in order. On SIGTERM/SIGINT the caller sets ``stop``: what was received is
-written and acked within a bounded time, then the channel closes.
+are received and decoded here; finished writes are settled in order. On SIGTERM/SIGINT
+the caller sets ``stop``: what was received is written and acked within a bounded time,
+then the channel closes.
 """
 
 from __future__ import annotations
