@@ -118,6 +118,8 @@ class Connections:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise translate(exc) from exc
+        if write:
+            self.checkpointer.committed()
 
     def close(self) -> None:
         """Close every thread's connection; call it when no thread is using the engine."""

@@ -1,4 +1,5 @@
-"""The ``engine`` fixture: every engine, so one contract suite runs unchanged on each.
+"""The ``engine`` fixture: every engine, so one contract suite runs unchanged on each;
+``each_bus``: settings on each real bus (RabbitMQ, the embedded Redis bus).
 
 ``embedded`` is a fresh SQLite file. ``elasticsearch`` and ``opensearch`` run against a
 per-test clone of the session's osmem server (an in-memory OpenSearch-compatible
@@ -16,7 +17,9 @@ import pytest
 
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.settings import Settings
 from tests.support.es_compat import ES_CLIENT_OPTIONS
+from tests.support.indexing import bus_settings
 from tests.support.services import osmem_clone_url
 
 ENGINES = [
@@ -47,3 +50,11 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchEng
         eng = _http_engine(kind, osmem_clone_url(request), prefix)
     yield eng
     eng.close()
+
+
+@pytest.fixture(params=["rabbitmq", "embedded"])
+def each_bus(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
+    """Settings on RabbitMQ (a stream of the test's own) or the embedded bus in tmp_path."""
+    if request.param == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")
+    return bus_settings(tmp_path / "data", str(request.param))

@@ -18,7 +18,7 @@ from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.settings import Settings
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import running_indexer, wait_for
 
 FIRST_ID = "00000000-0000-4000-8000-000000000000"  # of the first notification published
 
@@ -80,11 +80,9 @@ def _publish(settings: Settings, samples_dir: Path, count: int) -> list[str]:
     return uuids
 
 
-@pytest.fixture(params=["rabbitmq", "embedded"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
-    if request.param == "rabbitmq":
-        request.getfixturevalue("rabbitmq_url")
-    return bus_settings(tmp_path / "data", request.param)
+@pytest.fixture
+def settings(each_bus: Settings) -> Settings:
+    return each_bus
 
 
 def test_later_batches_are_written_but_acked_only_after_the_first(

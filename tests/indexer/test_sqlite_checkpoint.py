@@ -25,11 +25,14 @@ def _autocheckpoint(conn: sqlite3.Connection) -> int:
 
 def test_writes_hand_checkpoints_to_the_thread(tmp_path: Path) -> None:
     engine = EmbeddedEngine(tmp_path / "index.db")
-    engine.ensure_ready("instance")
     checkpointer = engine._connections.checkpointer
+    checkpointer.interval = 3600.0  # so only a commit can ask for the checkpoints below
+    engine.ensure_ready("instance")
+    wait_for(lambda: checkpointer.checkpoints >= 1, 10, "the commits' checkpoint")
+    before = checkpointer.checkpoints
     engine.bulk(ops_of(range(50)))
     assert _autocheckpoint(engine._conn()) == WRITER_FALLBACK_PAGES
-    wait_for(lambda: checkpointer.checkpoints > 0, 10, "a checkpoint on the thread")
+    wait_for(lambda: checkpointer.checkpoints > before, 10, "a checkpoint after the bulk")
     engine.close()
     assert checkpointer._thread is None
 

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,8 +41,6 @@ from cellsight.settings import Settings
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen, poison
 from tests.support.indexing import bus_settings, running_indexer, wait_for
-
-BUSES = ["rabbitmq", "embedded"]
 
 # JSON-like values at their extremes: integers past 64 bits, non-finite floats, lone
 # surrogates, NUL, deep nesting, long strings.
@@ -129,13 +126,8 @@ def _indexer(settings: Settings, engine: EmbeddedEngine) -> tuple[IndexerConsume
     return consumer, (bus, connection)
 
 
-@pytest.mark.parametrize("bus", BUSES)
-def test_a_killed_writer_process_loses_nothing(
-    bus: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> None:
-    if bus == "rabbitmq":
-        request.getfixturevalue("rabbitmq_url")
-    settings = bus_settings(tmp_path / "data", bus)
+def test_a_killed_writer_process_loses_nothing(each_bus: Settings, tmp_path: Path) -> None:
+    settings = each_bus
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
     goods = [poison.good(seed=100 + i) for i in range(200)]
@@ -209,13 +201,10 @@ def test_the_child_stops_retrying_when_its_parent_changes_or_says_so() -> None:
     assert told.is_set() and not steady.is_alive()
 
 
-@pytest.mark.parametrize("bus", BUSES)
 def test_a_write_blocked_at_shutdown_stays_unacked_for_the_next_consumer(
-    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+    each_bus: Settings, tmp_path: Path
 ) -> None:
-    if bus == "rabbitmq":
-        request.getfixturevalue("rabbitmq_url")
-    settings = bus_settings(tmp_path / "data", bus)
+    settings = each_bus
     engine = EmbeddedEngine(tmp_path / "index.db", timeout=0.2)
     engine.ensure_ready("instance")
     goods = [poison.good(seed=300 + i) for i in range(30)]
