@@ -29,6 +29,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
+import queue
 import signal
 import socket
 import threading
@@ -69,7 +70,7 @@ STARTUP_TIMEOUT = 60.0  # seconds for the child to import and build its engine
 # costs a poll() system call (measured 20 µs of the consumer's thread each time), so it
 # looks at most this often (a batch takes tens of milliseconds to write).
 PUMP_EVERY = 0.001  # seconds
-PIPE_BYTES = 1 << 20  # socket buffers: a batch crosses in a few writes
+PIPE_BYTES = 4 << 20  # socket buffers (capped by the OS): fewer system calls per batch
 WATCH_EVERY = 0.05  # seconds between the child's looks at its abort flag and its parent
 
 _ENCODE = msgspec.msgpack.Encoder()
@@ -366,11 +367,28 @@ def _commit(writer: BatchWriter, size: int, wire: list[WirePlanned]) -> list[Any
     return [(p.position, encode_outcome(final[p.position])) for p in planned]
 
 
+def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None]) -> None:
+    """Takes batches off the pipe as soon as they arrive, so the consumer's ``send``
+    never waits for a commit to end (a batch is larger than a socket's buffer); None
+    when the parent is gone. The parent keeps at most ``in_flight + 1`` batches here."""
+    while True:
+        try:
+            message: tuple[Any, ...] = conn.recv()
+        except (EOFError, OSError):
+            inbox.put(None)
+            return
+        inbox.put(message)
+        if message[0] == "stop":
+            return
+
+
 def _commit_loop(
     conn: Connection, writer: BatchWriter, in_flight: int, send: Callable[[tuple[Any, ...]], None]
 ) -> None:
     """One commit at a time on this thread (a second thread would only contend for the
     GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
+    inbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+    threading.Thread(target=_receive, args=(conn, inbox), name="receive", daemon=True).start()
     pool = ThreadPoolExecutor(in_flight, "indexer-write") if in_flight > 1 else None
     running: deque[tuple[int, Future[list[Any]]]] = deque()
     try:
@@ -385,10 +403,12 @@ def _commit_loop(
             if len(running) >= in_flight:
                 wait([running[0][1]], timeout=0.005)
                 continue
-            if running and not conn.poll(0.005):
-                continue  # nothing new: look at the running ones again
-            message = conn.recv()  # blocks only when nothing is running
-            if message[0] == "stop":
+            try:
+                # Blocks only when nothing is running; else looks at the running ones again.
+                message = inbox.get(timeout=0.005 if running else None)
+            except queue.Empty:
+                continue
+            if message is None or message[0] == "stop":
                 return
             _, seq, size, wire = message
             if pool is not None:
