@@ -85,16 +85,12 @@ class Flight:
     started: float
 
 
-class Flights:
-    """At most ``limit`` batches being written, settled in the order they started."""
+class Ordered:
+    """What both pipelines share: batches planned on the consumer's thread, then held in
+    the order they were launched until settled."""
 
-    def __init__(self, writer: BatchWriter, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"max in-flight writes must be at least 1, not {limit}")
-        self.writer = writer
-        self.limit = limit
-        self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="indexer-write")
-        self._queue: deque[Flight] = deque()
+    writer: BatchWriter
+    _queue: deque[Any]
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -106,6 +102,18 @@ class Flights:
     def prepare(self, messages: list[Message]) -> PlannedBatch:
         """Decode and map (CPU only), on the consumer's thread while others are written."""
         return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
+
+
+class Flights(Ordered):
+    """At most ``limit`` batches being written, settled in the order they started."""
+
+    def __init__(self, writer: BatchWriter, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"max in-flight writes must be at least 1, not {limit}")
+        self.writer = writer
+        self.limit = limit
+        self._pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="indexer-write")
+        self._queue: deque[Flight] = deque()
 
     def can_take(self, batch: PlannedBatch) -> bool:
         return len(self._queue) < self.limit and not any(f.ids & batch.ids for f in self._queue)

@@ -47,7 +47,7 @@ from kombu import Message
 
 from cellsight.indexer import metrics
 from cellsight.indexer.engines.base import SearchEngine, WriteOp
-from cellsight.indexer.inflight import PlannedBatch
+from cellsight.indexer.inflight import Ordered, PlannedBatch
 from cellsight.indexer.outcomes import Outcome, Verdict, dead
 from cellsight.indexer.planning import EventInfo, Planned
 from cellsight.indexer.writer import BatchWriter, CellResolver, record_outcomes
@@ -145,7 +145,7 @@ class SentBatch:
     started: float
 
 
-class WriteProcess:
+class WriteProcess(Ordered):
     """At most ``in_flight`` batches being committed in the child (one more waiting in
     the pipe, so the child never idles), settled in order. ``inflight.Pipeline``."""
 
@@ -215,16 +215,6 @@ class WriteProcess:
                 self._done[rest[0]] = rest[1]
             elif kind == "error":
                 self._done[rest[0]] = WriterProcessFailed(f"write failed: {rest[1]}")
-
-    def __len__(self) -> int:
-        return len(self._queue)
-
-    @property
-    def messages(self) -> int:
-        return sum(len(b.messages) for b in self._queue)
-
-    def prepare(self, messages: list[Message]) -> PlannedBatch:
-        return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
 
     def can_take(self, batch: PlannedBatch) -> bool:
         # Batches are committed in order, but ``in_flight`` > 1 commits several at once.
