@@ -70,6 +70,7 @@ STARTUP_TIMEOUT = 60.0  # seconds for the child to import and build its engine
 # costs a poll() system call (measured 20 µs of the consumer's thread each time), so it
 # looks at most this often (a batch takes tens of milliseconds to write).
 PUMP_EVERY = 0.001  # seconds
+ALIVE_EVERY = 1.0  # seconds between an idle consumer's checks that the child lives
 PIPE_BYTES = 4 << 20  # socket buffers (capped by the OS): fewer system calls per batch
 WATCH_EVERY = 0.05  # seconds between the child's looks at its abort flag and its parent
 
@@ -173,6 +174,7 @@ class WriteProcess(Ordered):
         self._seq = 0
         self._forgotten = 0  # verdicts of batches up to this one are dropped
         self._pumped = 0.0
+        self._checked_alive = 0.0
         self._closed = False
         try:
             self._await_ready()
@@ -233,6 +235,12 @@ class WriteProcess(Ordered):
 
     def any_settled(self) -> bool:
         if not self._queue:
+            now = time.monotonic()
+            if now - self._checked_alive >= ALIVE_EVERY:
+                # An idle indexer whose writer died must not wait for traffic to notice.
+                self._checked_alive = now
+                if not self._proc.is_alive():
+                    raise self._gone()
             return False
         if self._queue[0].seq not in self._done:
             now = time.monotonic()

@@ -63,6 +63,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
     from cellsight.indexer.engines import UnsupportedEngineURL
     from cellsight.indexer.engines.base import EngineError
     from cellsight.indexer.lock import LockHeld
+    from cellsight.indexer.write_process import WriterProcessFailed
     from cellsight.notifications.embedded import BusError
     from cellsight.notifications.errors import NotificationError
     from cellsight.settings import ConfigError
@@ -82,7 +83,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         return USAGE, exc.message
     if isinstance(exc, CellsError | NotificationError):
         return RUNTIME, exc.message
-    if isinstance(exc, EngineError | BusError):
+    if isinstance(exc, EngineError | BusError | WriterProcessFailed):
         return RUNTIME, _first_line(exc)
     if isinstance(exc, sqlalchemy.exc.DBAPIError):
         return RUNTIME, _database(exc)

@@ -6,6 +6,7 @@ subprocess of the installed entry point."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cli.errors import RUNTIME, USAGE
+from tests.support.waiting import wait_for
 
 SECRET = "s3cr3t-pw"
 
@@ -241,3 +243,48 @@ def test_command_modules_do_not_import_each_other_in_a_cycle() -> None:
     # the package itself registers the groups; every other module may not loop back
     cycles = [m for m in graph if m != "cellsight.cli" and reaches(m, m, {m})]
     assert not cycles, cycles
+
+
+def _writer_of(pid: int) -> int | None:
+    """The indexer's writer process: its spawned child (not the resource tracker, not
+    the embedded bus's Redis server)."""
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    for kid in kids:
+        try:
+            cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            return int(kid)
+    return None
+
+
+def test_an_idle_indexer_whose_writer_dies_exits_with_one_line(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellsight", "--data-dir", str(data), "indexer"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+    )
+    try:
+        wait_for(lambda: _writer_of(proc.pid) is not None, 60, "the writer process")
+        writer = _writer_of(proc.pid)
+        assert writer is not None
+        os.kill(writer, signal.SIGKILL)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    _, err = proc.communicate()
+    assert code == RUNTIME, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: writer process exited"), err
+    assert "Traceback" not in err
