@@ -75,8 +75,8 @@ class IndexerConsumer:
         write_process: WriterFactory | None = None,
     ) -> None:
         """With ``write_process`` (a factory of the engine and cell resolver, called in a
-        child process) decoding and writing run in that child; ``engine`` is then only
-        asked its distribution."""
+        child process) the engine's reads and writes run in that child; decoding stays
+        here, and ``engine`` is then only asked its distribution."""
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
@@ -86,8 +86,6 @@ class IndexerConsumer:
             engine, stop=self._abort, cell_resolver=cell_resolver, max_backoff=config.max_backoff
         )
         self.in_flight = config.in_flight_for(engine)
-        # A writer process holds one batch more: decoded while the others are written.
-        self.prefetch = config.prefetch_for(self.in_flight + (write_process is not None))
         self.exchange = queues.notifications_exchange(config.exchange)
         self.queue = queues.indexer_queue(config.queue, self.exchange)
         self.dlx = queues.dead_letter_exchange(config.dead_letter_exchange)
@@ -109,6 +107,9 @@ class IndexerConsumer:
             if write_process is None
             else WriteProcess(write_process, self.in_flight, self.writer)
         )
+        # Room for every batch the pipeline holds (a writer process one more than it
+        # writes at once), one decoded and waiting, one being received.
+        self.prefetch = config.prefetch_for(self._flights.limit)
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
         self.received = 0
@@ -143,7 +144,6 @@ class IndexerConsumer:
                     backoff = min(backoff * 2, 30.0)
                     self.connection = self.connection.clone()
         finally:
-            self._abort.set()
             self._flights.abort()
             self._flights.forget(grace=SHUTDOWN_GRACE)
             self._flights.close()
@@ -232,7 +232,6 @@ class IndexerConsumer:
             self._flights.wait_oldest(min(0.05, deadline - time.monotonic()))
             self._settle()
         if pending or self._flights:
-            self._abort.set()
             self._flights.abort()
             left = sum(len(b.messages) for b in pending) + self._flights.forget(grace=1.0)
             log.warning("shutdown: %d messages stay unacked (write not finished)", left)

@@ -48,7 +48,9 @@ class Settled(Protocol):
 
 class Pipeline(Protocol):
     """What the consumer drives: ``Flights`` (writer threads in this process) or
-    ``write_process.WriteProcess`` (decoding and writing in a child process)."""
+    ``write_process.WriteProcess`` (the engine's writes in a child process)."""
+
+    limit: int  # batches held at most, launched and not yet settled
 
     def __len__(self) -> int: ...
     @property
@@ -139,7 +141,8 @@ class Flights(Ordered):
                 self._queue[0].future.exception(timeout=max(0.0, timeout))
 
     def abort(self) -> None:
-        """Stop retrying: a write blocked by an outage is abandoned, unacked."""
+        """Stop retrying: a write blocked by an outage is abandoned, unacked (the writer's
+        ``stop`` is the consumer's abort event)."""
         self.writer.stop.set()
 
     def forget(self, grace: float) -> int:

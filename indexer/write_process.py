@@ -88,11 +88,9 @@ class WriterProcessFailed(RuntimeError):
     transient; nothing it had not reported is acked."""
 
 
-def engine_side(build: Callable[..., SearchEngine], /, *args: Any, **kwargs: Any) -> WriteSide:
-    """A write side of ``build(*args, **kwargs)`` and no cell resolver (payloads that
-    carry their cell); ``functools.partial(engine_side, EmbeddedEngine, path)`` is a
-    picklable ``WriterFactory``."""
-    return build(*args, **kwargs), None
+def engine_side(build: Callable[[], SearchEngine]) -> WriteSide:
+    """The engine ``build`` opens and no cell resolver (payloads that carry their cell)."""
+    return build(), None
 
 
 # The wire -------------------------------------------------------------------------
@@ -380,6 +378,16 @@ def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None])
             return
 
 
+def _report(send: Callable[[tuple[Any, ...]], None], seq: int, result: Callable[[], Any]) -> bool:
+    """Sends batch ``seq``'s verdicts, or its error (then False: the child stops)."""
+    try:
+        send(("done", seq, result()))
+    except Exception as exc:
+        send(("error", seq, f"{type(exc).__name__}: {exc}"))
+        return False
+    return True
+
+
 def _commit_loop(
     conn: Connection, writer: BatchWriter, in_flight: int, send: Callable[[tuple[Any, ...]], None]
 ) -> None:
@@ -393,10 +401,7 @@ def _commit_loop(
         while True:
             while running and running[0][1].done():
                 seq, future = running.popleft()
-                try:
-                    send(("done", seq, future.result()))
-                except Exception as exc:
-                    send(("error", seq, f"{type(exc).__name__}: {exc}"))
+                if not _report(send, seq, future.result):
                     return
             if len(running) >= in_flight:
                 wait([running[0][1]], timeout=0.005)
@@ -411,11 +416,7 @@ def _commit_loop(
             _, seq, size, wire = message
             if pool is not None:
                 running.append((seq, pool.submit(_commit, writer, size, wire)))
-                continue
-            try:
-                send(("done", seq, _commit(writer, size, wire)))
-            except Exception as exc:
-                send(("error", seq, f"{type(exc).__name__}: {exc}"))
+            elif not _report(send, seq, functools.partial(_commit, writer, size, wire)):
                 return
     finally:
         if pool is not None:

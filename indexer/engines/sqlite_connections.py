@@ -99,7 +99,7 @@ class Connections:
         """One transaction: IMMEDIATE takes the write lock up front, so versions read in
         it stay true; a read transaction pins one snapshot (alias and table agree)."""
         conn = self.get()
-        if write and not getattr(self._local, "writes", False):
+        if write and not self._local.writes:
             # This connection writes: checkpoints move to their own thread (see
             # ``sqlite_checkpoint``). Readers never checkpoint, so they are left alone.
             conn.execute(self.checkpointer.writer_pragma())
