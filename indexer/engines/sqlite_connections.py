@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +30,8 @@ _TRANSIENT = {
     15: "lock protocol",
 }
 SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
+BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
+PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file locked
 
 
 def translate(exc: sqlite3.Error) -> EngineError:
@@ -79,7 +82,7 @@ class Connections:
                 cached_statements=512,
             )
             for pragma in self._pragmas:
-                conn.execute(pragma)
+                self._apply(conn, pragma)
             if not self._catalog_ready:
                 Catalog(conn, self.prefix).create()
                 self._catalog_ready = True
@@ -93,6 +96,21 @@ class Connections:
         with self._lock:
             self._all.append(conn)
         return conn
+
+    def _apply(self, conn: sqlite3.Connection, pragma: str) -> None:
+        """A journal mode change needs a lock that SQLite does not wait for (the busy
+        timeout is not consulted): connections opening a new file at once get "database
+        is locked" at ``journal_mode=WAL``. Busy is retried here up to the timeout."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                conn.execute(pragma)
+                return
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+                if code not in BUSY or time.monotonic() >= deadline:
+                    raise
+            time.sleep(PRAGMA_RETRY)
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Catalog]:
