@@ -11,9 +11,8 @@ in-process pipeline holds: batches are committed and settled in the order they w
 planned (the consumer's ``multiple`` ack stays correct), and two batches in flight
 never share an instance id.
 
-What crosses is small and cheap to encode: each planned document as msgpack bytes
-(pickling the planned objects cost 20-50 µs a document each way; msgpack 3-10 µs), and
-each verdict as a tuple. Metrics are recorded by the parent, from the verdicts and from
+What crosses is small and cheap to encode (``write_wire``), and the child's loop is in
+``write_child``. Metrics are recorded by the parent, from the verdicts and from
 the retries the child reports, so one ``/metrics`` endpoint shows them.
 
 The child is told to stop, or finds its parent gone (the pipe closes, or its parent
@@ -29,35 +28,25 @@ import functools
 import logging
 import multiprocessing as mp
 import os
-import queue
-import signal
-import socket
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import datetime
-from multiprocessing.connection import Connection
 from typing import Any
 
-import msgspec
 from kombu import Message
 
 from cellsight.indexer import metrics
-from cellsight.indexer.engines.base import SearchEngine, WriteOp
+from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Ordered, PlannedBatch
-from cellsight.indexer.outcomes import Outcome, Verdict, dead
-from cellsight.indexer.planning import EventInfo, Planned
-from cellsight.indexer.writer import BatchWriter, CellResolver, record_outcomes
+from cellsight.indexer.outcomes import Outcome, dead
+from cellsight.indexer.write_child import WriterFactory, WriteSide, child_main
+from cellsight.indexer.write_wire import WireOutcome, decode_outcome, encode_planned, widen
+from cellsight.indexer.writer import BatchWriter, record_outcomes
 
 log = logging.getLogger(__name__)
 
-WriteSide = tuple[SearchEngine, CellResolver | None]
-WriterFactory = Callable[[], WriteSide]
-"""Builds the child's engine and cell resolver (picklable: a module-level function or a
-``functools.partial`` of one, called in the child)."""
+__all__ = ["WriteProcess", "WriterFactory", "WriterProcessFailed", "engine_side", "reopened"]
 
 
 def reopened(engine: SearchEngine) -> WriterFactory:
@@ -71,16 +60,6 @@ STARTUP_TIMEOUT = 60.0  # seconds for the child to import and build its engine
 # looks at most this often (a batch takes tens of milliseconds to write).
 PUMP_EVERY = 0.001  # seconds
 ALIVE_EVERY = 1.0  # seconds between an idle consumer's checks that the child lives
-PIPE_BYTES = 4 << 20  # socket buffers (capped by the OS): fewer system calls per batch
-WATCH_EVERY = 0.05  # seconds between the child's looks at its abort flag and its parent
-
-_ENCODE = msgspec.msgpack.Encoder()
-_DECODE = msgspec.msgpack.Decoder()
-
-# (position, resource, id, version, document as msgpack (or the dict itself when msgpack
-# cannot carry it), event type, notification time, snapshot time)
-WirePlanned = tuple[int, str, str, int, bytes | dict[str, Any], str, datetime | None, Any]
-WireOutcome = tuple[str, str | None, str | None, str | None, str | None, float | None]
 
 
 class WriterProcessFailed(RuntimeError):
@@ -93,48 +72,6 @@ def engine_side(build: Callable[[], SearchEngine]) -> WriteSide:
     return build(), None
 
 
-# The wire -------------------------------------------------------------------------
-def encode_planned(p: Planned) -> WirePlanned:
-    document: bytes | dict[str, Any]
-    try:
-        document = _ENCODE.encode(p.op.document)
-    except (TypeError, ValueError, OverflowError, UnicodeEncodeError):
-        # An integer past 64 bits or a lone surrogate: pickle carries it, and the engine
-        # decides about it as it would in-process.
-        document = p.op.document
-    info = p.notification
-    return (p.position, p.op.resource, p.op.id, p.op.version, document, info.event_type,
-            info.timestamp, p.snapshot_at)  # fmt: skip
-
-
-def decode_planned(wire: WirePlanned) -> Planned:
-    position, resource, doc_id, version, document, event_type, timestamp, snapshot_at = wire
-    doc = _DECODE.decode(document) if isinstance(document, bytes) else document
-    op = WriteOp(resource, doc_id, version, doc)
-    return Planned(position, op, EventInfo(event_type, timestamp), snapshot_at)
-
-
-def encode_outcome(o: Outcome) -> WireOutcome:
-    return (o.verdict.value, o.reason_code, o.reason, o.event_type, o.resource, o.lag)
-
-
-def decode_outcome(wire: WireOutcome) -> Outcome:
-    verdict, code, reason, event_type, resource, lag = wire
-    return Outcome(Verdict(verdict), code, reason, event_type, resource=resource, lag=lag)
-
-
-def widen(conn: Connection) -> None:
-    """A duplex ``Pipe`` is a Unix socket pair; wider buffers mean fewer system calls."""
-    try:
-        sock = socket.socket(fileno=os.dup(conn.fileno()))
-    except OSError:
-        return
-    with sock, contextlib.suppress(OSError):  # capped by the OS: only slower
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PIPE_BYTES)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, PIPE_BYTES)
-
-
-# The consumer's side ----------------------------------------------------------------
 @dataclass
 class SentBatch:
     seq: int
@@ -302,122 +239,3 @@ class WriteProcess(Ordered):
             self._proc.terminate()
             self._proc.join(5.0)
         self._conn.close()
-
-
-# The child ---------------------------------------------------------------------------
-def child_main(
-    conn: Connection,
-    factory: WriterFactory,
-    in_flight: int,
-    aborted: Any,
-    parent: int,
-) -> None:
-    """Commit the batches the parent sends, in order, until told to stop or the parent
-    is gone. Signals are the parent's business: a Ctrl-C reaches the whole process
-    group, and the child must finish through the parent, not die mid-write."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    send_lock = threading.Lock()
-
-    def send(message: tuple[Any, ...]) -> None:
-        with send_lock:  # writer threads report retries while this one sends verdicts
-            conn.send(message)
-
-    try:
-        engine, cell_resolver = factory()
-    except Exception as exc:
-        send(("failed", f"{type(exc).__name__}: {exc}"))
-        return
-    abort = threading.Event()
-    threading.Thread(target=_watch, args=(aborted, parent, abort), daemon=True).start()
-    writer = BatchWriter(
-        engine,
-        stop=abort,
-        cell_resolver=cell_resolver,
-        record_metrics=False,
-        on_retry=lambda: send(("retry",)),
-    )
-    try:
-        send(("ready",))
-        _commit_loop(conn, writer, in_flight, send)
-    except (EOFError, OSError):
-        pass  # the parent is gone: its unacked messages are redelivered
-    finally:
-        abort.set()
-        engine.close()
-        conn.close()
-
-
-def _watch(aborted: Any, parent: int, abort: threading.Event, every: float = WATCH_EVERY) -> None:
-    """Turns the parent's abort flag into this process's ``abort`` event, and so does a
-    parent that is gone: killed while this child retries through an outage, it would
-    leave it retrying forever (the pipe is only read between batches)."""
-    while not abort.wait(every):
-        if aborted.value or os.getppid() != parent:
-            abort.set()
-
-
-def _commit(writer: BatchWriter, size: int, wire: list[WirePlanned]) -> list[Any]:
-    planned = [decode_planned(w) for w in wire]
-    final = writer.commit([None] * size, planned)
-    return [(p.position, encode_outcome(final[p.position])) for p in planned]
-
-
-def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None]) -> None:
-    """Takes batches off the pipe as soon as they arrive, so the consumer's ``send``
-    never waits for a commit to end (a batch is larger than a socket's buffer); None
-    when the parent is gone. The parent keeps at most ``in_flight + 1`` batches here."""
-    while True:
-        try:
-            message: tuple[Any, ...] = conn.recv()
-        except (EOFError, OSError):
-            inbox.put(None)
-            return
-        inbox.put(message)
-        if message[0] == "stop":
-            return
-
-
-def _report(send: Callable[[tuple[Any, ...]], None], seq: int, result: Callable[[], Any]) -> bool:
-    """Sends batch ``seq``'s verdicts, or its error (then False: the child stops)."""
-    try:
-        send(("done", seq, result()))
-    except Exception as exc:
-        send(("error", seq, f"{type(exc).__name__}: {exc}"))
-        return False
-    return True
-
-
-def _commit_loop(
-    conn: Connection, writer: BatchWriter, in_flight: int, send: Callable[[tuple[Any, ...]], None]
-) -> None:
-    """One commit at a time on this thread (a second thread would only contend for the
-    GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
-    inbox: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
-    threading.Thread(target=_receive, args=(conn, inbox), name="receive", daemon=True).start()
-    pool = ThreadPoolExecutor(in_flight, "indexer-write") if in_flight > 1 else None
-    running: deque[tuple[int, Future[list[Any]]]] = deque()
-    try:
-        while True:
-            while running and running[0][1].done():
-                seq, future = running.popleft()
-                if not _report(send, seq, future.result):
-                    return
-            if len(running) >= in_flight:
-                wait([running[0][1]], timeout=0.005)
-                continue
-            try:
-                # Blocks only when nothing is running; else looks at the running ones again.
-                message = inbox.get(timeout=0.005 if running else None)
-            except queue.Empty:
-                continue
-            if message is None or message[0] == "stop":
-                return
-            _, seq, size, wire = message
-            if pool is not None:
-                running.append((seq, pool.submit(_commit, writer, size, wire)))
-            elif not _report(send, seq, functools.partial(_commit, writer, size, wire)):
-                return
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)

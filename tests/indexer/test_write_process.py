@@ -26,15 +26,13 @@ from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.metrics import REGISTRY
 from cellsight.indexer.outcomes import Outcome, Verdict
 from cellsight.indexer.planning import EventInfo, Planned
-from cellsight.indexer.write_process import (
-    WriteProcess,
-    WriterProcessFailed,
-    _watch,
+from cellsight.indexer.write_child import _watch
+from cellsight.indexer.write_process import WriteProcess, WriterProcessFailed, reopened
+from cellsight.indexer.write_wire import (
     decode_outcome,
     decode_planned,
     encode_outcome,
     encode_planned,
-    reopened,
 )
 from cellsight.indexer.writer import BatchWriter
 from cellsight.settings import Settings
