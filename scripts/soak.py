@@ -26,8 +26,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid as uuidlib
 from collections import Counter
 from pathlib import Path
@@ -38,6 +36,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.drift
 
 from soak_faults import Faults
+from soak_load import Load
 from soak_parts import (
     Child,
     Proxy,
@@ -51,13 +50,9 @@ from soak_parts import (
 
 from cellsight.cells import outbox
 from cellsight.cells.database import connect
-from cellsight.cells.errors import CellsError
-from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
-from cellsight.cells.operations import Operations
-from cellsight.cells.outbox import Outbox
-from cellsight.clients import build_bus, build_notifier
+from cellsight.clients import build_bus
 from cellsight.indexer.dlq import peek
 from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
@@ -77,10 +72,9 @@ ENV = {
     "CELLSIGHT_LOG_LEVEL": "WARNING",
 }
 POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-ADMIN = {"X-Auth-Token": "soak:admin", "Content-Type": "application/json"}
 
 
-class Soak(Faults):
+class Soak(Load, Faults):
     def __init__(self, seconds: float, data_dir: Path, seed: int) -> None:
         self.seconds, self.data_dir, self.rng = seconds, data_dir, random.Random(seed)
         overrides: dict[str, Any] = {
@@ -127,97 +121,6 @@ class Soak(Faults):
         with admin.connect() as conn:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{self.pg_db}" WITH (FORCE)'))
         admin.dispose()
-
-    # Load --------------------------------------------------------------------
-    def producer(self, registry: CellRegistry, seed: int) -> None:
-        rng = random.Random(seed)
-        with build_notifier(self.settings) as notifier:
-            ops = Operations(
-                registry,
-                notifier,
-                publisher_id=f"soak-{seed}",
-                relay=Outbox(notifier, lease_seconds=10),
-            )
-            mine: list[str] = []
-            while not self.stop.is_set():
-                started = time.perf_counter()
-                try:
-                    kind = self.step(ops, rng, mine)
-                    self.count(f"op.{kind}", time.perf_counter() - started)
-                except CellsError as exc:  # a precondition or an unreachable cell
-                    self.count(f"op_refused.{type(exc).__name__}")
-                except Exception as exc:
-                    with self.lock:
-                        self.errors[f"producer {type(exc).__name__}: {exc}"[:200]] += 1
-                self.stop.wait(0.02)
-
-    def step(self, ops: Operations, rng: random.Random, mine: list[str]) -> str:
-        if len(mine) < 5 or rng.random() < 0.15:
-            made = ops.boot(
-                BootRequest(
-                    f"vm{rng.randrange(10_000)}",
-                    "m1.small",
-                    rng.choice(["p1", "p2", "p3"]),
-                    "u",
-                    count=rng.randint(1, 3),
-                    cell=f"cell{rng.randint(1, 5)}",
-                )
-            )
-            mine += [p.uuid for p in made.instances]
-            return "boot"
-        vm = rng.choice(mine)
-        kind, action = rng.choice(
-            [
-                ("rename", lambda: ops.rename(vm, f"n{rng.randrange(10_000)}")),
-                ("power_off", lambda: ops.power_off(vm)),
-                ("power_on", lambda: ops.power_on(vm)),
-                ("tags", lambda: ops.set_tags(vm, rng.sample(["a", "b", "c", "d"], 2))),
-                ("resize", lambda: ops.resize(vm, rng.choice(["m1.small", "m1.large"]))),
-                ("delete", lambda: ops.delete(vm)),
-            ]
-        )
-        action()
-        return str(kind)
-
-    def client(self, port: int, seed: int) -> None:
-        rng = random.Random(seed)
-        base = f"http://127.0.0.1:{port}"
-        while not self.stop.is_set():
-            if rng.random() < 0.7:
-                sort = rng.choice(["display_name", "created_at", "uuid"])
-                req = urllib.request.Request(
-                    f"{base}/v2.1/servers/detail?all_tenants=1&limit=50&sort_key={sort}",
-                    headers=ADMIN,
-                )
-                what = "list"
-            else:
-                body = {"fields": ["uuid", "name", "status"], "filter": ["=~", "name", "^n1"]}
-                req = urllib.request.Request(
-                    f"{base}/v2.1/query/instance",
-                    headers=ADMIN,
-                    data=json.dumps(body).encode(),
-                    method="POST",
-                )
-                what = "query"
-            started = time.perf_counter()
-            try:
-                with urllib.request.urlopen(req, timeout=60) as response:
-                    response.read()
-                    status, path = response.status, response.headers.get("X-Cellsight-Path")
-            except urllib.error.HTTPError as exc:
-                status, path = exc.code, exc.headers.get("X-Cellsight-Path")
-            except OSError as exc:
-                status, path = 0, type(exc).__name__
-            self.count(f"request.{what}", time.perf_counter() - started, latency=what)
-            with self.lock:
-                self.statuses[f"{what} {status} {path}"] += 1
-            self.stop.wait(0.05)
-
-    def count(self, key: str, seconds: float | None = None, latency: str = "op") -> None:
-        with self.lock:
-            self.counts[key] += 1
-            if seconds is not None:
-                self.latency[latency].append(seconds)
 
     # Faults ------------------------------------------------------------------
     def fault(self, name: str, action: Any) -> None:

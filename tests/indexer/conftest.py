@@ -5,13 +5,20 @@
 per-test clone of the session's osmem server (an in-memory OpenSearch-compatible
 server); the Elasticsearch client reaches it through ``tests.support.es_compat``. Every
 engine gets a unique prefix, so nothing a test leaves behind can leak into another.
+
+For the HTTP engine tests: ``kind``, each HTTP engine's name; ``canned``, a small local
+HTTP server with canned answers.
 """
 
 from __future__ import annotations
 
+import json
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -21,6 +28,9 @@ from cellsight.settings import Settings
 from tests.support.es_compat import ES_CLIENT_OPTIONS
 from tests.support.indexing import bus_settings
 from tests.support.services import osmem_clone_url
+
+if TYPE_CHECKING:
+    from tests.support.http_engines import Handler
 
 ENGINES = [
     pytest.param("embedded", id="embedded"),
@@ -58,3 +68,50 @@ def each_bus(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     if request.param == "rabbitmq":
         request.getfixturevalue("rabbitmq_url")
     return bus_settings(tmp_path / "data", str(request.param))
+
+
+KINDS = ("opensearch", "elasticsearch")
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+# A canned HTTP server ---------------------------------------------------------
+@pytest.fixture
+def canned() -> Iterator[Callable[[Handler], str]]:
+    """Serve ``handler(method, path, headers, body) -> (status, headers, json)``; gives
+    its URL."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def serve(handler: Handler) -> str:
+        class Answer(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                status, headers, body = handler(
+                    self.command, self.path, dict(self.headers), self.rfile.read(length)
+                )
+                raw = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json; charset=UTF-8")
+                self.send_header("Content-Length", str(len(raw)))
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()

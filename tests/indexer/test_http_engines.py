@@ -1,60 +1,32 @@
-"""What the shared engine contract suite does not cover for the HTTP engines.
+"""What the shared engine contract suite does not cover for the HTTP engines, on a
+cluster that answers (its outages are in ``test_http_engine_outages.py``).
 
 ``build_engine``'s detection and errors, bulk item classification through both clients,
-external versions above 2^53, bulk-load settings, and the engines' behaviour when the
-cluster stops answering or answers with overload errors. osmem (an in-memory
+external versions above 2^53 and bulk-load settings. osmem (an in-memory
 OpenSearch-compatible server) is the peer; the Elasticsearch client reaches it through
 ``tests.support.es_compat``. Canned answers come from a small local HTTP server.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from osmem_server import OsmemServer
 
 from cellsight.indexer.engines import UnsupportedEngineURL, build_engine, detect_distribution
-from cellsight.indexer.engines.base import (
-    EngineError,
-    EngineUnavailable,
-    IndexMissing,
-    WriteOp,
-    WriteStatus,
-)
-from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable, IndexMissing, WriteStatus
 from cellsight.indexer.engines.http import HttpEngine, redact_url
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
-from tests.support.es_compat import ES_CLIENT_OPTIONS, plain_mimetype
+from tests.support.es_compat import plain_mimetype
+from tests.support.http_engines import Handler, Reply, make_engine, op
 
 pytestmark = pytest.mark.services
 
-KINDS = ("opensearch", "elasticsearch")
 BIG = 1_400_000_000_000_000_001  # a time-derived version: far above 2^53
-
-
-def make_engine(
-    kind: str, url: str, *, prefix: str = "t", timeout: float = 5.0, **kwargs: Any
-) -> HttpEngine:
-    if kind == "elasticsearch":
-        return ElasticsearchEngine(
-            url, prefix=prefix, timeout=timeout, **ES_CLIENT_OPTIONS, **kwargs
-        )
-    return OpenSearchEngine(url, prefix=prefix, timeout=timeout, **kwargs)
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 @pytest.fixture
@@ -70,53 +42,6 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def op(doc_id: str, version: int, **fields: Any) -> WriteOp:
-    return WriteOp("instance", doc_id, version, {"uuid": doc_id, "version": version, **fields})
-
-
-# A canned HTTP server ---------------------------------------------------------
-Reply = tuple[int, dict[str, str], Any]
-Handler = Callable[[str, str, Mapping[str, str], bytes], Reply]
-
-
-@pytest.fixture
-def canned() -> Iterator[Callable[[Handler], str]]:
-    """Serve ``handler(method, path, headers, body) -> (status, headers, json)``; gives
-    its URL."""
-    servers: list[ThreadingHTTPServer] = []
-
-    def serve(handler: Handler) -> str:
-        class Answer(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                status, headers, body = handler(
-                    self.command, self.path, dict(self.headers), self.rfile.read(length)
-                )
-                raw = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(raw)))
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(raw)
-
-            do_GET = do_POST = do_PUT = do_DELETE = _answer
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield serve
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def root_reply(status: int, body: Any, headers: dict[str, str] | None = None) -> Handler:
@@ -312,114 +237,6 @@ def test_missing_aliases_are_index_missing(kind: str, osmem_url: str) -> None:
             eng.count("instance")
     finally:
         eng.close()
-
-
-# An unavailable or overloaded cluster -----------------------------------------------
-def pause(pid: int) -> None:
-    """SIGSTOP ``pid`` and wait until it is stopped (the signal lands asynchronously)."""
-    os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        if state == "T":
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not stop")
-
-
-def test_a_paused_cluster_is_unavailable_within_the_timeout(
-    kind: str, own_osmem: OsmemServer
-) -> None:
-    eng = make_engine(kind, own_osmem.url, timeout=0.5, bulk_timeout=0.5)
-    eng.ensure_ready("instance")
-    pause(own_osmem.pid)
-    try:
-        for call in (eng.ping, lambda: eng.get("instance", "a"), lambda: eng.bulk([op("a", 1)])):
-            started = time.monotonic()
-            with pytest.raises(EngineUnavailable):
-                call()
-            assert time.monotonic() - started < 3
-    finally:
-        os.kill(own_osmem.pid, signal.SIGCONT)
-    eng.ping()  # and it comes back without a new engine
-    assert eng.bulk([op("a", 1)])[0].status is WriteStatus.OK
-    eng.close()
-
-
-def test_a_stopped_cluster_is_unavailable(kind: str, own_osmem: OsmemServer) -> None:
-    eng = make_engine(kind, own_osmem.url, timeout=1)
-    eng.ensure_ready("instance")
-    own_osmem.close()
-    for call in (
-        eng.ping,
-        lambda: eng.bulk([op("a", 1)]),
-        lambda: eng.get_many("instance", ["a"]),
-        lambda: list(eng.bulk_index("x", iter([op("a", 1)]))),
-    ):
-        with pytest.raises(EngineUnavailable):
-            call()
-    eng.close()
-
-
-def overloaded(status: int) -> Handler:
-    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
-        error = {"type": "es_rejected_execution_exception", "reason": "queue full"}
-        return status, {}, {"error": error, "status": status}
-
-    return handler
-
-
-@pytest.mark.parametrize("status", [429, 503])
-def test_overload_answers_are_unavailable(
-    kind: str, status: int, canned: Callable[[Handler], str]
-) -> None:
-    eng = make_engine(kind, canned(overloaded(status)))
-    for call in (lambda: eng.get("instance", "a"), lambda: eng.bulk([op("a", 1)]), eng.ping):
-        with pytest.raises(EngineUnavailable, match=str(status)):
-            call()
-    eng.close()
-
-
-def test_item_overload_is_retry_and_whole_bulk_overload_is_unavailable(
-    kind: str, canned: Callable[[Handler], str]
-) -> None:
-    bulk_status = [200]
-
-    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
-        if path.startswith("/_alias/"):
-            return 200, {}, {"t-instance-1": {"aliases": {"t-instance-write": {}}}}
-        if path.startswith("/_bulk"):
-            if bulk_status[0] != 200:
-                return bulk_status[0], {}, {"error": {"type": "x", "reason": "busy"}}
-            lines = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
-            ids = [h["index"]["_id"] for h in lines[::2]]
-            items = [
-                {
-                    "index": {
-                        "_id": ids[0],
-                        "status": 429,
-                        "error": {"type": "es_rejected_execution_exception", "reason": "full"},
-                    }
-                },
-                {
-                    "index": {
-                        "_id": ids[1],
-                        "status": 503,
-                        "error": {"type": "unavailable_shards_exception", "reason": "gone"},
-                    }
-                },
-                {"index": {"_id": ids[2], "status": 201, "result": "created"}},
-            ]
-            return 200, {}, {"took": 1, "errors": True, "items": items}
-        return 404, {}, {"error": "no handler", "status": 404}
-
-    eng = make_engine(kind, canned(handler))
-    results = eng.bulk([op("a", 1), op("b", 1), op("c", 1)])
-    assert [r.status for r in results] == [WriteStatus.RETRY, WriteStatus.RETRY, WriteStatus.OK]
-    bulk_status[0] = 502
-    with pytest.raises(EngineUnavailable):
-        eng.bulk([op("a", 1)])
-    eng.close()
 
 
 def test_es_compat_rewrites_only_the_compatibility_media_types() -> None:
