@@ -17,7 +17,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from cellsight.indexer.engines.base import SearchEngine
-from cellsight.indexer.write_wire import WirePlanned, decode_planned, encode_outcome
+from cellsight.indexer.write_wire import (
+    WirePlanned,
+    decode_planned,
+    encode_outcome,
+    pack,
+    unpack,
+)
 from cellsight.indexer.writer import BatchWriter, CellResolver
 
 WriteSide = tuple[SearchEngine, CellResolver | None]
@@ -44,7 +50,7 @@ def child_main(
 
     def send(message: tuple[Any, ...]) -> None:
         with send_lock:  # writer threads report retries while this one sends verdicts
-            conn.send(message)
+            conn.send_bytes(pack(message))
 
     try:
         engine, cell_resolver = factory()
@@ -92,7 +98,7 @@ def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None])
     when the parent is gone. The parent keeps at most ``in_flight + 1`` batches here."""
     while True:
         try:
-            message: tuple[Any, ...] = conn.recv()
+            message = unpack(conn.recv_bytes())
         except (EOFError, OSError):
             inbox.put(None)
             return

@@ -41,7 +41,14 @@ from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Ordered, PlannedBatch
 from cellsight.indexer.outcomes import Outcome, dead
 from cellsight.indexer.write_child import WriterFactory, WriteSide, child_main
-from cellsight.indexer.write_wire import WireOutcome, decode_outcome, encode_planned, widen
+from cellsight.indexer.write_wire import (
+    WireOutcome,
+    decode_outcome,
+    encode_planned,
+    pack,
+    unpack,
+    widen,
+)
 from cellsight.indexer.writer import BatchWriter, record_outcomes
 
 log = logging.getLogger(__name__)
@@ -134,7 +141,7 @@ class WriteProcess(Ordered):
 
     def _recv(self) -> tuple[Any, ...]:
         try:
-            message: tuple[Any, ...] = self._conn.recv()
+            message = unpack(self._conn.recv_bytes())
         except (EOFError, OSError) as exc:
             raise self._gone() from exc
         return message
@@ -162,7 +169,7 @@ class WriteProcess(Ordered):
         self._seq += 1
         wire = [encode_planned(p) for p in batch.planned]
         try:
-            self._conn.send(("batch", self._seq, len(batch.outcomes), wire))
+            self._conn.send_bytes(pack(("batch", self._seq, len(batch.outcomes), wire)))
         except OSError as exc:
             raise self._gone() from exc
         sent = SentBatch(self._seq, batch.messages, batch.outcomes, batch.ids, time.perf_counter())
@@ -233,7 +240,7 @@ class WriteProcess(Ordered):
         self._closed = True
         self._abort.value = True
         with contextlib.suppress(OSError):
-            self._conn.send(("stop",))
+            self._conn.send_bytes(pack(("stop",)))
         self._proc.join(10.0)
         if self._proc.is_alive():
             self._proc.terminate()

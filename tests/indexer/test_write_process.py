@@ -33,6 +33,8 @@ from cellsight.indexer.write_wire import (
     decode_planned,
     encode_outcome,
     encode_planned,
+    pack,
+    unpack,
 )
 from cellsight.indexer.writer import BatchWriter
 from cellsight.settings import Settings
@@ -71,11 +73,19 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _batch_through_the_pipe(planned: list[Planned]) -> tuple[bytes, list[Planned]]:
+    frame = pack(("batch", 3, len(planned) + 1, [encode_planned(p) for p in planned]))
+    kind, seq, size, wire = unpack(frame)
+    assert (kind, seq, size) == ("batch", 3, len(planned) + 1)
+    return frame, [decode_planned(w) for w in wire]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     document=st.dictionaries(st.text(max_size=12), values, max_size=8),
-    version=st.integers(min_value=0, max_value=2**63 - 1),
-    stamp=st.none() | st.datetimes(timezones=st.just(UTC)),
+    version=st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    # Naive too: msgpack writes a naive datetime as text, the typed decoder reads it back.
+    stamp=st.none() | st.datetimes(timezones=st.just(UTC)) | st.datetimes(),
 )
 def test_a_planned_document_crosses_the_wire_unchanged(
     document: dict[str, Any], version: int, stamp: datetime | None
@@ -86,24 +96,49 @@ def test_a_planned_document_crosses_the_wire_unchanged(
         EventInfo("instance.update", stamp),
         stamp,
     )
-    back = decode_planned(encode_planned(planned))
+    _, [back] = _batch_through_the_pipe([planned])
     assert back.position == 7 and back.snapshot_at == stamp
+    assert type(back.snapshot_at) is type(stamp)
     assert back.notification == planned.notification
     assert (back.op.resource, back.op.id, back.op.version) == ("instance", "id-1", version)
     assert _same(back.op.document, document)
 
 
+def test_a_batch_is_one_msgpack_frame_unless_a_document_needs_pickle() -> None:
+    plain = [
+        Planned(
+            i, WriteOp("instance", f"id-{i}", i, {"n": i, "s": "x"}), EventInfo("e", None), None
+        )
+        for i in range(3)
+    ]
+    frame, back = _batch_through_the_pipe(plain)
+    assert frame[:1] == b"b" and [b.op.document for b in back] == [p.op.document for p in plain]
+    poisoned = [
+        *plain,
+        Planned(3, WriteOp("instance", "id-3", 3, {"n": 10**30}), EventInfo("e", None), None),
+    ]
+    frame, back = _batch_through_the_pipe(poisoned)
+    assert frame[:1] == b"p" and back[3].op.document == {"n": 10**30}
+
+
 @given(
     verdict=st.sampled_from(list(Verdict)),
-    text=st.none() | st.text(max_size=50),
+    text=st.none() | st.text(alphabet=st.characters(codec=None), max_size=50),
     lag=st.none() | st.floats(min_value=0, max_value=1e9),
 )
 def test_a_verdict_crosses_the_wire_with_what_the_metrics_need(
     verdict: Verdict, text: str | None, lag: float | None
 ) -> None:
     outcome = Outcome(verdict, text, text, text, resource="instance", lag=lag)
-    back = decode_outcome(encode_outcome(outcome))
+    kind, seq, [(position, wire)] = unpack(pack(("done", 9, [(4, encode_outcome(outcome))])))
+    back = decode_outcome(wire)
+    assert (kind, seq, position) == ("done", 9, 4)
     assert back == outcome and back.resource == "instance" and back.lag == lag
+
+
+def test_control_messages_cross_the_wire() -> None:
+    for message in [("ready",), ("stop",), ("retry",), ("error", 5, "EngineError: \ud800")]:
+        assert unpack(pack(message)) == message
 
 
 def _sample(name: str) -> float:
