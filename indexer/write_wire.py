@@ -1,10 +1,11 @@
 """What crosses between the consumer and its writer process (``write_process``).
 
 Every message is one frame of bytes (``pack``/``unpack``). A batch of planned documents
-and a batch of verdicts are each one msgpack encode (one C call for the whole batch:
-measured X µs a document where pickling the planned objects cost 20-50 µs and a msgpack
-encode per document plus pickling the list 6-9 µs), decoded by a typed decoder so the
-times come back as the datetimes they were. What msgpack cannot carry (an integer past
+and a batch of verdicts are each one msgpack encode, one C call for the whole batch,
+decoded by a typed decoder so that times come back as the datetimes they were. Measured
+on 1,000 real documents: 7-8 µs a document to build and encode the frame, where a
+msgpack encode per document plus pickling the list took 12-15 µs (pickling the planned
+objects themselves, 20-50 µs). What msgpack cannot carry (an integer past
 64 bits or a lone surrogate in a poison message's document) makes that one frame a
 pickle instead, and the engine decides about the document as it would in-process.
 Control messages (ready, stop, retry, error) are pickled: they are rare.
