@@ -11,6 +11,7 @@ then the channel closes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -21,6 +22,7 @@ from kombu import Connection, Consumer, Message
 
 from cellsight.indexer import metrics
 from cellsight.indexer.amqp_reads import FrameReader, buffered_frames
+from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.deadletter import (
     REASON_CODE_HEADER,
     REASON_HEADER,
@@ -73,10 +75,13 @@ class IndexerConsumer:
         stop: threading.Event | None = None,
         cell_resolver: CellResolver | None = None,
         write_process: WriterFactory | None = None,
+        collect_between_batches: bool = False,
     ) -> None:
         """With ``write_process`` (a factory of the engine and cell resolver, called in a
         child process) the engine's reads and writes run in that child; decoding stays
-        here, and ``engine`` is then only asked its distribution."""
+        here, and ``engine`` is then only asked its distribution. With
+        ``collect_between_batches`` (for a process that only indexes) Python's cycle
+        collector runs between batches while this consumer runs (``collector``)."""
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
@@ -110,6 +115,7 @@ class IndexerConsumer:
         # Room for every batch the pipeline holds (a writer process one more than it
         # writes at once), one decoded and waiting, one being received.
         self.prefetch = config.prefetch_for(self._flights.limit)
+        self._collector = BatchCollector() if collect_between_batches else None
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
         self.received = 0
@@ -118,7 +124,8 @@ class IndexerConsumer:
     def run(self, max_batches: int | None = None) -> None:
         """Consume until ``stop`` is set (or ``max_batches`` launched, for tests)."""
         try:
-            self._run(max_batches)
+            with self._collector or contextlib.nullcontext():
+                self._run(max_batches)
         except DeadLetterUnconfirmed as exc:
             # Only raised once ``stop`` is set: the batch stays unacked for redelivery.
             log.warning("%s; its batch stays unacked", exc)
@@ -185,11 +192,11 @@ class IndexerConsumer:
             while self.received == received and frames.ready():
                 frames.read_one()
             return
-        # try/except, not contextlib.suppress: this runs once per message
-        try:  # noqa: SIM105
+        try:
             self.connection.drain_events(timeout=self._wait_time())
         except TimeoutError:
-            pass
+            if self._collector is not None:
+                self._collector.idle()
 
     def _wait_time(self) -> float:
         if self._flights or self._ready is not None:
@@ -247,6 +254,8 @@ class IndexerConsumer:
             metrics.BATCH_SIZE.observe(len(flight.messages))
             metrics.BATCH_SECONDS.observe(time.perf_counter() - flight.started)
             log.debug("batch of %d settled", len(flight.messages))
+            if self._collector is not None:
+                self._collector.batch_done()
 
     def _ack(self, batch: list[Message]) -> None:
         """On AMQP one ``basic.ack`` with ``multiple`` acks the whole batch: it holds every

@@ -31,6 +31,7 @@ from typing import Any
 
 from cellsight.cells.database import Engines, connect
 from cellsight.indexer.cell_streams import CellDocs, CellRef, Scope
+from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult, WriteStatus
 from cellsight.indexer.sync_request import peak_rss_mb
 
@@ -118,6 +119,7 @@ def _work(
     stopped: Callable[[], bool],
     token: Any,
     own_process: bool = False,
+    batch_done: Callable[[], object] = lambda: None,
 ) -> None:
     """A worker: cells from ``tasks`` until it is empty; one message per batch."""
     cell: CellRef | None = None
@@ -141,6 +143,8 @@ def _work(
                             counts["rejected"] += 1
                             reasons.append(f"{op.id}: {result.reason}")
                     out.put(("batch", cell.uuid, len(ops), counts, reasons[:5]))
+                    del ops
+                    batch_done()
                     if stopped():
                         return
             out.put(("done", cell.uuid, docs.fallbacks))
@@ -165,7 +169,9 @@ def _process_worker(job: LoadJob, tasks: Any, out: Any, stop: Any, token: Any, p
         def stopped() -> bool:
             return bool(stop.is_set()) or os.getppid() != parent
 
-        _work(job, engine, engines, tasks, out, stopped, token, own_process=True)
+        # The cycle collector between batches, not amid one (``collector`` says why).
+        with BatchCollector() as collector:
+            _work(job, engine, engines, tasks, out, stopped, token, True, collector.batch_done)
     finally:
         engine.close()
         engines.dispose()

@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from multiprocessing.connection import Connection
 from typing import Any
 
+from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.write_wire import (
     WirePlanned,
@@ -68,7 +69,8 @@ def child_main(
     )
     try:
         send(("ready",))
-        _commit_loop(conn, writer, in_flight, send)
+        with BatchCollector() as collector:
+            _commit_loop(conn, writer, in_flight, send, collector.batch_done)
     except (EOFError, OSError):
         pass  # the parent is gone: its unacked messages are redelivered
     finally:
@@ -118,7 +120,11 @@ def _report(send: Callable[[tuple[Any, ...]], None], seq: int, result: Callable[
 
 
 def _commit_loop(
-    conn: Connection, writer: BatchWriter, in_flight: int, send: Callable[[tuple[Any, ...]], None]
+    conn: Connection,
+    writer: BatchWriter,
+    in_flight: int,
+    send: Callable[[tuple[Any, ...]], None],
+    batch_done: Callable[[], object] = lambda: None,
 ) -> None:
     """One commit at a time on this thread (a second thread would only contend for the
     GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
@@ -132,6 +138,7 @@ def _commit_loop(
                 seq, future = running.popleft()
                 if not _report(send, seq, future.result):
                     return
+                batch_done()
             if len(running) >= in_flight:
                 wait([running[0][1]], timeout=0.005)
                 continue
@@ -145,8 +152,10 @@ def _commit_loop(
             _, seq, size, wire = message
             if pool is not None:
                 running.append((seq, pool.submit(_commit, writer, size, wire)))
-            elif not _report(send, seq, functools.partial(_commit, writer, size, wire)):
+                continue
+            if not _report(send, seq, functools.partial(_commit, writer, size, wire)):
                 return
+            batch_done()
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -25,7 +25,7 @@ from typing import Any
 from kombu import Connection, Consumer
 
 from bench.bus import Topology, prepublish
-from bench.measure import Instrumented, Stages, Tally, cpu_seconds, documents_in, say
+from bench.measure import MACHINE, Instrumented, Stages, Tally, cpu_seconds, documents_in, say
 from bench.sites import EngineSite
 from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
@@ -50,7 +50,10 @@ def run_indexer(
     seconds from its start to that moment, and the CPU seconds of this process (the
     bus thread and the writer threads) and of its writer process meanwhile."""
     conn = Connection(url)
-    consumer = IndexerConsumer(conn, engine, config, write_process=write_process)
+    # As ``cellsight indexer`` runs it: the cycle collector between batches.
+    consumer = IndexerConsumer(
+        conn, engine, config, write_process=write_process, collect_between_batches=True
+    )
     child = getattr(consumer._flights, "pid", None)  # the writer process, if any
     if stages is not None:
         stages.on_consumer(consumer)
@@ -70,18 +73,19 @@ def run_indexer(
                 prof.disable()
 
     thread = threading.Thread(target=target, name="indexer", daemon=True)
-    started, cpu0 = time.perf_counter(), time.process_time() + cpu_seconds(child)
-    thread.start()
-    deadline = time.monotonic() + timeout
-    while not until(consumer):
-        if not thread.is_alive():
-            raise RuntimeError("the indexer thread died")
-        if time.monotonic() > deadline:
-            consumer.stop.set()
-            raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
-        time.sleep(0.005)
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() + cpu_seconds(child) - cpu0
+    with MACHINE.section():  # the broker's and the machine's CPU meanwhile: MACHINE.last
+        started, cpu0 = time.perf_counter(), time.process_time() + cpu_seconds(child)
+        thread.start()
+        deadline = time.monotonic() + timeout
+        while not until(consumer):
+            if not thread.is_alive():
+                raise RuntimeError("the indexer thread died")
+            if time.monotonic() > deadline:
+                consumer.stop.set()
+                raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
+            time.sleep(0.005)
+        elapsed = time.perf_counter() - started
+        cpu = time.process_time() + cpu_seconds(child) - cpu0
     consumer.stop.set()
     thread.join(60)
     conn.release()
@@ -138,7 +142,7 @@ def indexer_chunk(
         raise RuntimeError(f"the indexer acked {consumer.acked} of {len(bodies)}")
     for verdict, n in consumer.totals.items():
         totals[verdict] = totals.get(verdict, 0) + n
-    tally.add(len(bodies), seconds, cpu)
+    tally.add(len(bodies), seconds, cpu, MACHINE.last)
 
 
 def plain_chunk(
@@ -160,14 +164,18 @@ def plain_chunk(
     with Connection(args.amqp) as conn, conn.channel() as ch:
         queue = queues.indexer_queue(topo.queue, topo.exchange)
         ch.basic_qos(0, prefetch, False)
-        started, cpu0 = time.perf_counter(), time.thread_time()
-        with Consumer(ch, queues=[queue], on_message=on_message, prefetch_count=prefetch):
+        with (
+            MACHINE.section(),
+            Consumer(ch, queues=[queue], on_message=on_message, prefetch_count=prefetch),
+        ):
+            started, cpu0 = time.perf_counter(), time.thread_time()
             while done < len(bodies):
                 with contextlib.suppress(TimeoutError, socket.timeout):
                     conn.drain_events(timeout=5.0)
             if done % PLAIN_ACK_EVERY:
                 last.channel.basic_ack(last.delivery_tag, multiple=True)
-        tally.add(done, time.perf_counter() - started, time.thread_time() - cpu0)
+            seconds, cpu = time.perf_counter() - started, time.thread_time() - cpu0
+        tally.add(done, seconds, cpu, MACHINE.last)
 
 
 def single_writer(engine: SearchEngine) -> Callable[[WriteOp], bool]:
