@@ -97,10 +97,21 @@ def _json_encoder() -> Callable[[Any], str]:
 encode_json = _json_encoder()
 
 
+def _short(value: Any) -> str:
+    """A value for an error message, at most 60 characters of its repr; a huge integer by
+    its size (repr of one past 4,300 digits raises, and its digits say nothing)."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        return f"{value!r:.60}"
+    except ValueError:
+        return f"a {type(value).__name__} holding an integer past 4,300 digits"
+
+
 def _bad(f: DocField, value: Any) -> InvalidDocument:
     return InvalidDocument(
         f"field [{f.name}] of type [{f.kind.value}{'[]' if f.many else ''}] cannot take "
-        f"{type(value).__name__} {value!r:.60}"
+        f"{type(value).__name__} {_short(value)}"
     )
 
 
@@ -134,12 +145,16 @@ def check_value(f: DocField, value: Any) -> Any:
         if t is int:
             if LONG_MIN <= value <= LONG_MAX:
                 return value
-            raise InvalidDocument(f"field [{f.name}] of type [long]: {value} is out of range")
+            raise InvalidDocument(
+                f"field [{f.name}] of type [long]: {_short(value)} is out of range"
+            )
     elif kind is Kind.DOUBLE:
         if t is float or t is int:
-            if math.isfinite(value):
+            if _finite(value):
                 return value
-            raise InvalidDocument(f"field [{f.name}] of type [double]: {value} is not finite")
+            raise InvalidDocument(
+                f"field [{f.name}] of type [double]: {_short(value)} is not finite"
+            )
     elif kind is Kind.BOOLEAN:
         if t is bool:
             return value
@@ -149,6 +164,14 @@ def check_value(f: DocField, value: Any) -> Any:
         except ValueError:
             pass
     raise _bad(f, value)
+
+
+def _finite(value: float | int) -> bool:
+    """A double's value: an integer past a double's range (~1.8e308) is not finite."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 class RowBuilder:
@@ -199,9 +222,9 @@ class RowBuilder:
 
     def prepare(self, op: WriteOp) -> Prepared:
         if type(op.id) is not str or not 0 < len(op.id) <= 512:
-            raise InvalidDocument(f"id {op.id!r:.60} must be a string of 1 to 512 characters")
+            raise InvalidDocument(f"id {_short(op.id)} must be a string of 1 to 512 characters")
         if type(op.version) is not int or not 0 <= op.version <= LONG_MAX:
-            raise InvalidDocument(f"version {op.version!r:.30} must be an integer in [0, 2^63)")
+            raise InvalidDocument(f"version {_short(op.version)} must be an integer in [0, 2^63)")
         doc = op.document
         if not self._fast or not self._known.issuperset(doc):
             return self._checked(op)
@@ -212,12 +235,12 @@ class RowBuilder:
         if signature not in self._good and not self._signature_ok(signature):
             return self._checked(op)
         longs = [v for v in row[self._longs] if v]
-        if (longs and (min(longs) < LONG_MIN or max(longs) > LONG_MAX)) or (
-            (extra[-1] or 0) > LONG_MAX
+        if (longs and (min(longs) < LONG_MIN or max(longs) > LONG_MAX)) or not (
+            LONG_MIN <= (extra[-1] or 0) <= LONG_MAX
         ):
             return self._checked(op)
         for value in row[self._doubles]:
-            if value is not None and not math.isfinite(value):
+            if value is not None and not _finite(value):
                 return self._checked(op)
         try:
             for i in self._dates:

@@ -22,7 +22,9 @@ FIELDS = FIELDS_BY_RESOURCE["instance"]
 
 extreme_ints = st.one_of(
     st.integers(-(2**63), 2**63 - 1),
-    st.sampled_from([2**63, -(2**63) - 1, 10**1000, 0, True, False]),
+    st.sampled_from([2**63, -(2**63) - 1, 10**1000, -(10**400), 0, True, False]),
+    # past str()'s 4,300 digits (built, not listed: Hypothesis reprs what it samples)
+    st.builds(lambda: 10**5000),
 )
 extreme_floats = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([512.0, -0.0, 1e308])
