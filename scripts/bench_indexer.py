@@ -138,6 +138,7 @@ def bench_engine(
         # in the server, outside it.
         "cpu_us_per_notification_threads": ind["cpu_us_per_notification"],
         "cpu_us_per_notification_by_stage_threads": ind["cpu_us_per_notification_by_stage"],
+        "machine_limit": machine_limit(wp, plain),
         "workers_2_to_1": workers["ratio_2_to_1"] if workers else None,
         "indexer_rss_max_mb": workers["workers_1"]["rss"]["max_mb"] if workers else None,
         **tp,
@@ -179,6 +180,25 @@ def bench_engine(
         problems.append("a --workers run did not exit 0 on SIGTERM")
     result["problems"] = problems
     return result
+
+
+def machine_limit(wp: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any] | None:
+    """The CPU each notification costs on this machine, the broker's share included, and
+    the rate that cost allows if every core did nothing else: the limit the box sets
+    (the benchmark's publisher is idle while these phases are timed)."""
+    if "broker_cpu_us_per_notification" not in wp:
+        return None
+    cpus = os.cpu_count() or 1
+    indexer = wp["cpu_us_per_notification"] + wp["broker_cpu_us_per_notification"]
+    bus = plain["cpu_us_per_message"] + plain["broker_cpu_us_per_message"]
+    return {
+        "cpus": cpus,
+        "indexer_and_broker_cpu_us_per_notification": round(indexer, 1),
+        "indexer_machine_busy_share": wp["machine_busy_share"],
+        "indexer_rate_with_every_core_busy": round(cpus * 1e6 / indexer),
+        "plain_consumer_and_broker_cpu_us_per_message": round(bus, 1),
+        "plain_consumer_machine_busy_share": plain["machine_busy_share"],
+    }
 
 
 def notes(out: dict[str, Any]) -> list[str]:

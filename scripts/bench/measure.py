@@ -110,6 +110,60 @@ def documents_in(engine: SearchEngine) -> int:
     return engine.count("instance")
 
 
+def broker_pid() -> int | None:
+    """RabbitMQ's Erlang VM on this machine (``beam.smp`` running ``rabbit``), if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"beam.smp" in cmdline and b"rabbit" in cmdline:
+            return int(entry.name)
+    return None
+
+
+def machine_seconds() -> tuple[float, float]:
+    """CPU seconds of the whole machine so far: (busy, all), summed over its cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    tick = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / tick, total / tick
+
+
+@dataclass
+class Section:
+    """What a timed section cost outside the measured processes: the broker's CPU and the
+    machine's busy CPU (every process, the benchmark's own threads included)."""
+
+    broker_cpu: float = 0.0
+    busy: float = 0.0
+    capacity: float = 0.0  # CPU seconds the machine had: wall seconds x cores
+
+
+class Machine:
+    """Reads ``Section`` figures around a timed section (``with MACHINE.section():``);
+    the last one is ``MACHINE.last``."""
+
+    def __init__(self) -> None:
+        self.broker = broker_pid()
+        self.last = Section()
+
+    @contextlib.contextmanager
+    def section(self) -> Iterator[None]:
+        b0, (busy0, all0) = cpu_seconds(self.broker), machine_seconds()
+        try:
+            yield
+        finally:
+            busy1, all1 = machine_seconds()
+            self.last = Section(cpu_seconds(self.broker) - b0, busy1 - busy0, all1 - all0)
+
+
+MACHINE = Machine()
+
+
 @dataclass
 class Tally:
     """One phase's totals over the rounds."""
@@ -118,12 +172,20 @@ class Tally:
     seconds: float = 0.0
     cpu: float = 0.0
     rounds: list[float] | None = None
+    machine: Section | None = None
 
-    def add(self, count: int, seconds: float, cpu: float) -> None:
+    def add(self, count: int, seconds: float, cpu: float, machine: Section | None = None) -> None:
         self.count += count
         self.seconds += seconds
         self.cpu += cpu
         self.rounds = [*(self.rounds or []), round(count / seconds, 1)]
+        if machine is not None:
+            was = self.machine or Section()
+            self.machine = Section(
+                was.broker_cpu + machine.broker_cpu,
+                was.busy + machine.busy,
+                was.capacity + machine.capacity,
+            )
 
     @property
     def rate(self) -> float:
@@ -132,14 +194,20 @@ class Tally:
     def summary(self, unit: str) -> dict[str, Any]:
         if not self.count:
             return {}
-        return {
+        one = unit.rstrip("s")
+        out: dict[str, Any] = {
             unit: self.count,
             "seconds": round(self.seconds, 3),
             f"{unit}_per_s": round(self.rate, 1),
             "per_s_by_round": self.rounds,
             "cpu_seconds": round(self.cpu, 3),
-            f"cpu_us_per_{unit.rstrip('s')}": round(self.cpu / self.count * 1e6, 1),
+            f"cpu_us_per_{one}": round(self.cpu / self.count * 1e6, 1),
         }
+        if self.machine is not None and self.machine.capacity:
+            mc = self.machine
+            out[f"broker_cpu_us_per_{one}"] = round(mc.broker_cpu / self.count * 1e6, 1)
+            out["machine_busy_share"] = round(mc.busy / mc.capacity, 3)
+        return out
 
 
 def quantile(values: Sequence[float], q: float) -> float:
