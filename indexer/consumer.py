@@ -80,8 +80,9 @@ class IndexerConsumer:
         """With ``write_process`` (a factory of the engine and cell resolver, called in a
         child process) the engine's reads and writes run in that child; decoding stays
         here, and ``engine`` is then only asked its distribution. With
-        ``collect_between_batches`` (for a process that only indexes) Python's cycle
-        collector runs between batches while this consumer runs (``collector``)."""
+        ``collect_between_batches`` (for a process dedicated to the indexer, as the CLI's
+        workers are) Python's cycle collector runs between batches while this consumer
+        runs (``collector``)."""
         self.connection = connection
         self.config = config
         self.stop = stop or threading.Event()
@@ -147,6 +148,8 @@ class IndexerConsumer:
                     self._ready = None
                     self._flights.forget(grace=self.config.max_backoff)
                     log.warning("bus connection lost (%s); reconnecting in %.1fs", exc, backoff)
+                    if self._collector is not None:  # no batch settles while the bus is down
+                        self._collector.idle()
                     self.stop.wait(backoff)
                     backoff = min(backoff * 2, 30.0)
                     self.connection = self.connection.clone()

@@ -6,6 +6,7 @@ Started by ``write_process.WriteProcess``; what crosses the pipe is in ``write_w
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import queue
 import signal
@@ -27,12 +28,15 @@ from cellsight.indexer.write_wire import (
 )
 from cellsight.indexer.writer import BatchWriter, CellResolver
 
+log = logging.getLogger(__name__)
+
 WriteSide = tuple[SearchEngine, CellResolver | None]
 WriterFactory = Callable[[], WriteSide]
 """Builds the child's engine and cell resolver (picklable: a module-level function or a
 ``functools.partial`` of one, called in the child)."""
 
 WATCH_EVERY = 0.05  # seconds between the child's looks at its abort flag and its parent
+IDLE_WAIT = 1.0  # seconds an idle child waits for a batch before its collector's idle check
 
 
 def child_main(
@@ -41,6 +45,7 @@ def child_main(
     in_flight: int,
     aborted: Any,
     parent: int,
+    max_backoff: float = 30.0,
 ) -> None:
     """Commit the batches the parent sends, in order, until told to stop or the parent
     is gone. Signals are the parent's business: a Ctrl-C reaches the whole process
@@ -60,17 +65,25 @@ def child_main(
         return
     abort = threading.Event()
     threading.Thread(target=_watch, args=(aborted, parent, abort), daemon=True).start()
+    collector = BatchCollector()
+
+    def on_retry() -> None:
+        send(("retry",))
+        # A commit retrying through an outage reports no batch for as long as it lasts.
+        collector.idle()
+
     writer = BatchWriter(
         engine,
         stop=abort,
         cell_resolver=cell_resolver,
+        max_backoff=max_backoff,
         record_metrics=False,
-        on_retry=lambda: send(("retry",)),
+        on_retry=on_retry,
     )
     try:
         send(("ready",))
-        with BatchCollector() as collector:
-            _commit_loop(conn, writer, in_flight, send, collector.batch_done)
+        with collector:
+            _commit_loop(conn, writer, in_flight, send, collector)
     except (EOFError, OSError):
         pass  # the parent is gone: its unacked messages are redelivered
     finally:
@@ -104,6 +117,12 @@ def _receive(conn: Connection, inbox: queue.SimpleQueue[tuple[Any, ...] | None])
         except (EOFError, OSError):
             inbox.put(None)
             return
+        except Exception:
+            # A frame this child cannot read: it stops, and its parent, finding it gone,
+            # fails with nothing unwritten acked (the traceback goes to stderr).
+            log.exception("writer process: unreadable message from the consumer")
+            inbox.put(None)
+            return
         inbox.put(message)
         if message[0] == "stop":
             return
@@ -124,7 +143,7 @@ def _commit_loop(
     writer: BatchWriter,
     in_flight: int,
     send: Callable[[tuple[Any, ...]], None],
-    batch_done: Callable[[], object] = lambda: None,
+    collector: BatchCollector | None = None,
 ) -> None:
     """One commit at a time on this thread (a second thread would only contend for the
     GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
@@ -138,14 +157,17 @@ def _commit_loop(
                 seq, future = running.popleft()
                 if not _report(send, seq, future.result):
                     return
-                batch_done()
+                if collector is not None:
+                    collector.batch_done()
             if len(running) >= in_flight:
                 wait([running[0][1]], timeout=0.005)
                 continue
             try:
-                # Blocks only when nothing is running; else looks at the running ones again.
-                message = inbox.get(timeout=0.005 if running else None)
+                # Waits longer only when nothing is running; else looks at them again.
+                message = inbox.get(timeout=0.005 if running else IDLE_WAIT)
             except queue.Empty:
+                if collector is not None and not running:
+                    collector.idle()
                 continue
             if message is None or message[0] == "stop":
                 return
@@ -155,7 +177,8 @@ def _commit_loop(
                 continue
             if not _report(send, seq, functools.partial(_commit, writer, size, wire)):
                 return
-            batch_done()
+            if collector is not None:
+                collector.batch_done()
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)

@@ -105,7 +105,7 @@ class WriteProcess(Ordered):
         self._abort = ctx.RawValue(ctypes.c_bool, False)
         self._proc = ctx.Process(
             target=child_main,
-            args=(child_conn, factory, in_flight, self._abort, os.getpid()),
+            args=(child_conn, factory, in_flight, self._abort, os.getpid(), writer.max_backoff),
             name="indexer-writer",
             daemon=True,
         )
@@ -144,6 +144,10 @@ class WriteProcess(Ordered):
             message = unpack(self._conn.recv_bytes())
         except (EOFError, OSError) as exc:
             raise self._gone() from exc
+        except Exception as exc:  # a frame that cannot be read: nothing more is trusted
+            raise WriterProcessFailed(
+                f"unreadable message from the writer process: {type(exc).__name__}: {exc}"
+            ) from exc
         return message
 
     def _pump(self, timeout: float = 0.0) -> None:

@@ -78,7 +78,7 @@ def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
                     if settings.write_process
                     else None
                 ),
-                collect_between_batches=True,  # this process only indexes
+                collect_between_batches=True,  # a process dedicated to the indexer
             )
             where = "a writer process" if settings.write_process else "writer threads"
             console.print(

@@ -152,9 +152,8 @@ def check_value(f: DocField, value: Any) -> Any:
         if t is float or t is int:
             if _finite(value):
                 return value
-            raise InvalidDocument(
-                f"field [{f.name}] of type [double]: {_short(value)} is not finite"
-            )
+            what = "is out of a double's range" if t is int else "is not finite"
+            raise InvalidDocument(f"field [{f.name}] of type [double]: {_short(value)} {what}")
     elif kind is Kind.BOOLEAN:
         if t is bool:
             return value

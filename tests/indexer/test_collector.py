@@ -5,14 +5,19 @@ that owns its process turns automatic collection off only while it runs."""
 from __future__ import annotations
 
 import gc
+import multiprocessing
+import threading
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cellsight.indexer import write_child
 from cellsight.indexer.collector import MIDDLE_EVERY, BatchCollector
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.write_wire import encode_planned, pack, unpack
+from cellsight.indexer.writer import BatchWriter, plan
 from cellsight.settings import Settings
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen, poison
@@ -77,11 +82,15 @@ def test_the_schedule_young_middle_full_and_idle(gc_restored: None) -> None:
 
 
 def test_a_garbage_cycle_lives_until_the_batch_ends(gc_restored: None) -> None:
+    gc.enable()
     with BatchCollector() as collector:
         ref = _garbage_cycle()
-        assert ref() is not None  # no automatic pass freed it
+        # Enough live containers to set off many automatic passes, were they on.
+        kept = [[i] for i in range(50 * gc.get_threshold()[0])]
+        assert ref() is not None
         collector.batch_done()
         assert ref() is None
+        del kept
 
 
 def test_a_process_owning_consumer_collects_only_while_it_runs(
@@ -93,12 +102,69 @@ def test_a_process_owning_consumer_collects_only_while_it_runs(
     goods = [poison.good(seed=300 + i) for i in range(30)]
     wire = [novagen.body(g) for g in goods]
     bodies = [*wire[:15], b"\xff{ not json", *wire[15:]]  # one dead letter among them
-    with running_indexer(each_bus, engine, "process") as consumer:
-        wait_for(lambda: not gc.isenabled(), timeout=10, what="collection off")
-        publish(each_bus, bodies)
-        wait_for(lambda: consumer.acked >= len(bodies), timeout=60, what="all acked")
-        assert not gc.isenabled()
-        assert consumer.totals["dead"] == 1
+    passes: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            passes.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        with running_indexer(each_bus, engine, "process") as consumer:
+            wait_for(lambda: not gc.isenabled(), timeout=10, what="collection off")
+            before = len(passes)
+            publish(each_bus, bodies)
+            wait_for(lambda: consumer.acked >= len(bodies), timeout=60, what="all acked")
+            assert not gc.isenabled()
+            assert consumer.totals["dead"] == 1
+            # Automatic passes are off, so these are the collector's, one per batch.
+            assert len(passes) - before >= 1
+    finally:
+        gc.callbacks.remove(count)
     assert gc.isenabled()
     engine.refresh("instance")
     assert engine.count("instance") == len(goods)
+
+
+class Spy(BatchCollector):
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches = 0
+        self.idles = 0
+
+    def batch_done(self) -> int:
+        self.batches += 1
+        return super().batch_done()
+
+    def idle(self) -> int | None:
+        self.idles += 1
+        return super().idle()
+
+
+def test_the_writer_child_collects_after_each_batch_and_when_idle(
+    tmp_path: Path, gc_restored: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The child's loop, in this process on a real pipe and engine."""
+    monkeypatch.setattr(write_child, "IDLE_WAIT", 0.01)
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    ours, theirs = multiprocessing.Pipe()
+    spy = Spy()
+    writer = BatchWriter(engine, record_metrics=False)
+    _, planned = plan([novagen.body(poison.good(seed=500 + i)) for i in range(3)])
+    loop = threading.Thread(
+        target=write_child._commit_loop,
+        args=(theirs, writer, 1, lambda m: theirs.send_bytes(pack(m)), spy),
+        daemon=True,
+    )
+    with spy:
+        loop.start()
+        ours.send_bytes(pack(("batch", 1, 3, [encode_planned(p) for p in planned])))
+        assert ours.poll(30)
+        kind, seq, verdicts = unpack(ours.recv_bytes())
+        assert (kind, seq, [v[1][0] for v in verdicts]) == ("done", 1, ["indexed"] * 3)
+        wait_for(lambda: spy.batches == 1 and spy.idles >= 1, timeout=10, what="collections")
+        ours.send_bytes(pack(("stop",)))
+        loop.join(10)
+    assert not loop.is_alive()
+    engine.close()

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -295,3 +296,19 @@ def test_the_parent_counts_what_the_child_wrote(tmp_path: Path, rabbitmq_url: st
     )
     assert _sample("cellsight_indexer_engine_up") == 1
     engine.close()
+
+
+def test_an_unreadable_frame_ends_the_writer_and_fails_the_consumer(tmp_path: Path) -> None:
+    """The child's receiver must not die alone, leaving its loop waiting forever."""
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    pipeline = WriteProcess(reopened(engine), 1, BatchWriter(engine))
+    try:
+        pipeline._conn.send_bytes(b"b\xc1 is never msgpack")
+        pipeline._proc.join(30)
+        assert pipeline._proc.exitcode is not None, "the writer process hung"
+        with pytest.raises(WriterProcessFailed, match="writer process exited"):
+            wait_for(lambda: pipeline.any_settled(), timeout=5, what="the failure")
+    finally:
+        pipeline.close()
+        engine.close()

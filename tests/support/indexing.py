@@ -37,9 +37,9 @@ def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
 
 
 PIPELINES = ["threads", "process"]
-"""How the indexer writes: writer threads in its process, or a writer process with the
-cycle collector run between batches (as the CLI runs it). Contract tests of the consumer
-run on both."""
+"""How the indexer writes: writer threads in its process, or a writer process (the CLI's
+default). Contract tests of the consumer run on both, with the cycle collector run
+between batches as the CLI runs it."""
 
 
 @contextmanager
@@ -54,7 +54,7 @@ def running_indexer(
             engine,
             build_consumer_config(settings, **({"batch_age": 0.05} | overrides)),
             write_process=reopened(engine) if pipeline == "process" else None,
-            collect_between_batches=pipeline == "process",
+            collect_between_batches=True,
         )
         thread = threading.Thread(target=consumer.run, daemon=True)
         thread.start()
