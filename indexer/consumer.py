@@ -30,7 +30,7 @@ from cellsight.indexer.deadletter import (
     DeadLetterUnconfirmed,
 )
 from cellsight.indexer.engines.base import SearchEngine
-from cellsight.indexer.inflight import Flights, Pipeline, default_in_flight
+from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_flight
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
 from cellsight.notifications import queues
@@ -247,18 +247,23 @@ class IndexerConsumer:
             log.warning("shutdown: %d messages stay unacked (write not finished)", left)
 
     def _settle(self) -> None:
-        for flight, outcomes in self._flights.settled():
-            for message, outcome in zip(flight.messages, outcomes, strict=True):
-                if outcome.verdict is Verdict.DEAD:
-                    self._dead_letter(message, outcome)
-                self.totals[outcome.verdict.value] += 1
-            self._ack(flight.messages)
-            self.acked += len(flight.messages)
-            metrics.BATCH_SIZE.observe(len(flight.messages))
-            metrics.BATCH_SECONDS.observe(time.perf_counter() - flight.started)
-            log.debug("batch of %d settled", len(flight.messages))
-            if self._collector is not None:
-                self._collector.batch_done()
+        # A generator expression's frame ends with it, so no settled batch is still
+        # referenced when the collector looks at what the batches left.
+        settled = sum(self._settle_one(f, o) for f, o in self._flights.settled())
+        if settled and self._collector is not None:
+            self._collector.batch_done()
+
+    def _settle_one(self, flight: Settled, outcomes: list[Outcome]) -> int:
+        for message, outcome in zip(flight.messages, outcomes, strict=True):
+            if outcome.verdict is Verdict.DEAD:
+                self._dead_letter(message, outcome)
+            self.totals[outcome.verdict.value] += 1
+        self._ack(flight.messages)
+        self.acked += len(flight.messages)
+        metrics.BATCH_SIZE.observe(len(flight.messages))
+        metrics.BATCH_SECONDS.observe(time.perf_counter() - flight.started)
+        log.debug("batch of %d settled", len(flight.messages))
+        return 1
 
     def _ack(self, batch: list[Message]) -> None:
         """On AMQP one ``basic.ack`` with ``multiple`` acks the whole batch: it holds every

@@ -177,6 +177,7 @@ def _commit_loop(
                 continue
             if not _report(send, seq, functools.partial(_commit, writer, size, wire)):
                 return
+            del message, wire  # the batch is written: the collector need not walk it
             if collector is not None:
                 collector.batch_done()
     finally:
