@@ -65,23 +65,28 @@ class BatchCollector:
         if self._was_enabled:
             gc.enable()
 
-    def idle(self) -> int | None:
-        """No batch is settling: a full pass if none ran for ``full_every`` seconds (safe
-        from several threads: writer threads call it from their retries)."""
+    def _full_due(self) -> bool:
+        """Whether a full pass is due, and if so the clock of the next one starts now
+        (under a lock: writer threads ask from their retries, see ``idle``)."""
         with self._lock:
             now = self._clock()
             if now - self._last_full < self.full_every:
-                return None
+                return False
             self._last_full = now
+            return True
+
+    def idle(self) -> int | None:
+        """No batch is settling: a full pass if none ran for ``full_every`` seconds (safe
+        from several threads: writer threads call it from their retries)."""
+        if not self._full_due():
+            return None
         gc.collect()
         return 2
 
     def batch_done(self) -> int:
         """Collect what this batch left; returns the generation collected."""
         self._batches += 1
-        now = self._clock()
-        if now - self._last_full >= self.full_every:
-            self._last_full = now
+        if self._full_due():
             generation = 2
         elif self._batches % MIDDLE_EVERY == 0:
             generation = 1

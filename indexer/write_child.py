@@ -143,7 +143,7 @@ def _commit_loop(
     writer: BatchWriter,
     in_flight: int,
     send: Callable[[tuple[Any, ...]], None],
-    collector: BatchCollector | None = None,
+    collector: BatchCollector,
 ) -> None:
     """One commit at a time on this thread (a second thread would only contend for the
     GIL with it), or up to ``in_flight`` on a pool for an HTTP engine, reported in order."""
@@ -157,8 +157,7 @@ def _commit_loop(
                 seq, future = running.popleft()
                 if not _report(send, seq, future.result):
                     return
-                if collector is not None:
-                    collector.batch_done()
+                collector.batch_done()
             if len(running) >= in_flight:
                 wait([running[0][1]], timeout=0.005)
                 continue
@@ -166,7 +165,7 @@ def _commit_loop(
                 # Waits longer only when nothing is running; else looks at them again.
                 message = inbox.get(timeout=0.005 if running else IDLE_WAIT)
             except queue.Empty:
-                if collector is not None and not running:
+                if not running:
                     collector.idle()
                 continue
             if message is None or message[0] == "stop":
@@ -178,8 +177,7 @@ def _commit_loop(
             if not _report(send, seq, functools.partial(_commit, writer, size, wire)):
                 return
             del message, wire  # the batch is written: the collector need not walk it
-            if collector is not None:
-                collector.batch_done()
+            collector.batch_done()
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
