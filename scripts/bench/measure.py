@@ -142,6 +142,13 @@ class Section:
     busy: float = 0.0
     capacity: float = 0.0  # CPU seconds the machine had: wall seconds x cores
 
+    def __add__(self, other: Section) -> Section:
+        return Section(
+            self.broker_cpu + other.broker_cpu,
+            self.busy + other.busy,
+            self.capacity + other.capacity,
+        )
+
 
 class Machine:
     """Reads ``Section`` figures around a timed section (``with MACHINE.section():``);
@@ -180,12 +187,7 @@ class Tally:
         self.cpu += cpu
         self.rounds = [*(self.rounds or []), round(count / seconds, 1)]
         if machine is not None:
-            was = self.machine or Section()
-            self.machine = Section(
-                was.broker_cpu + machine.broker_cpu,
-                was.busy + machine.busy,
-                was.capacity + machine.capacity,
-            )
+            self.machine = (self.machine or Section()) + machine
 
     @property
     def rate(self) -> float:
