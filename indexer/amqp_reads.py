@@ -75,8 +75,13 @@ class FrameReader:
 
     def read_one(self) -> None:
         """Dispatch one buffered frame: no syscall, no timeout change (call after
-        :meth:`ready`). A message's last frame runs the consumer's callback."""
-        self._connection.blocking_read(None)
+        :meth:`ready`). A message's last frame runs the consumer's callback.
+
+        This is py-amqp's ``blocking_read(None)`` without its ``having_timeout``
+        context manager, which for no timeout only yields the socket: a generator
+        context per frame, three frames a message, about 1.5 µs of the consumer's CPU
+        per notification."""
+        self._connection.on_inbound_frame(self._transport.read_frame())
 
 
 def buffered_frames(connection: Connection) -> FrameReader | None:
