@@ -2,9 +2,13 @@
 floor: the same rows through the same SQL with nothing else (``sqlite_floor_live``).
 
     .venv/bin/python scripts/bench_embedded.py [--docs 200000] [--batch 1000] [--dir /tmp]
+        [--floor-rounds 4]
 
 Prints one JSON object: per path docs/s (wall), CPU µs per document (this thread), and
-``live_to_floor``, the live path's rate over the floor's.
+``live_to_floor``, the live path's rate over the floor's. The floor is measured with the
+engine's checkpoint thread and with SQLite's own checkpoints in the committing
+connection, alternating in order over ``--floor-rounds`` (the best round of each is
+reported, with every round's rate).
 
 Documents are a generated ``instance.create.end`` (``tests/support/novagen.py``, every
 InstancePayload field) varied per instance (uuid, names,
@@ -130,6 +134,7 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1000, help="live bulk() batch size")
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--floor-rounds", type=int, default=4, help="rounds of the two floors")
     args = parser.parse_args()
     ops = build(args.docs)
     # A real sync streams its documents; pre-built ones would make every garbage
@@ -163,10 +168,26 @@ def main() -> None:
         for k in range(0, len(ops), args.batch):
             live.bulk(ops[k : k + args.batch])
     out["bulk_live_stale"] = stale.figures(len(ops))
-    out["sqlite_floor_live"] = sqlite_floor(workdir / "floor.db", ops, args.batch)
-    out["sqlite_floor_live_writer_checkpoints"] = sqlite_floor(
-        workdir / "floor-writer.db", ops, args.batch, checkpoint_thread=False
-    )
+    out["files_mib"] = round(sum(p.stat().st_size for p in workdir.iterdir()) / 2**20)
+    engine.close()
+    live.close()
+    for path in list(workdir.iterdir()):
+        path.unlink()
+    # The two floors alternate in order over rounds, each on a new file removed after it:
+    # whichever ran first right after the live phases paid for the kernel writing back
+    # their gigabyte (a 0.8 "gain" twice, against 1.3-1.5 when interleaved).
+    floors: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    for r in range(args.floor_rounds):
+        for thread in (True, False) if r % 2 == 0 else (False, True):
+            floors[thread].append(sqlite_floor(workdir / "floor.db", ops, args.batch, thread))
+            for path in list(workdir.iterdir()):
+                path.unlink()
+    for thread, key in (
+        (True, "sqlite_floor_live"),
+        (False, "sqlite_floor_live_writer_checkpoints"),
+    ):
+        best = max(floors[thread], key=lambda f: f["docs_per_s"])
+        out[key] = best | {"docs_per_s_by_round": [f["docs_per_s"] for f in floors[thread]]}
     out["checkpoint_thread_gain"] = round(
         out["sqlite_floor_live"]["docs_per_s"]
         / out["sqlite_floor_live_writer_checkpoints"]["docs_per_s"],
@@ -175,10 +196,7 @@ def main() -> None:
     out["live_to_floor"] = round(
         out["bulk_live_new"]["docs_per_s"] / out["sqlite_floor_live"]["docs_per_s"], 2
     )
-    out["files_mib"] = round(sum(p.stat().st_size for p in workdir.iterdir()) / 2**20)
     out["load_average_at_end"] = round(os.getloadavg()[0], 1)
-    engine.close()
-    live.close()
     shutil.rmtree(workdir)
     print(json.dumps(out, indent=2))
 
