@@ -5,7 +5,10 @@ types, defaults and ``ge`` constraints) and from :mod:`cellsight.notifications.l
 models stay the one source of truth. The ``nova_object`` wrappers are Structs too
 (nested names as ``Literal``, versions as a ``major.minor`` pattern of the known major),
 so no Python runs per nested object; the top-level class is chosen by msgspec's tagged
-union on ``nova_object.name``.
+union on ``nova_object.name``. Nova's other instance payload classes
+(``NOVA_INSTANCE_SUBCLASSES``: ``instance.exists``, volume, snapshot, rebuild ...) are read
+as the registry reads them, by shape: as an InstancePayload whose data carries most of
+its ``SHAPE_FIELDS`` (those fields default to UNSET here, so that presence is counted).
 
 This path is strict where the reference (``cellsight.notifications.envelope.decode``) is lax
 (``"5"`` for an int, ``0/1`` for a bool, unix times, non-canonical UUIDs), and it does
@@ -46,6 +49,7 @@ from cellsight.notifications.envelope import (
 )
 from cellsight.notifications.objects import ComputeNodePayload
 from cellsight.notifications.payloads import (
+    NOVA_INSTANCE_SUBCLASSES,
     InstanceActionPayload,
     InstanceCreatePayload,
     InstancePayload,
@@ -120,8 +124,11 @@ def _field_type(name: str, annotation: Any, metadata: list[Any], wires: dict[Any
     raise TypeError(f"{name}: type {annotation!r} is not generated")
 
 
-def data_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Struct]:
-    """The Struct of ``model``'s ``nova_object.data``: same fields, types, defaults."""
+def data_struct(
+    model: type[VersionedObject], wires: dict[Any, Any], unset: frozenset[str] = frozenset()
+) -> type[Struct]:
+    """The Struct of ``model``'s ``nova_object.data``: same fields, types, defaults; the
+    fields in ``unset`` default to ``msgspec.UNSET`` instead (absent, not defaulted)."""
     fields: list[tuple[str, Any, Any]] = []
     for name, info in model.model_fields.items():
         annotation: Any = info.annotation
@@ -130,13 +137,16 @@ def data_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Str
             # pydantic moved an Annotated type's extras here (UuidStr, Timestamp).
             annotation, metadata = Annotated[(annotation, *metadata)], []
         kind = _field_type(name, annotation, metadata, wires)
-        if info.default_factory is not None:
+        if name in unset:
+            fields.append((name, kind | msgspec.UnsetType, msgspec.UNSET))
+        elif info.default_factory is not None:
             fields.append((name, kind, field(default_factory=info.default_factory)))  # type: ignore[arg-type]
         elif info.is_required():
             fields.append((name, kind, msgspec.NODEFAULT))
         else:
             fields.append((name, kind, info.default))
-    return msgspec.defstruct(f"{model.__name__}Data", fields, kw_only=True)
+    suffix = "ShapedData" if unset else "Data"
+    return msgspec.defstruct(f"{model.__name__}{suffix}", fields, kw_only=True)
 
 
 def _version_type(model: type[VersionedObject]) -> Any:
@@ -159,9 +169,13 @@ def wire_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> Any:
     return wires[model]
 
 
-def _top_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Struct]:
+def _top_struct(
+    model: type[VersionedObject], wires: dict[Any, Any], name: str = "", data: Any = None
+) -> type[Struct]:
+    """The payload's wrapper, chosen by its name: ``model``'s own, or ``name`` read with
+    the ``data`` Struct given."""
     return msgspec.defstruct(
-        f"{model.__name__}Top",
+        f"{name or model.__name__}Top",
         [
             ("namespace", str, field(name=NAMESPACE)),
             (
@@ -169,10 +183,10 @@ def _top_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> type[Str
                 Annotated[str, Meta(max_length=limits.ENVELOPE_LENGTH)],
                 field(name=VERSION),
             ),
-            ("data", data_struct(model, wires), field(name=DATA)),
+            ("data", data or data_struct(model, wires), field(name=DATA)),
         ],
         tag_field=NAME_KEY,
-        tag=model.OBJ_NAME,
+        tag=name or model.OBJ_NAME,
     )
 
 
@@ -180,8 +194,20 @@ _WIRES: dict[Any, Any] = {}
 _TOPS: dict[type[Struct], type[VersionedObject]] = {
     _top_struct(model, _WIRES): model for model in FAST_CLASSES
 }
+# By shape: uuid stays required (the reference names a missing one, MissingField).
+_SHAPE_OPTIONAL = sorted(InstancePayload.SHAPE_FIELDS - {"uuid"})
+_SHAPED_DATA = data_struct(InstancePayload, _WIRES, unset=frozenset(_SHAPE_OPTIONAL))
+_SHAPED: dict[type[Struct], str] = {
+    _top_struct(InstancePayload, _WIRES, name, _SHAPED_DATA): name
+    for name in NOVA_INSTANCE_SUBCLASSES
+}
+_DEFAULTS: dict[str, Any] = {
+    name: info.default_factory or (lambda default=info.default: default)
+    for name, info in InstancePayload.model_fields.items()
+    if name in InstancePayload.SHAPE_FIELDS
+}
 _Envelope255 = _str(limits.ENVELOPE_LENGTH)
-_Payload = typing.Union[tuple(_TOPS)]  # type: ignore[valid-type]  # noqa: UP007
+_Payload = typing.Union[tuple([*_TOPS, *_SHAPED])]  # type: ignore[valid-type]  # noqa: UP007
 
 
 class _Body(Struct):
@@ -230,10 +256,14 @@ def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
         raise Declined("envelope key missing")
     if top is None:
         raise Declined("payload missing")
-    model = _TOPS[type(top)]
+    model = _TOPS.get(type(top)) or InstancePayload
     if top.namespace != model.OBJ_NAMESPACE:
         raise Declined("namespace")
-    _check_version(model, top.version)
+    shaped = _SHAPED.get(type(top))
+    if shaped is None:
+        _check_version(model, top.version)
+    else:
+        _read_by_shape(top.version, top.data)
     _normalise_times(top.data, model)
     return FastNotification(
         event_type=outer.event_type,
@@ -242,7 +272,7 @@ def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
         timestamp=_parse_timestamp(outer.timestamp),
         message_id=outer.message_id,
         payload_class=model,
-        obj_name=model.OBJ_NAME,
+        obj_name=shaped or model.OBJ_NAME,
         obj_version=top.version,
         data=top.data,
     )
@@ -271,6 +301,23 @@ def _check_version(model: type[VersionedObject], version: str) -> None:
         raise Declined("first newer minor")
     if len(_versions_ok) < 4096:
         _versions_ok.add((model, version))
+
+
+_ANY_VERSION = re.compile(r"[0-9]+\.[0-9]+")
+
+
+def _read_by_shape(version: str, data: Any) -> None:
+    """As the registry reads a class it does not know: any ``major.minor`` version, an
+    instance snapshot only if the data carries more than half of InstancePayload's
+    ``SHAPE_FIELDS``; the absent ones then get the model's defaults."""
+    if _ANY_VERSION.fullmatch(version) is None:
+        raise Declined("version")
+    absent = [name for name in _SHAPE_OPTIONAL if getattr(data, name) is msgspec.UNSET]
+    shape = len(InstancePayload.SHAPE_FIELDS)
+    if (shape - len(absent)) * 2 <= shape:
+        raise Declined("not an instance snapshot's shape")
+    for name in absent:
+        setattr(data, name, _DEFAULTS[name]())
 
 
 def _time_fields(struct: type[Struct]) -> tuple[list[str], list[str]]:

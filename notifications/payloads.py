@@ -259,6 +259,20 @@ class GenericPayload(VersionedObject):
         return True
 
 
+# Nova's other instance payload classes (``nova/notifications/objects/instance.py``):
+# each adds to InstancePayload fields that no document uses, so the registry reads them
+# by shape, as an InstancePayload, and the compiled decoder knows them by name.
+# ``instance.exists`` (the hourly audit of every instance) is the largest stream of them.
+NOVA_INSTANCE_SUBCLASSES: tuple[str, ...] = (
+    "InstanceExistsPayload",
+    "InstanceActionVolumePayload",
+    "InstanceActionVolumeSwapPayload",
+    "InstanceActionResizePrepPayload",
+    "InstanceActionRescuePayload",
+    "InstanceActionRebuildPayload",
+    "InstanceActionSnapshotPayload",
+)
+
 NOVA_PAYLOADS: tuple[type[VersionedObject], ...] = (
     FlavorPayload,
     IpPayload,

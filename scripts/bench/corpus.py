@@ -121,5 +121,41 @@ class Corpus:
         return n
 
     def body(self, i: int, ts: float | None) -> bytes:
-        inner = json.dumps(self.notification(i, ts))
+        return self.wrap(self.notification(i, ts))
+
+    @staticmethod
+    def wrap(notification: dict[str, Any]) -> bytes:
+        inner = json.dumps(notification)
         return json.dumps({"oslo.version": "2.0", "oslo.message": inner}).encode()
+
+    def exists(self, i: int, ts: float, audit_start: datetime) -> bytes:
+        """Instance ``i`` in Nova's hourly ``instance.exists`` audit: an
+        ``InstanceExistsPayload`` (InstancePayload, then the audit period and bandwidth
+        per network, as Nova's ``nova/notifications/objects/instance.py`` declares it),
+        built on the power_off-end sample (notification ``3i + 2``: one uuid per ``i``)."""
+        n = self.notification(len(KINDS) * i + KINDS.index("instance-power_off-end"), ts)
+        n["event_type"] = "instance.exists"
+        payload = n["payload"]
+        payload.update({"nova_object.name": "InstanceExistsPayload", "nova_object.version": "1.1"})
+        data = payload["nova_object.data"]
+        data.pop("fault", None)
+        data["audit_period"] = _wire(
+            "AuditPeriodPayload",
+            {
+                "audit_period_beginning": format_timestamp(audit_start),
+                "audit_period_ending": format_timestamp(audit_start + timedelta(hours=1)),
+            },
+        )
+        data["bandwidth"] = [
+            _wire("BandwidthPayload", {"network_name": "private", "in_bytes": i, "out_bytes": i})
+        ]
+        return self.wrap(n)
+
+
+def _wire(name: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nova_object.name": name,
+        "nova_object.namespace": "nova",
+        "nova_object.version": "1.0",
+        "nova_object.data": data,
+    }

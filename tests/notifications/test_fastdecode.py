@@ -3,12 +3,20 @@ defaults, bounds from ``cellsight.notifications.limits``; realistic notification
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from cellsight.indexer.planning import Planned, plan_fast
+from cellsight.indexer.outcomes import Outcome, Verdict
+from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan_fast
 from cellsight.notifications import fastdecode, limits
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.fastdecode import FAST_CLASSES, decode_fast
+from cellsight.notifications.payloads import NOVA_INSTANCE_SUBCLASSES, InstancePayload
 from tests.support import novagen
 
 
@@ -46,3 +54,87 @@ def test_bounds_come_from_the_limits() -> None:
     body["payload"]["nova_object.data"]["display_name"] += "n"
     with pytest.raises(msgspec.ValidationError, match="display_name"):
         decode_fast(novagen.body(body))
+
+
+# Nova's other instance classes, read by shape ----------------------------------------
+def _by_shape(name: str, seed: int = 5) -> dict[str, Any]:
+    body = novagen.notification("instance.exists", seed=seed)
+    body["payload"]["nova_object.name"] = name
+    return body
+
+
+def _reference(raw: bytes) -> Planned | Outcome:
+    try:
+        n = decode(raw)
+    except NotificationError as exc:
+        return Outcome(Verdict.DEAD, exc.reason)
+    return map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
+
+
+def _code(result: Planned | Outcome) -> str | None:
+    assert isinstance(result, Outcome) and result.verdict is Verdict.DEAD
+    return result.reason_code
+
+
+def _same_plan(fast: Planned, reference: Planned | Outcome) -> None:
+    assert isinstance(reference, Planned)
+    assert fast.op.version == reference.op.version
+    assert fast.op.document | {"indexed_at": None} == reference.op.document | {"indexed_at": None}
+
+
+def test_the_shaped_struct_is_instance_payload_with_its_shape_fields_unset() -> None:
+    fields = {f.name: f for f in msgspec.structs.fields(fastdecode._SHAPED_DATA)}
+    assert list(fields) == list(InstancePayload.model_fields)
+    for name in InstancePayload.SHAPE_FIELDS - {"uuid"}:
+        assert fields[name].default is msgspec.UNSET, name
+    assert fields["uuid"].required
+
+
+@pytest.mark.parametrize("name", NOVA_INSTANCE_SUBCLASSES)
+def test_novas_other_instance_classes_take_the_compiled_path(name: str) -> None:
+    raw = novagen.body(_by_shape(name))
+    fast = plan_fast(0, raw)
+    assert isinstance(fast, Planned), name
+    _same_plan(fast, _reference(raw))
+    assert decode_fast(raw).obj_name == name
+
+
+def test_any_major_version_is_read_by_shape_as_the_registry_does() -> None:
+    body = _by_shape("InstanceExistsPayload")
+    body["payload"]["nova_object.version"] = "7.3"
+    raw = novagen.body(body)
+    fast = plan_fast(0, raw)
+    assert isinstance(fast, Planned)
+    _same_plan(fast, _reference(raw))
+    body["payload"]["nova_object.version"] = "7"
+    assert plan_fast(0, novagen.body(body)) is None  # the reference names the error
+    assert _code(_reference(novagen.body(body))) == "malformed"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    absent=st.sets(st.sampled_from(sorted(InstancePayload.SHAPE_FIELDS))),
+    nulls=st.sets(st.sampled_from(sorted(InstancePayload.SHAPE_FIELDS - {"uuid"}))),
+)
+def test_the_shape_decides_alike_on_both_paths(absent: set[str], nulls: set[str]) -> None:
+    """Absent fields count against the shape, null ones for it (as key presence does)."""
+    body = _by_shape("InstanceExistsPayload", seed=len(absent))
+    data = body["payload"]["nova_object.data"]
+    for name in nulls:
+        data[name] = None
+    for name in absent:
+        del data[name]
+    raw = novagen.body(body)
+    fast, reference = plan_fast(0, raw), _reference(raw)
+    shaped = (len(InstancePayload.SHAPE_FIELDS) - len(absent)) * 2 > len(
+        InstancePayload.SHAPE_FIELDS
+    )
+    if isinstance(fast, Planned):
+        assert shaped
+        _same_plan(fast, reference)
+    if not shaped:
+        assert fast is None
+        assert _code(reference) == "not_an_instance"
+    elif isinstance(reference, Planned) and not (nulls & {"ip_addresses", "metadata"}):
+        # Null where the model has no None is the reference's error; else both plan.
+        assert isinstance(fast, Planned)

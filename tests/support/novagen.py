@@ -34,6 +34,11 @@ EVENT_CLASSES: dict[str, str] = {
     "instance.delete.start": "InstanceActionPayload",
     "instance.delete.end": "InstanceActionPayload",
     "instance.resize_finish.end": "InstanceActionPayload",
+    # Nova's classes that Cellsight reads by shape (``NOVA_INSTANCE_SUBCLASSES``).
+    "instance.exists": "InstanceExistsPayload",
+    "instance.volume_attach.end": "InstanceActionVolumePayload",
+    "instance.snapshot.end": "InstanceActionSnapshotPayload",
+    "instance.rebuild.end": "InstanceActionRebuildPayload",
 }
 VERSIONS = {
     cls.OBJ_NAME: cls.OBJ_VERSION
@@ -43,6 +48,11 @@ VERSIONS = {
         InstanceCreatePayload,
         InstanceUpdatePayload,
     )
+} | {  # as in Nova's nova/notifications/objects/instance.py
+    "InstanceExistsPayload": "1.1",
+    "InstanceActionVolumePayload": "1.5",
+    "InstanceActionSnapshotPayload": "1.8",
+    "InstanceActionRebuildPayload": "1.8",
 }
 
 
@@ -219,8 +229,31 @@ def notification(
             "old_display_name": None,
             "tags": [],
         }
+    elif name == "InstanceExistsPayload":
+        data |= {
+            "audit_period": wire(
+                "AuditPeriodPayload",
+                {
+                    "audit_period_beginning": ts(BASE_TIME),
+                    "audit_period_ending": ts(BASE_TIME + timedelta(hours=1)),
+                },
+            ),
+            "bandwidth": [
+                wire(
+                    "BandwidthPayload",
+                    {"network_name": "private", "in_bytes": 2**40, "out_bytes": 0},
+                )
+            ],
+        }
     else:
         data["fault"] = None
+        data |= {
+            "InstanceActionVolumePayload": {"volume_id": str(uuid.UUID(int=rng.getrandbits(128)))},
+            "InstanceActionSnapshotPayload": {
+                "snapshot_image_id": str(uuid.UUID(int=rng.getrandbits(128)))
+            },
+            "InstanceActionRebuildPayload": {"trusted_image_certificates": None},
+        }.get(name, {})
     if event_type == "instance.delete.end":
         data |= {
             "state": "deleted",

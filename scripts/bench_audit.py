@@ -1,0 +1,128 @@
+"""The hourly audit burst: one ``instance.exists`` per instance, indexed by the real
+``cellsight indexer --workers N``. Issue 11's goal: a million instances indexed in under
+two minutes by a couple of indexer processes.
+
+    .venv/bin/python scripts/bench_audit.py [--count 1000000] [--workers 2]
+        [--engine embedded|nullbulk] > result.json
+
+JSON on stdout, progress on stderr.
+
+* **decode**: the indexer's decode step (``planning.plan``, CPU µs per notification)
+  over the same ``instance.exists`` bodies and, as the same run's baseline, over the
+  known-class mix of ``bench_indexer``. ``reference_us`` is the pydantic decoder and
+  mapping, which ``instance.exists`` took before the compiled decoder read Nova's other
+  instance classes by shape.
+* **burst**: ``--count`` notifications are published with confirms (not timed), then
+  the command drains them (``bench/workers.py``). The clock runs from the moment all
+  consumers are attached to the moment the index holds every document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.bus import RABBITMQ
+from bench.corpus import Corpus
+from bench.measure import say
+from bench.sites import EmbeddedSite, EngineSite, NullBulkSite
+from bench.workers import run_workers
+
+from cellsight.indexer.consumer import ConsumerConfig
+from cellsight.indexer.planning import EventInfo, map_payload, plan
+from cellsight.notifications.envelope import decode
+
+TARGET_SECONDS_PER_MILLION = 120.0
+
+
+def cpu_us(fn: Callable[[Sequence[bytes]], Any], bodies: Sequence[bytes], rounds: int) -> float:
+    """Best of ``rounds``, CPU µs per body."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.process_time()
+        fn(bodies)
+        best = min(best, time.process_time() - started)
+    return round(best / len(bodies) * 1e6, 1)
+
+
+def reference(bodies: Sequence[bytes]) -> None:
+    for body in bodies:
+        n = decode(body)
+        map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
+
+
+def decode_figures(corpus: Corpus, audit: datetime, rounds: int) -> dict[str, Any]:
+    now = time.time()
+    exists = [corpus.exists(9_000_000 + i, now, audit) for i in range(2000)]
+    mix = [corpus.body(9_000_000 + i, now) for i in range(2000)]
+    outcomes, planned = plan(exists)
+    if len(planned) != len(exists):
+        raise RuntimeError(f"instance.exists not planned: {[o for o in outcomes if o][:1]}")
+    fast, known = cpu_us(plan, exists, rounds), cpu_us(plan, mix, rounds)
+    slow = cpu_us(reference, exists, max(1, rounds // 2))
+    return {
+        "instance_exists_plan_us": fast,
+        "known_class_mix_plan_us": known,
+        "exists_to_known_ratio": round(fast / known, 2),
+        "instance_exists_reference_us": slow,
+        "reference_to_plan_ratio": round(slow / fast, 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=1_000_000)
+    p.add_argument("--workers", default="2", help="comma-separated worker counts, in order")
+    p.add_argument("--engine", choices=("embedded", "nullbulk"), default="embedded")
+    p.add_argument("--rounds", type=int, default=5, help="rounds of the decode figures")
+    p.add_argument("--amqp", default=RABBITMQ)
+    p.add_argument("--dir", type=Path, default=None, help="where the embedded indexes go")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args()
+    corpus = Corpus(args.seed)
+    audit = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    out: dict[str, Any] = {
+        "benchmark": "audit_burst",
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "config": {"count": args.count, "engine": args.engine, "workers": args.workers},
+    }
+    say("decode figures")
+    out["decode"] = decode_figures(corpus, audit, args.rounds)
+    site: EngineSite = (
+        EmbeddedSite(args.dir or Path(tempfile.gettempdir()))
+        if args.engine == "embedded"
+        else NullBulkSite()
+    )
+    out["engine"] = site.describe()
+    bursts: dict[str, Any] = {}
+    try:
+        for n in (int(w) for w in args.workers.split(",")):
+            say(f"building {args.count:,} instance.exists for --workers {n}")
+            stamp = time.time()
+            bodies = [corpus.exists(n * 10_000_000 + i, stamp, audit) for i in range(args.count)]
+            burst = run_workers(args, site, bodies, ConsumerConfig(), n)
+            del bodies
+            rate = burst["notifications_per_s"]
+            burst["seconds_per_million"] = round(1_000_000 / rate, 1)
+            burst["target"] = {
+                "seconds_per_million": f"<= {TARGET_SECONDS_PER_MILLION:g}",
+                "pass": 1_000_000 / rate <= TARGET_SECONDS_PER_MILLION,
+            }
+            bursts[f"workers_{n}"] = burst
+    finally:
+        site.close()
+    out["burst"] = bursts
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
