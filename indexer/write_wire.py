@@ -80,9 +80,13 @@ def encode_outcome(o: Outcome) -> WireOutcome:
     return (o.verdict.value, o.reason_code, o.reason, o.event_type, o.resource, o.lag)
 
 
+# A dict lookup, where ``Verdict(value)`` runs the enum's Python lookup (1 µs a verdict).
+_VERDICTS = {v.value: v for v in Verdict}
+
+
 def decode_outcome(wire: WireOutcome) -> Outcome:
     verdict, code, reason, event_type, resource, lag = wire
-    return Outcome(Verdict(verdict), code, reason, event_type, resource=resource, lag=lag)
+    return Outcome(_VERDICTS[verdict], code, reason, event_type, resource=resource, lag=lag)
 
 
 def widen(conn: Connection) -> None:

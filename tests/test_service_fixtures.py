@@ -130,3 +130,34 @@ def test_no_test_imports_a_conftest() -> None:
         if re.search(r"^\s*(from|import) (tests\.)?(\w+\.)*conftest\b", text, re.MULTILINE)
     )
     assert importing == [], f"shared helpers live in tests/support/: {importing}"
+
+
+def test_what_the_tests_declare_on_rabbitmq_is_removed(
+    rabbitmq_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The names ``bus_settings`` gives, declared as the indexer declares them, are gone
+    after ``remove_rabbitmq_names`` (the session's last fixture step)."""
+    from kombu import Connection
+
+    from cellsight.clients import build_consumer_config
+    from cellsight.notifications import queues
+    from tests.support.indexing import bus_settings
+
+    monkeypatch.setattr(services, "_RABBITMQ_NAMES", [])  # only this test's names
+    config = build_consumer_config(bus_settings(tmp_path, "rabbitmq"))
+    exchange = queues.notifications_exchange(config.exchange)
+    dlx = queues.dead_letter_exchange(config.dead_letter_exchange)
+    with Connection(rabbitmq_url) as conn:
+        queues.indexer_queue(config.queue, exchange)(conn.channel()).declare()
+        queues.dead_letter_queue(config.dead_letter_queue, dlx)(conn.channel()).declare()
+        for name in (config.queue, config.dead_letter_queue):
+            conn.channel().queue_declare(name, passive=True)
+        for name in (config.exchange, config.dead_letter_exchange):
+            conn.channel().exchange_declare(name, "topic", passive=True)
+        assert services.remove_rabbitmq_names() == 4
+        for name in (config.queue, config.dead_letter_queue):
+            with pytest.raises(conn.channel_errors):
+                conn.channel().queue_declare(name, passive=True)
+        for name in (config.exchange, config.dead_letter_exchange):
+            with pytest.raises(conn.channel_errors):
+                conn.channel().exchange_declare(name, "topic", passive=True)

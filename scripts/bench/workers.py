@@ -42,6 +42,28 @@ def _count(engine: SearchEngine) -> int:
         return 0
 
 
+def _counted(engine: SearchEngine) -> tuple[int, float]:
+    """The document count and how long to wait before the next: 50 ms, or 20 times
+    what the count took (counting a million rows takes tens of milliseconds: every
+    50 ms, the bench would take half a core from the run it measures)."""
+    started = time.perf_counter()
+    done = _count(engine)
+    return done, max(0.05, 20 * (time.perf_counter() - started))
+
+
+def _quarter_rates(progress: list[tuple[float, int]], total: int) -> list[float]:
+    """Documents/s over each quarter of the documents (from the progress readings)."""
+    rates = []
+    for q in range(4):
+        lo, hi = total * q / 4, total * (q + 1) / 4
+        start = next((p for p in progress if p[1] >= lo), None)
+        end = next((p for p in progress if p[1] >= hi), None)
+        if start is None or end is None or end[0] <= start[0]:
+            continue
+        rates.append(round((end[1] - start[1]) / (end[0] - start[0]), 1))
+    return rates
+
+
 def run_workers(
     args: argparse.Namespace,
     site: EngineSite,
@@ -95,11 +117,14 @@ def run_workers(
         pids = indexers()
         cpu0 = sum(cpu_seconds(p) for p in pids)
         deadline = time.monotonic() + max(600.0, len(bodies) / 50)
-        while (done := _count(engine)) < len(bodies):
+        progress = [(0.0, before)]
+        while (reading := _counted(engine))[0] < len(bodies):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"--workers {n} stopped at {done} documents")
-            time.sleep(0.05)
+                raise RuntimeError(f"--workers {n} stopped at {reading[0]} documents")
+            progress.append((time.perf_counter() - started, reading[0]))
+            time.sleep(reading[1])
         seconds = time.perf_counter() - started
+        progress.append((seconds, len(bodies)))
         cpu = sum(cpu_seconds(p) for p in pids) - cpu0
     finally:
         sampler.halt.set()
@@ -120,6 +145,7 @@ def run_workers(
         "already_written_when_all_attached": before,
         "seconds": round(seconds, 3),
         "notifications_per_s": round(rate, 1),
+        "per_s_by_quarter": _quarter_rates(progress, len(bodies)),
         "cpu_us_per_notification_all_processes": round(cpu / counted * 1e6, 1),
         "exit_code": code,
         "rss": sampler.summary(),

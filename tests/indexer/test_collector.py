@@ -66,29 +66,41 @@ def test_collection_is_off_inside_and_restored_after(gc_restored: None) -> None:
 
 def test_the_schedule_young_middle_full_and_idle(gc_restored: None) -> None:
     clock = Clock()
-    with BatchCollector(full_every=60.0, clock=clock) as collector:
-        generations = [collector.batch_done() for _ in range(MIDDLE_EVERY * 2)]
-        assert generations == ([0] * (MIDDLE_EVERY - 1) + [1]) * 2
+    with BatchCollector(full_every=60.0, clock=clock, young_every=1.0) as collector:
+        assert collector.batch_done() == 0  # the first batch's end
+        generations = []
+        for _ in range(MIDDLE_EVERY * 2 * 4):
+            clock.now += 0.25  # four batches a second: one young pass a second
+            generations.append(collector.batch_done())
+        young = [None, None, None, 0]
+        middle = [None, None, None, 1]
+        assert generations == (young * (MIDDLE_EVERY - 2) + middle + young) * 2
         assert collector.idle() is None
-        clock.now += 60.0
+        clock.now += 40.0
         assert collector.batch_done() == 2
-        assert collector.batch_done() == 0  # the full pass's clock restarted
-        assert collector.idle() is None
-        clock.now += 59.9
+        assert collector.batch_done() is None  # every pass restarts the young clock
+        clock.now += 1.0
+        assert collector.batch_done() == 0
+        clock.now += 58.9  # 59.9 s after the full pass: its clock restarted there
         assert collector.idle() is None
         clock.now += 0.1
         assert collector.idle() == 2
         assert collector.idle() is None
 
 
-def test_a_garbage_cycle_lives_until_the_batch_ends(gc_restored: None) -> None:
+def test_a_garbage_cycle_lives_until_a_batch_ends_with_a_pass_due(gc_restored: None) -> None:
     gc.enable()
-    with BatchCollector() as collector:
+    clock = Clock()
+    with BatchCollector(clock=clock, young_every=1.0) as collector:
+        assert collector.batch_done() == 0
         ref = _garbage_cycle()
         # Enough live containers to set off many automatic passes, were they on.
         kept = [[i] for i in range(50 * gc.get_threshold()[0])]
+        clock.now += 0.5
+        assert collector.batch_done() is None
         assert ref() is not None
-        collector.batch_done()
+        clock.now += 0.5
+        assert collector.batch_done() == 0
         assert ref() is None
         del kept
 

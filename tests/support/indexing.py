@@ -15,16 +15,21 @@ from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.write_process import reopened
 from cellsight.settings import Settings, load_settings
-from tests.support.services import RABBITMQ_URL
+from tests.support.services import RABBITMQ_URL, rabbitmq_names
 from tests.support.waiting import wait_for  # noqa: F401  (re-exported)
 
 
 def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
-    """Settings on RabbitMQ (unique exchange and queues, so tests never share a stream)
-    or on the embedded Redis bus in ``data_dir``."""
+    """Settings on RabbitMQ (unique exchange and queues, so tests never share a stream;
+    deleted when the session ends, ``services.remove_rabbitmq_names``) or on the embedded
+    Redis bus in
+    ``data_dir``."""
     if bus == "embedded":
         return load_settings(data_dir=data_dir, **extra)
     tag = uuid.uuid4().hex[:10]
+    rabbitmq_names(
+        queues=(f"t-idx-{tag}", f"t-dlq-{tag}"), exchanges=(f"t-nova-{tag}", f"t-dlx-{tag}")
+    )
     return load_settings(
         data_dir=data_dir,
         bus_url=RABBITMQ_URL,

@@ -14,13 +14,14 @@ import os
 import signal
 import socket
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
 import sqlalchemy as sa
+from kombu import Connection
 
 REQUIRE_SERVICES = os.environ.get("CELLSIGHT_REQUIRE_SERVICES") == "1"
 
@@ -63,6 +64,42 @@ def rabbitmq_url() -> str:
     if not port_open(host, port):
         unavailable(f"RabbitMQ at {host}:{port}")
     return RABBITMQ_URL
+
+
+# Exchanges and queues the tests name on the machine's RabbitMQ: durable, they would
+# outlive the run, and CI runs against the broker as the session left it.
+_RABBITMQ_NAMES: list[tuple[str, str]] = []
+
+
+def rabbitmq_names(*, queues: Sequence[str] = (), exchanges: Sequence[str] = ()) -> None:
+    """Names a test declares (or may): deleted when the session ends."""
+    _RABBITMQ_NAMES.extend([("queue", q) for q in queues] + [("exchange", e) for e in exchanges])
+
+
+def remove_rabbitmq_names() -> int:
+    """Delete the names registered in this process; returns how many were deleted (a
+    name never declared counts too: RabbitMQ deletes idempotently)."""
+    deleted = 0
+    with Connection(RABBITMQ_URL, connect_timeout=5) as conn:
+        for kind, name in _RABBITMQ_NAMES:
+            # A broker error closes its channel: one channel per deletion.
+            with contextlib.suppress(*conn.connection_errors, *conn.channel_errors):
+                channel = conn.channel()
+                if kind == "queue":
+                    channel.queue_delete(name)
+                else:
+                    channel.exchange_delete(name)
+                deleted += 1
+    _RABBITMQ_NAMES.clear()
+    return deleted
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _broker_left_clean() -> Iterator[None]:
+    yield
+    parsed = urlsplit(RABBITMQ_URL)
+    if _RABBITMQ_NAMES and port_open(parsed.hostname or "127.0.0.1", parsed.port or 5672):
+        remove_rabbitmq_names()
 
 
 @pytest.fixture(params=BUSES)
