@@ -44,8 +44,8 @@ def _count(engine: SearchEngine) -> int:
 
 def _counted(engine: SearchEngine) -> tuple[int, float]:
     """The document count and how long to wait before the next: 50 ms, or 20 times
-    what the count took (counting a million rows takes tens of milliseconds: every
-    50 ms, the bench would take half a core from the run it measures)."""
+    what the count took (a count scans the index, so at a fixed 50 ms the bench took
+    more and more of the CPU of the run it measures as the index grew)."""
     started = time.perf_counter()
     done = _count(engine)
     return done, max(0.05, 20 * (time.perf_counter() - started))
