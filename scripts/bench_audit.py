@@ -3,18 +3,22 @@
 two minutes by a couple of indexer processes.
 
     .venv/bin/python scripts/bench_audit.py [--count 1000000] [--workers 2]
-        [--engine embedded|nullbulk] > result.json
+        [--engine embedded|nullbulk] [--preloaded [--changed 0.1]] > result.json
 
 JSON on stdout, progress on stderr.
 
 * **decode**: the indexer's decode step (``planning.plan``, CPU µs per notification)
   over the same ``instance.exists`` bodies and, as the same run's baseline, over the
-  known-class mix of ``bench_indexer``. ``reference_us`` is the pydantic decoder and
-  mapping, which ``instance.exists`` took before the compiled decoder read Nova's other
-  instance classes by shape.
+  known-class mix of ``bench_indexer``. ``instance_exists_reference_us`` is the
+  pydantic decoder and mapping, which ``instance.exists`` took before the compiled
+  decoder read Nova's other instance classes by shape.
 * **burst**: ``--count`` notifications are published with confirms (not timed), then
   the command drains them (``bench/workers.py``). The clock runs from the moment all
   consumers are attached to the moment the index holds every document.
+* ``--preloaded``: the hourly case. Before the command starts (untimed), its index is
+  filled with the same instances as the previous hour's audit left them; in the burst
+  ``--changed`` of them (a fraction) carry a newer snapshot and are written, the others
+  are found stale. The clock then stops when the workers' metrics count every verdict.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import platform
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,9 @@ from bench.sites import EmbeddedSite, EngineSite, NullBulkSite
 from bench.workers import run_workers
 
 from cellsight.indexer.consumer import ConsumerConfig
+from cellsight.indexer.engines.base import SearchEngine, WriteStatus
 from cellsight.indexer.planning import EventInfo, map_payload, plan
+from cellsight.indexer.writer import merge_tags
 from cellsight.notifications.envelope import decode
 
 TARGET_SECONDS_PER_MILLION = 120.0
@@ -77,6 +83,28 @@ def decode_figures(corpus: Corpus, audit: datetime, rounds: int) -> dict[str, An
     }
 
 
+def preloader(
+    corpus: Corpus, first: int, count: int, audit: datetime
+) -> Callable[[SearchEngine], None]:
+    """Fills an index with instances ``first`` .. ``first + count - 1`` as the previous
+    hour's audit indexed them (through ``engine.bulk``, in the consumer's batches)."""
+
+    def fill(engine: SearchEngine) -> None:
+        engine.ensure_ready("instance")
+        earlier, stamp = audit - timedelta(hours=1), time.time() - 3600
+        for start in range(first, first + count, 1000):
+            ids = range(start, min(start + 1000, first + count))
+            _, planned = plan([corpus.exists(i, stamp, earlier) for i in ids])
+            merge_tags(planned, {})
+            results = engine.bulk([p.op for p in planned])
+            if any(r.status is not WriteStatus.OK for r in results):
+                raise RuntimeError("the preload was not all written")
+        engine.refresh("instance")
+        say(f"  preloaded {engine.count('instance'):,} instances")
+
+    return fill
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1_000_000)
@@ -86,14 +114,24 @@ def main() -> None:
     p.add_argument("--amqp", default=RABBITMQ)
     p.add_argument("--dir", type=Path, default=None, help="where the embedded indexes go")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--preloaded", action="store_true", help="the index holds them already")
+    p.add_argument("--changed", type=float, default=0.1, help="with --preloaded: share changed")
     args = p.parse_args()
+    if args.preloaded and args.engine != "embedded":
+        p.error("--preloaded needs an index that keeps documents: --engine embedded")
     corpus = Corpus(args.seed)
     audit = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     out: dict[str, Any] = {
         "benchmark": "audit_burst",
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "config": {"count": args.count, "engine": args.engine, "workers": args.workers},
+        "config": {
+            "count": args.count,
+            "engine": args.engine,
+            "workers": args.workers,
+            "preloaded": args.preloaded,
+            "changed": args.changed if args.preloaded else None,
+        },
     }
     say("decode figures")
     out["decode"] = decode_figures(corpus, audit, args.rounds)
@@ -107,9 +145,14 @@ def main() -> None:
     try:
         for n in (int(w) for w in args.workers.split(",")):
             say(f"building {args.count:,} instance.exists for --workers {n}")
-            stamp = time.time()
-            bodies = [corpus.exists(n * 10_000_000 + i, stamp, audit) for i in range(args.count)]
-            burst = run_workers(args, site, bodies, ConsumerConfig(), n)
+            stamp, first = time.time(), n * 10_000_000
+            every = round(1 / args.changed) if args.preloaded and args.changed else 0
+            bodies = [
+                corpus.exists(first + i, stamp, audit, changed=bool(every) and i % every == 0)
+                for i in range(args.count)
+            ]
+            prepare = preloader(corpus, first, args.count, audit) if args.preloaded else None
+            burst = run_workers(args, site, bodies, ConsumerConfig(), n, prepare)
             del bodies
             rate = burst["notifications_per_s"]
             burst["seconds_per_million"] = round(1_000_000 / rate, 1)

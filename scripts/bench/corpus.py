@@ -128,17 +128,22 @@ class Corpus:
         inner = json.dumps(notification)
         return json.dumps({"oslo.version": "2.0", "oslo.message": inner}).encode()
 
-    def exists(self, i: int, ts: float, audit_start: datetime) -> bytes:
+    def exists(self, i: int, ts: float, audit_start: datetime, changed: bool = False) -> bytes:
         """Instance ``i`` in Nova's hourly ``instance.exists`` audit: an
         ``InstanceExistsPayload`` (InstancePayload, then the audit period and bandwidth
         per network, as Nova's ``nova/notifications/objects/instance.py`` declares it),
-        built on the power_off-end sample (notification ``3i + 2``: one uuid per ``i``)."""
+        built on the power_off-end sample (notification ``3i + 2``: one uuid per ``i``).
+        ``changed``: the instance was updated an hour after the snapshot it has without
+        it (a newer version of the same instance)."""
         n = self.notification(len(KINDS) * i + KINDS.index("instance-power_off-end"), ts)
         n["event_type"] = "instance.exists"
         payload = n["payload"]
         payload.update({"nova_object.name": "InstanceExistsPayload", "nova_object.version": "1.1"})
         data = payload["nova_object.data"]
         data.pop("fault", None)
+        if changed:
+            updated = datetime.fromisoformat(data["updated_at"]) + timedelta(hours=1)
+            data["updated_at"] = format_timestamp(updated)
         data["audit_period"] = _wire(
             "AuditPeriodPayload",
             {

@@ -3,24 +3,31 @@ process(es), draining a prepublished queue into the engine, for N = 1 and N = 2.
 
 The rate is counted from the moment all N consumers are attached to the queue (the
 documents already written by then are subtracted) to the moment the index holds every
-document. The resident memory of every indexer process is sampled meanwhile, and its
-CPU time read from /proc at the end.
+document; over an index prepared beforehand (``prepare``), whose count does not move for
+a notification found stale, to the moment the workers' metrics count every verdict. The
+resident memory of every indexer process is sampled meanwhile, and its CPU time read
+from /proc at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from kombu import Connection
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bus import Topology, prepublish
 from bench.measure import RssSampler, cpu_seconds, descendants, say
@@ -51,6 +58,50 @@ def _counted(engine: SearchEngine) -> tuple[int, float]:
     return done, max(0.05, 20 * (time.perf_counter() - started))
 
 
+VERDICT_METRICS = {
+    "cellsight_indexer_consumed": "consumed",
+    "cellsight_indexer_indexed": "indexed",
+    "cellsight_indexer_stale": "stale",
+    "cellsight_indexer_ignored": "ignored",
+    "cellsight_indexer_dead_lettered": "dead",
+}
+
+
+def _free_ports(n: int) -> int:
+    """A port ``p`` with ``p`` .. ``p + n - 1`` free: worker ``i`` serves its metrics
+    on ``metrics_port + i``."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base: int = probe.getsockname()[1]
+        if base + n < 65536 and not any(_listening(base + i) for i in range(n)):
+            return base
+    raise RuntimeError(f"no {n} free consecutive ports for the workers' metrics")
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def verdicts(base: int, n: int) -> Counter[str]:
+    """The N workers' verdict counters, from their ``/metrics`` (a worker not serving
+    yet counts nothing)."""
+    totals: Counter[str] = Counter()
+    for i in range(n):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{base + i}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            continue
+        for family in text_string_to_metric_families(text):
+            name = VERDICT_METRICS.get(family.name)
+            if name is not None:
+                total = sum(s.value for s in family.samples if s.name.endswith("_total"))
+                totals[name] += int(total)
+    return totals
+
+
 def _quarter_rates(progress: list[tuple[float, int]], total: int) -> list[float]:
     """Documents/s over each quarter of the documents (from the progress readings)."""
     rates = []
@@ -70,7 +121,9 @@ def run_workers(
     bodies: Sequence[bytes],
     config: ConsumerConfig,
     n: int,
+    prepare: Callable[[SearchEngine], None] | None = None,
 ) -> dict[str, Any]:
+    """``prepare`` fills the command's index before it starts (untimed)."""
     topo = Topology.fresh(f"workers{n}")
     tag = f"workers{n}-{topo.queue[-8:]}"
     data_dir = Path(tempfile.mkdtemp(prefix=f"cellsight-bench-{tag}-"))
@@ -86,9 +139,16 @@ def run_workers(
             "CELLSIGHT_BATCH_BYTES": str(config.batch_bytes),
             "CELLSIGHT_BATCH_AGE_MS": str(int(config.batch_age * 1000)),
             "CELLSIGHT_PREFETCH": str(config.prefetch),
+            "CELLSIGHT_METRICS_PORT": str(metrics_port := _free_ports(n)),
             **site.cli_env(tag, data_dir),
         }
     )
+    if prepare is not None:
+        prepared = site.cli_engine(tag, data_dir)
+        try:
+            prepare(prepared)
+        finally:
+            prepared.close()
     prepublish(args.amqp, topo, bodies)
     command = [sys.executable, "-m", "cellsight", "--data-dir", str(data_dir), "indexer"]
     proc = subprocess.Popen(
@@ -112,13 +172,18 @@ def run_workers(
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"--workers {n} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
             time.sleep(0.02)
-        started, before = time.perf_counter(), _count(engine)
+        progressed: Callable[[], tuple[int, float]] = (
+            (lambda: _counted(engine))
+            if prepare is None
+            else (lambda: (verdicts(metrics_port, n)["consumed"], 0.05))
+        )
+        started, before = time.perf_counter(), progressed()[0]
         sampler.mark()
         pids = indexers()
         cpu0 = sum(cpu_seconds(p) for p in pids)
         deadline = time.monotonic() + max(600.0, len(bodies) / 50)
         progress = [(0.0, before)]
-        while (reading := _counted(engine))[0] < len(bodies):
+        while (reading := progressed())[0] < len(bodies):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"--workers {n} stopped at {reading[0]} documents")
             progress.append((time.perf_counter() - started, reading[0]))
@@ -126,6 +191,8 @@ def run_workers(
         seconds = time.perf_counter() - started
         progress.append((seconds, len(bodies)))
         cpu = sum(cpu_seconds(p) for p in pids) - cpu0
+        totals = verdicts(metrics_port, n)
+        documents = _count(engine)
     finally:
         sampler.halt.set()
         proc.send_signal(signal.SIGTERM)
@@ -136,6 +203,7 @@ def run_workers(
             code = None
         engine.close()
         topo.delete(args.amqp)
+        shutil.rmtree(data_dir, ignore_errors=True)  # a million documents: gigabytes
     counted = len(bodies) - before
     rate = counted / seconds
     say(f"  {site.name} --workers {n}: {rate:,.0f}/s, exit {code}")
@@ -145,6 +213,8 @@ def run_workers(
         "already_written_when_all_attached": before,
         "seconds": round(seconds, 3),
         "notifications_per_s": round(rate, 1),
+        "verdicts": dict(totals),
+        "documents_after": documents,
         "per_s_by_quarter": _quarter_rates(progress, len(bodies)),
         "cpu_us_per_notification_all_processes": round(cpu / counted * 1e6, 1),
         "exit_code": code,

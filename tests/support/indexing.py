@@ -22,8 +22,7 @@ from tests.support.waiting import wait_for  # noqa: F401  (re-exported)
 def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
     """Settings on RabbitMQ (unique exchange and queues, so tests never share a stream;
     deleted when the session ends, ``services.remove_rabbitmq_names``) or on the embedded
-    Redis bus in
-    ``data_dir``."""
+    Redis bus in ``data_dir``."""
     if bus == "embedded":
         return load_settings(data_dir=data_dir, **extra)
     tag = uuid.uuid4().hex[:10]

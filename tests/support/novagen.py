@@ -247,13 +247,12 @@ def notification(
         }
     else:
         data["fault"] = None
-        data |= {
-            "InstanceActionVolumePayload": {"volume_id": str(uuid.UUID(int=rng.getrandbits(128)))},
-            "InstanceActionSnapshotPayload": {
-                "snapshot_image_id": str(uuid.UUID(int=rng.getrandbits(128)))
-            },
-            "InstanceActionRebuildPayload": {"trusted_image_certificates": None},
-        }.get(name, {})
+        if name == "InstanceActionVolumePayload":
+            data["volume_id"] = str(uuid.UUID(int=rng.getrandbits(128)))
+        elif name == "InstanceActionSnapshotPayload":
+            data["snapshot_image_id"] = str(uuid.UUID(int=rng.getrandbits(128)))
+        elif name == "InstanceActionRebuildPayload":
+            data["trusted_image_certificates"] = None
     if event_type == "instance.delete.end":
         data |= {
             "state": "deleted",
