@@ -90,7 +90,7 @@ def instance_document(
         if ip.address:
             (ip6 if ip.version == 6 or ":" in ip.address else ip4).append(ip.address)
     doc["ip4"], doc["ip6"] = ip4, ip6
-    doc["cell_uuid"] = data.cell_uuid
+    doc["cell_uuid"] = data.cell_uuid or None  # "" is no cell, as in documents.py
     doc["forthcoming"] = bool(data.forthcoming)
     doc["deleted"] = is_deleted(data, n.event)
     if doc["deleted"] and doc["state"] != "deleted":

@@ -11,11 +11,15 @@ as the registry reads them, by shape: as an InstancePayload whose data carries m
 its ``SHAPE_FIELDS`` (those fields default to UNSET here, so that presence is counted).
 
 This path is strict where the reference (``cellsight.notifications.envelope.decode``) is lax
-(``"5"`` for an int, ``0/1`` for a bool, unix times, non-canonical UUIDs), and it does
-not know the classes read by shape. It never decides that a message is bad: whenever
-it declines (:class:`Declined`, or any msgspec error), the caller runs the reference,
-which accepts the message or raises the contract's named error. A message it accepts
-the reference accepts too, with the same values (tested differentially).
+(``"5"`` for an int, ``0/1`` for a bool, unix times, non-canonical UUIDs), and it knows
+by name only the classes above (any other is read by shape by the reference). It never
+decides that a message is bad: whenever it declines (:class:`Declined`, or any msgspec
+error), the caller runs the reference, which accepts the message or raises the
+contract's named error. A message it accepts the reference accepts too, with the same
+values (tested differentially), with one known exception: msgspec skips the value of a
+field no Struct declares without reading it, so a number there beyond a double's range
+(``1e400``), which the reference's parser refuses (``malformed``), passes here; the
+document, which never holds such a field, is the same.
 """
 
 from __future__ import annotations
@@ -242,6 +246,12 @@ def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
     """Decode or raise (``Declined`` or a msgspec error): never a contract verdict."""
     if len(body) > limits.MAX_BODY_BYTES:
         raise Declined("too large")
+    if isinstance(body, memoryview):
+        body = bytes(body)
+    if not isinstance(body, str) and not body.isascii():
+        # msgspec checks UTF-8 only where it decodes, not in the fields it skips, and the
+        # reference refuses the whole body (oslo.messaging writes ASCII: rarely taken).
+        body.decode("utf-8")
     outer = _decoder.decode(body)
     if outer.oslo_message is not None:
         if outer.oslo_version != OSLO_VERSION:
