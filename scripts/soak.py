@@ -35,6 +35,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support.drift
 
+from bench.measure import free_port
 from soak_faults import Faults
 from soak_load import Load
 from soak_parts import (
@@ -43,7 +44,6 @@ from soak_parts import (
     RssMonitor,
     answers,
     child_env,
-    free_port,
     latency_summary,
     verdict,
 )

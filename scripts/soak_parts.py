@@ -189,12 +189,6 @@ def child_env(overrides: dict[str, str]) -> dict[str, Any]:
     return {**os.environ, "PYTHONPATH": str(ROOT), **overrides}
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def answers(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as response:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import socket
 import sys
 import threading
 import time
@@ -229,6 +230,18 @@ def cpu_seconds(pid: int | None) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (the OS picks it)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def rss_mb(pid: int) -> float | None:

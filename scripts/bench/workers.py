@@ -15,7 +15,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from kombu import Connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.bus import Topology, prepublish
-from bench.measure import RssSampler, cpu_seconds, descendants, say
+from bench.measure import RssSampler, cpu_seconds, descendants, free_port, listening, say
 from bench.sites import EngineSite
 from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.engines.base import SearchEngine
@@ -71,17 +70,10 @@ def _free_ports(n: int) -> int:
     """A port ``p`` with ``p`` .. ``p + n - 1`` free: worker ``i`` serves its metrics
     on ``metrics_port + i``."""
     for _ in range(100):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base: int = probe.getsockname()[1]
-        if base + n < 65536 and not any(_listening(base + i) for i in range(n)):
+        base = free_port()
+        if base + n < 65536 and not any(listening(base + i) for i in range(1, n)):
             return base
     raise RuntimeError(f"no {n} free consecutive ports for the workers' metrics")
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def verdicts(base: int, n: int) -> Counter[str]:
