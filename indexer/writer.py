@@ -154,7 +154,9 @@ class BatchWriter:
         below_floor = [p for p in instances if floor and p.snapshot_at and p.snapshot_at < floor]
         lookup = {p.op.id for p in instances if "tags" not in p.op.document}
         lookup |= {p.op.id for p in below_floor}
-        stored = self.engine.get_many("instance", sorted(lookup)) if lookup else {}
+        stored = (
+            self.engine.get_many("instance", sorted(lookup), fields=("tags",)) if lookup else {}
+        )
         for p in below_floor:
             if p.op.id not in stored:
                 # Its tombstone was purged: a very late event must not recreate it.

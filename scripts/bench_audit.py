@@ -42,8 +42,9 @@ from bench.workers import run_workers
 
 from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.engines.base import SearchEngine, WriteStatus
+from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.planning import EventInfo, map_payload, plan
-from cellsight.indexer.writer import merge_tags
+from cellsight.indexer.writer import BatchWriter, merge_tags
 from cellsight.notifications.envelope import decode
 
 TARGET_SECONDS_PER_MILLION = 120.0
@@ -83,6 +84,35 @@ def decode_figures(corpus: Corpus, audit: datetime, rounds: int) -> dict[str, An
     }
 
 
+def writer_figures(corpus: Corpus, audit: datetime, count: int, rounds: int) -> dict[str, Any]:
+    """The writer's side in one process (``BatchWriter.commit`` on a fresh embedded index,
+    CPU µs per notification, every thread of this process, the engine's checkpoint
+    thread included): an index already holding ``count`` instances, then a tenth
+    changed and the rest stale, in the consumer's batches of 1,000; and the same into an
+    empty index. Best of ``rounds``; each round on a new index."""
+    now = time.time()
+    burst = [corpus.exists(i, now, audit, changed=i % 10 == 0) for i in range(count)]
+    figures: dict[str, Any] = {}
+    for case in ("preloaded", "empty"):
+        best = float("inf")
+        for _ in range(rounds):
+            with tempfile.TemporaryDirectory(prefix="cellsight-bench-") as tmp:
+                engine = EmbeddedEngine(Path(tmp) / "index.db")
+                if case == "preloaded":
+                    preloader(corpus, 0, count, audit)(engine)
+                writer = BatchWriter(engine, record_metrics=False)
+                # Planned afresh each round: the writer merges tags into the documents.
+                todo = [plan(burst[i : i + 1000]) for i in range(0, count, 1000)]
+                started = time.process_time()
+                for outcomes, planned in todo:
+                    writer.commit(outcomes, planned)
+                best = min(best, time.process_time() - started)
+                engine.close()
+        figures[f"{case}_commit_us"] = round(best / count * 1e6, 1)
+    figures["documents"] = count
+    return figures
+
+
 def preloader(
     corpus: Corpus, first: int, count: int, audit: datetime
 ) -> Callable[[SearchEngine], None]:
@@ -108,12 +138,15 @@ def preloader(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--count", type=int, default=1_000_000)
-    p.add_argument("--workers", default="2", help="comma-separated worker counts, in order")
+    p.add_argument(
+        "--workers", default="2", help="comma-separated worker counts, in order; '': none"
+    )
     p.add_argument("--engine", choices=("embedded", "nullbulk"), default="embedded")
     p.add_argument("--rounds", type=int, default=5, help="rounds of the decode figures")
     p.add_argument("--amqp", default=RABBITMQ)
     p.add_argument("--dir", type=Path, default=None, help="where the embedded indexes go")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--writer-docs", type=int, default=50_000, help="writer figures; 0: none")
     p.add_argument("--preloaded", action="store_true", help="the index holds them already")
     p.add_argument("--changed", type=float, default=0.1, help="with --preloaded: share changed")
     args = p.parse_args()
@@ -135,6 +168,9 @@ def main() -> None:
     }
     say("decode figures")
     out["decode"] = decode_figures(corpus, audit, args.rounds)
+    if args.writer_docs:
+        say("writer figures")
+        out["writer"] = writer_figures(corpus, audit, args.writer_docs, max(1, args.rounds // 2))
     site: EngineSite = (
         EmbeddedSite(args.dir or Path(tempfile.gettempdir()))
         if args.engine == "embedded"
@@ -143,7 +179,7 @@ def main() -> None:
     out["engine"] = site.describe()
     bursts: dict[str, Any] = {}
     try:
-        for n in (int(w) for w in args.workers.split(",")):
+        for n in (int(w) for w in args.workers.split(",") if w):
             say(f"building {args.count:,} instance.exists for --workers {n}")
             stamp, first = time.time(), n * 10_000_000
             every = round(1 / args.changed) if args.preloaded and args.changed else 0

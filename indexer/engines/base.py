@@ -156,8 +156,12 @@ class DocumentStore(abc.ABC):
         """From the read alias."""
 
     @abc.abstractmethod
-    def get_many(self, resource: str, ids: Sequence[str]) -> dict[str, StoredDocument]:
-        """From the write alias's newest index (what the writer compares against)."""
+    def get_many(
+        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+    ) -> dict[str, StoredDocument]:
+        """From the write alias's newest index (what the writer compares against). With
+        ``fields``, each document holds only those of them it stores (the engine may add
+        others): the writer needs a stored document's tags, not its 3 KB."""
 
 
 class Search(abc.ABC):

@@ -39,6 +39,7 @@ from cellsight.indexer.engines.base import (
     WriteResult,
 )
 from cellsight.indexer.engines.sqlite_connections import SYNC_MODES, Connections, translate
+from cellsight.indexer.engines.sqlite_rows import decode_json
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
 from cellsight.indexer.engines.sqlite_write import Writer, rejected
 from cellsight.query.tree import SearchRequest
@@ -245,7 +246,13 @@ class EmbeddedEngine(SearchEngine):
         found = self._fetch(self.read_alias(resource), [doc_id], newest=False)
         return found.get(doc_id)
 
-    def get_many(self, resource: str, ids: Sequence[str]) -> dict[str, StoredDocument]:
+    def get_many(
+        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+    ) -> dict[str, StoredDocument]:
+        # ``fields`` is not applied: cutting them out of the stored JSON in SQLite costs
+        # about what decoding the whole document with msgspec does (callgrind, 3,000
+        # documents of 1.7 KB, per document: json_each 32.0k instructions, the whole
+        # document 32.3k, json_extract of one path 21.7k, json.loads 56.8k).
         return self._fetch(self.write_alias(resource), ids, newest=True) if ids else {}
 
     def _fetch(self, alias: str, ids: Sequence[str], *, newest: bool) -> dict[str, StoredDocument]:
@@ -257,7 +264,7 @@ class EmbeddedEngine(SearchEngine):
                 "WHERE t.id IN (SELECT value FROM json_each(?))",
                 (json.dumps(list(ids)),),
             ).fetchall()
-        return {i: StoredDocument(i, v, json.loads(doc)) for i, v, doc in rows}
+        return {i: StoredDocument(i, v, decode_json(doc)) for i, v, doc in rows}
 
     def _table(self, resource: str, index: str | None) -> str:
         """The concrete index behind the read alias, or ``index`` if it exists."""

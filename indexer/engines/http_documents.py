@@ -96,11 +96,16 @@ class HttpDocuments(HttpCore):
             raise
         return stored(body)
 
-    def get_many(self, resource: str, ids: Sequence[str]) -> dict[str, StoredDocument]:
+    def get_many(
+        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+    ) -> dict[str, StoredDocument]:
         if not ids:
             return {}
         index = self._newest_write_index(resource)
-        body = self._send("POST", f"/{index}/_mget", body={"ids": list(dict.fromkeys(ids))})
+        params = None if fields is None else {"_source_includes": ",".join(fields)}
+        body = self._send(
+            "POST", f"/{index}/_mget", params=params, body={"ids": list(dict.fromkeys(ids))}
+        )
         return {doc["_id"]: stored(doc) for doc in body.get("docs", []) if doc.get("found")}
 
     def bulk_index(

@@ -40,6 +40,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import TableClause
 
 from cellsight.indexer.engines.base import EngineUnavailable, StoredDocument
+from cellsight.indexer.engines.sqlite_rows import decode_json
 from cellsight.indexer.engines.sqlite_schema import Schema, doc_table, order_index
 from cellsight.indexer.fields import DocField, Kind
 from cellsight.query.prepare import QueryError, prepare
@@ -198,7 +199,7 @@ def search(
         found = dict(conn.execute(docs_sql, (json.dumps([rid for rid, _, _ in rows]),)))
         return [(doc_id, version, found[rid]) for rid, doc_id, version in rows]
 
-    return [StoredDocument(i, v, json.loads(doc)) for i, v, doc in _run(conn, page, timeout)]
+    return [StoredDocument(i, v, decode_json(doc)) for i, v, doc in _run(conn, page, timeout)]
 
 
 def _walk_index(

@@ -48,12 +48,13 @@ def _count(engine: SearchEngine) -> int:
         return 0
 
 
-def _counted(engine: SearchEngine) -> tuple[int, float]:
-    """The document count and how long to wait before the next: 50 ms, or 20 times
-    what the count took (a count scans the index, so at a fixed 50 ms the bench took
-    more and more of the CPU of the run it measures as the index grew)."""
+def _paced(read: Callable[[], int]) -> tuple[int, float]:
+    """A progress reading and how long to wait before the next: 50 ms, or 20 times what
+    the reading took. A count scans the index and a scrape of the workers' ``/metrics``
+    renders every family in the worker's own process, so at a fixed 50 ms the bench
+    took more and more of the CPU of the run it measures."""
     started = time.perf_counter()
-    done = _count(engine)
+    done = read()
     return done, max(0.05, 20 * (time.perf_counter() - started))
 
 
@@ -165,9 +166,9 @@ def run_workers(
                 raise RuntimeError(f"--workers {n} did not start: {proc.stderr.read()}")  # type: ignore[union-attr]
             time.sleep(0.02)
         progressed: Callable[[], tuple[int, float]] = (
-            (lambda: _counted(engine))
+            (lambda: _paced(lambda: _count(engine)))
             if prepare is None
-            else (lambda: (verdicts(metrics_port, n)["consumed"], 0.05))
+            else (lambda: _paced(lambda: verdicts(metrics_port, n)["consumed"]))
         )
         started, before = time.perf_counter(), progressed()[0]
         sampler.mark()

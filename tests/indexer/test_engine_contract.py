@@ -197,6 +197,32 @@ def test_get_many_returns_the_stored_ones(ready: SearchEngine, nova: dict[str, W
     assert ready.get_many("instance", []) == {}
 
 
+def test_get_many_with_fields_returns_those_as_stored(
+    ready: SearchEngine, nova: dict[str, WriteOp]
+) -> None:
+    """The writer asks only for tags; a field a document lacks stays absent, a null
+    stays null, nested values keep their shape. Engines may return more fields."""
+    a, b, c = new_id(), new_id(), new_id()
+    full = as_id(nova["instance.pause.end"], a)
+    ready.bulk([full, op(b, 3, tags=["x", "y"], key_name=None), op(c, 4)])
+    ready.refresh("instance")
+    wanted = ("tags", "key_name", "ip_addresses", "metadata")
+    found = ready.get_many("instance", [a, b, c, new_id()], fields=wanted)
+    assert set(found) == {a, b, c}
+    for doc_id, source in ((a, full.document), (b, ready.get("instance", b))):
+        stored = source if isinstance(source, dict) else source and source.document
+        assert stored is not None
+        got = found[doc_id].document
+        assert {f: got.get(f, "absent") for f in wanted} == {
+            f: stored.get(f, "absent") for f in wanted
+        }
+    assert found[b].document["tags"] == ["x", "y"] and found[b].version == 3
+    assert found[b].document["key_name"] is None
+    assert "tags" not in found[c].document and found[c].version == 4
+    assert isinstance(found[a].document["ip_addresses"], list)
+    assert isinstance(found[a].document["metadata"], dict)
+
+
 def test_count_in_total_and_per_cell(ready: SearchEngine) -> None:
     ops = [op(new_id(), 1, cell_uuid=CELL_A) for _ in range(5)]
     ops += [op(new_id(), 1, cell_uuid=CELL_B) for _ in range(3)]
@@ -354,3 +380,14 @@ def test_drop_index_leaves_the_live_index_alone(ready: SearchEngine) -> None:
     ready.drop_index(spare)
     assert [i.name for i in ready.indexes("instance")] == [old]
     assert statuses(ready.bulk([op(new_id(), 1)])) == [OK]
+
+
+def test_a_stale_document_is_still_checked_against_the_mapping(ready: SearchEngine) -> None:
+    """Elasticsearch parses a document before it compares versions: an older version
+    that does not fit the mapping is rejected, not found stale, on every engine."""
+    doc_id = new_id()
+    assert statuses(ready.bulk([op(doc_id, 5)])) == [OK]
+    results = ready.bulk([op(doc_id, 3, flavor_memory_mb="plenty"), op(doc_id, 4, stray=1)])
+    assert statuses(results) == [REJECTED, REJECTED]
+    assert results[0].reason and "flavor_memory_mb" in results[0].reason
+    assert results[1].reason and "stray" in results[1].reason
