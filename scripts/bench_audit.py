@@ -37,7 +37,7 @@ from typing import Any
 from bench.bus import RABBITMQ
 from bench.corpus import Corpus
 from bench.measure import say
-from bench.sites import EmbeddedSite, EngineSite, NullBulkSite
+from bench.sites import EmbeddedSite, EngineSite, NullBulkSite, OsmemSite
 from bench.workers import run_workers
 
 from cellsight.indexer.consumer import ConsumerConfig
@@ -84,32 +84,49 @@ def decode_figures(corpus: Corpus, audit: datetime, rounds: int) -> dict[str, An
     }
 
 
-def writer_figures(corpus: Corpus, audit: datetime, count: int, rounds: int) -> dict[str, Any]:
-    """The writer's side in one process (``BatchWriter.commit`` on a fresh embedded index,
-    CPU µs per notification, every thread of this process, the engine's checkpoint
-    thread included): an index already holding ``count`` instances, then a tenth
-    changed and the rest stale, in the consumer's batches of 1,000; and the same into an
-    empty index. Best of ``rounds``; each round on a new index."""
+def writer_figures(
+    corpus: Corpus, audit: datetime, count: int, rounds: int, osmem_count: int
+) -> dict[str, Any]:
+    """The writer's side in this process (``BatchWriter.commit``, CPU µs per
+    notification, every thread of this process, the embedded engine's checkpoint thread
+    included): an index already holding ``count`` instances, then a tenth changed and
+    the rest stale, in the consumer's batches of 1,000; and the same into an empty
+    index. Best of ``rounds``, each on a new index. With ``osmem_count``, the preloaded
+    case on osmem too: the client's side of the HTTP path (osmem's own CPU not counted)."""
     now = time.time()
     burst = [corpus.exists(i, now, audit, changed=i % 10 == 0) for i in range(count)]
-    figures: dict[str, Any] = {}
+
+    def commit_us(engine: SearchEngine, n: int, preload: bool) -> float:
+        if preload:
+            preloader(corpus, 0, n, audit)(engine)
+        writer = BatchWriter(engine, record_metrics=False)
+        # Planned afresh each round: the writer merges tags into the documents.
+        todo = [plan(burst[i : min(i + 1000, n)]) for i in range(0, n, 1000)]
+        started = time.process_time()
+        for outcomes, planned in todo:
+            writer.commit(outcomes, planned)
+        return (time.process_time() - started) / n * 1e6
+
+    figures: dict[str, Any] = {"documents": count}
     for case in ("preloaded", "empty"):
         best = float("inf")
         for _ in range(rounds):
             with tempfile.TemporaryDirectory(prefix="cellsight-bench-") as tmp:
                 engine = EmbeddedEngine(Path(tmp) / "index.db")
-                if case == "preloaded":
-                    preloader(corpus, 0, count, audit)(engine)
-                writer = BatchWriter(engine, record_metrics=False)
-                # Planned afresh each round: the writer merges tags into the documents.
-                todo = [plan(burst[i : i + 1000]) for i in range(0, count, 1000)]
-                started = time.process_time()
-                for outcomes, planned in todo:
-                    writer.commit(outcomes, planned)
-                best = min(best, time.process_time() - started)
+                best = min(best, commit_us(engine, count, case == "preloaded"))
                 engine.close()
-        figures[f"{case}_commit_us"] = round(best / count * 1e6, 1)
-    figures["documents"] = count
+        figures[f"{case}_commit_us"] = round(best, 1)
+    if osmem_count:
+        site = OsmemSite()
+        try:
+            best = float("inf")
+            for r in range(rounds):
+                engine = site.fresh(f"writer{r}")
+                best = min(best, commit_us(engine, min(osmem_count, count), True))
+                site.release(engine)
+            figures["osmem"] = {"documents": osmem_count, "preloaded_commit_us": round(best, 1)}
+        finally:
+            site.close()
     return figures
 
 
@@ -147,6 +164,7 @@ def main() -> None:
     p.add_argument("--dir", type=Path, default=None, help="where the embedded indexes go")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--writer-docs", type=int, default=50_000, help="writer figures; 0: none")
+    p.add_argument("--writer-osmem", type=int, default=0, help="writer figures on osmem too")
     p.add_argument("--preloaded", action="store_true", help="the index holds them already")
     p.add_argument("--changed", type=float, default=0.1, help="with --preloaded: share changed")
     args = p.parse_args()
@@ -170,7 +188,9 @@ def main() -> None:
     out["decode"] = decode_figures(corpus, audit, args.rounds)
     if args.writer_docs:
         say("writer figures")
-        out["writer"] = writer_figures(corpus, audit, args.writer_docs, max(1, args.rounds // 2))
+        out["writer"] = writer_figures(
+            corpus, audit, args.writer_docs, max(1, args.rounds // 2), args.writer_osmem
+        )
     site: EngineSite = (
         EmbeddedSite(args.dir or Path(tempfile.gettempdir()))
         if args.engine == "embedded"

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from amqp.exceptions import UnexpectedFrame
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
@@ -82,6 +83,63 @@ def test_frames_survive_any_split(payloads: list[bytes], cuts: list[int], chunk:
         b.close()
     assert got == frames
     assert recv.buffered == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    parts=st.lists(
+        st.tuples(st.integers(1, 8), st.integers(0, 65535), st.binary(max_size=3000)),
+        min_size=1,
+        max_size=12,
+    ),
+    cuts=st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=20),
+    chunk=st.integers(min_value=1, max_value=600),
+)
+def test_take_frame_returns_what_read_frame_would(
+    parts: list[tuple[int, int, bytes]], cuts: list[int], chunk: int
+) -> None:
+    """Whole frames are cut from the buffer, the rest read as py-amqp reads; either way
+    each frame comes out as (type, channel, payload), in order, and nothing is left."""
+    wire = b"".join(frame(*p) for p in parts)
+    a, b = socket.socketpair()
+    try:
+
+        def send() -> None:
+            position, i = 0, 0
+            while position < len(wire):
+                size = cuts[i % len(cuts)]
+                a.sendall(wire[position : position + size])
+                position, i = position + size, i + 1
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        recv = BufferedRecv(b.recv, chunk=chunk)
+        got: list[tuple[int, int, bytes]] = []
+        for _ in parts:
+            if recv.whole_frame():
+                got.append(recv.take_frame())
+            else:
+                raw = read_frame(recv)
+                got.append((raw[0], int.from_bytes(raw[1:3], "big"), raw[FRAME_HEADER:-1]))
+        sender.join()
+    finally:
+        a.close()
+        b.close()
+    assert got == parts
+    assert recv.buffered == 0
+
+
+def test_take_frame_refuses_a_frame_without_its_end_octet(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    a, b = pair
+    bad = frame(1, 0, b"payload")[:-1] + b"\x00"
+    a.sendall(bad + frame(3, 1, b"next"))
+    recv = BufferedRecv(b.recv, chunk=4096)
+    assert recv(0) == b""  # an empty read fills the buffer
+    assert recv.whole_frame()
+    with pytest.raises(UnexpectedFrame, match="0x00"):
+        recv.take_frame()
 
 
 def test_whole_frame_only_when_every_byte_is_buffered(
