@@ -3,7 +3,8 @@
 two minutes by a couple of indexer processes.
 
     .venv/bin/python scripts/bench_audit.py [--count 1000000] [--workers 2]
-        [--engine embedded|nullbulk] [--preloaded [--changed 0.1]] > result.json
+        [--engine embedded|nullbulk] [--preloaded [--changed 0.1]]
+        [--writer-docs 50000] [--writer-osmem 0] > result.json
 
 JSON on stdout, progress on stderr.
 
@@ -12,6 +13,10 @@ JSON on stdout, progress on stderr.
   known-class mix of ``bench_indexer``. ``instance_exists_reference_us`` is the
   pydantic decoder and mapping, which ``instance.exists`` took before the compiled
   decoder read Nova's other instance classes by shape.
+* **writer**: the writer's side alone, in this process (``writer_figures``): CPU µs per
+  notification of ``BatchWriter.commit`` over ``--writer-docs`` of them, into an index
+  that already holds them and into an empty one; with ``--writer-osmem`` N, the
+  preloaded case against osmem too (the client's CPU only).
 * **burst**: ``--count`` notifications are published with confirms (not timed), then
   the command drains them (``bench/workers.py``). The clock runs from the moment all
   consumers are attached to the moment the index holds every document.

@@ -9,6 +9,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from amqp.exceptions import UnexpectedFrame
@@ -54,33 +55,40 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
         b.close()
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    payloads=st.lists(st.binary(max_size=3000), min_size=1, max_size=12),
-    cuts=st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=20),
-    chunk=st.integers(min_value=1, max_value=600),
-)
-def test_frames_survive_any_split(payloads: list[bytes], cuts: list[int], chunk: int) -> None:
-    frames = [frame(3, i % 3, p) for i, p in enumerate(payloads)]
-    wire = b"".join(frames)
+@contextmanager
+def streamed(wire: bytes, cuts: list[int], chunk: int) -> Iterator[BufferedRecv]:
+    """A reader of ``wire``, sent from another thread in pieces of the ``cuts`` sizes."""
     a, b = socket.socketpair()
+
+    def send() -> None:
+        position, i = 0, 0
+        while position < len(wire):
+            size = cuts[i % len(cuts)]
+            a.sendall(wire[position : position + size])
+            position, i = position + size, i + 1
+
+    sender = threading.Thread(target=send)
+    sender.start()
     try:
-
-        def send() -> None:
-            position, i = 0, 0
-            while position < len(wire):
-                size = cuts[i % len(cuts)]
-                a.sendall(wire[position : position + size])
-                position, i = position + size, i + 1
-
-        sender = threading.Thread(target=send)
-        sender.start()
-        recv = BufferedRecv(b.recv, chunk=chunk)
-        got = [read_frame(recv) for _ in frames]
+        yield BufferedRecv(b.recv, chunk=chunk)
         sender.join()
     finally:
         a.close()
         b.close()
+
+
+CUTS = st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=20)
+CHUNKS = st.integers(min_value=1, max_value=600)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payloads=st.lists(st.binary(max_size=3000), min_size=1, max_size=12), cuts=CUTS, chunk=CHUNKS
+)
+def test_frames_survive_any_split(payloads: list[bytes], cuts: list[int], chunk: int) -> None:
+    frames = [frame(3, i % 3, p) for i, p in enumerate(payloads)]
+    with streamed(b"".join(frames), cuts, chunk) as recv:
+        got = [read_frame(recv) for _ in frames]
     assert got == frames
     assert recv.buffered == 0
 
@@ -92,39 +100,22 @@ def test_frames_survive_any_split(payloads: list[bytes], cuts: list[int], chunk:
         min_size=1,
         max_size=12,
     ),
-    cuts=st.lists(st.integers(min_value=1, max_value=4000), min_size=1, max_size=20),
-    chunk=st.integers(min_value=1, max_value=600),
+    cuts=CUTS,
+    chunk=CHUNKS,
 )
 def test_take_frame_returns_what_read_frame_would(
     parts: list[tuple[int, int, bytes]], cuts: list[int], chunk: int
 ) -> None:
     """Whole frames are cut from the buffer, the rest read as py-amqp reads; either way
     each frame comes out as (type, channel, payload), in order, and nothing is left."""
-    wire = b"".join(frame(*p) for p in parts)
-    a, b = socket.socketpair()
-    try:
-
-        def send() -> None:
-            position, i = 0, 0
-            while position < len(wire):
-                size = cuts[i % len(cuts)]
-                a.sendall(wire[position : position + size])
-                position, i = position + size, i + 1
-
-        sender = threading.Thread(target=send)
-        sender.start()
-        recv = BufferedRecv(b.recv, chunk=chunk)
-        got: list[tuple[int, int, bytes]] = []
+    got: list[tuple[int, int, bytes]] = []
+    with streamed(b"".join(frame(*p) for p in parts), cuts, chunk) as recv:
         for _ in parts:
             if recv.whole_frame():
                 got.append(recv.take_frame())
             else:
                 raw = read_frame(recv)
                 got.append((raw[0], int.from_bytes(raw[1:3], "big"), raw[FRAME_HEADER:-1]))
-        sender.join()
-    finally:
-        a.close()
-        b.close()
     assert got == parts
     assert recv.buffered == 0
 
