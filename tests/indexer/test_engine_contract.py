@@ -209,9 +209,9 @@ def test_get_many_with_fields_returns_those_as_stored(
     wanted = ("tags", "key_name", "ip_addresses", "metadata")
     found = ready.get_many("instance", [a, b, c, new_id()], fields=wanted)
     assert set(found) == {a, b, c}
-    for doc_id, source in ((a, full.document), (b, ready.get("instance", b))):
-        stored = source if isinstance(source, dict) else source and source.document
-        assert stored is not None
+    b_stored = ready.get("instance", b)
+    assert b_stored is not None
+    for doc_id, stored in ((a, full.document), (b, b_stored.document)):
         got = found[doc_id].document
         assert {f: got.get(f, "absent") for f in wanted} == {
             f: stored.get(f, "absent") for f in wanted
