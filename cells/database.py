@@ -201,13 +201,20 @@ def _mysql_engine(
 
 @contextmanager
 def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
-    """A connection; a failure to connect becomes ``DatabaseUnavailable``."""
+    """A connection. A failure to connect becomes ``DatabaseUnavailable``, and so does
+    losing the server while the connection is used (SQLAlchemy's dialect marks such an
+    error ``connection_invalidated``; a timeout or a bad statement stays what it is)."""
     try:
         conn = engine.connect()
     except sa.exc.DBAPIError as exc:
         raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
     with conn:
-        yield conn
+        try:
+            yield conn
+        except sa.exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
 
 
 @contextmanager

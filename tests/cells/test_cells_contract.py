@@ -33,6 +33,7 @@ from cellsight.notifications.payloads import (
 )
 from tests.support.cell_contract import NOW, full_payload, row_of
 from tests.support.publishers import CollectingPublisher
+from tests.support.services import DatabaseFactory
 
 # ---------------------------------------------------------------- schema and rows
 
@@ -217,6 +218,33 @@ def test_bad_urls_and_unknown_cells_are_named(registry: CellRegistry, dialect: s
     assert "secret" not in str(unavailable.value)
     with pytest.raises(UnknownCell, match=r"'nope' \(no cells registered"):
         registry.get_cell("nope")
+
+
+@pytest.mark.parametrize("server", ["postgresql", "mariadb"])
+def test_a_server_lost_mid_use_is_database_unavailable(
+    make_database: DatabaseFactory, server: str
+) -> None:
+    """The server ends this connection's session (as a restart or a failover does)
+    between two statements: the next one raises ``DatabaseUnavailable``, which callers
+    refuse or retry, not the driver's error; the engine then reconnects."""
+    pg = server == "postgresql"
+    engines = Engines(connect_timeout=5)
+    try:
+        engine = engines.get(make_database(server))
+        with pytest.raises(DatabaseUnavailable) as lost, connect(engine) as conn:
+            own = conn.execute(
+                sa.text("SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()")
+            )
+            session = own.scalar_one()
+            with engine.connect() as other:
+                kill = f"SELECT pg_terminate_backend({session})" if pg else f"KILL {session}"
+                other.execute(sa.text(kill))
+            conn.execute(sa.text("SELECT 1")).scalar_one()
+        assert engine.url.database in str(lost.value)
+        with connect(engine) as conn:
+            assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
+    finally:
+        engines.dispose()
 
 
 def test_statement_timeout_interrupts_a_slow_query(registry: CellRegistry) -> None:
