@@ -41,30 +41,38 @@ _PAYLOAD_INSTANCE_FIELDS = [
 _FLAVOR_FIELDS = [f for f in INSTANCE_FIELDS if f.name.startswith("flavor_")]
 
 
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def _micros(value: datetime) -> int:
-    return max(0, (value - _EPOCH) // timedelta(microseconds=1))
+    return max(0, (value - _EPOCH) // _MICROSECOND)
 
 
 def snapshot_time(payload: InstancePayload) -> datetime | None:
-    times = [
-        t
-        for t in (
-            payload.updated_at,
-            payload.deleted_at,
-            payload.terminated_at,
-            payload.launched_at,
-            payload.created_at,
-        )
-        if t is not None
-    ]
-    return max(times) if times else None
+    # filter(None, ...) drops only the Nones: a datetime is always true.
+    times = (
+        payload.updated_at,
+        payload.deleted_at,
+        payload.terminated_at,
+        payload.launched_at,
+        payload.created_at,
+    )
+    return max(filter(None, times), default=None)
 
 
 def event_version(payload: InstancePayload, event: EventType, emitted_at: datetime | None) -> int:
     """The external version of one event's snapshot (see the module docstring)."""
-    if payload.revision is not None:
-        return payload.revision
-    base = snapshot_time(payload) or emitted_at or _EPOCH
+    return version_of(payload.revision, snapshot_time(payload), event, emitted_at)
+
+
+def version_of(
+    revision: int | None, snapshot: datetime | None, event: EventType, emitted_at: datetime | None
+) -> int:
+    """``event_version`` from the payload's revision and ``snapshot_time``, for a caller
+    that needs the snapshot time too (computed once)."""
+    if revision is not None:
+        return revision
+    base = snapshot or emitted_at or _EPOCH
     after_ms = 0
     if emitted_at is not None:
         after_ms = min(255, max(0, int((emitted_at - base).total_seconds() * 1000)))

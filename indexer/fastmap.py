@@ -17,10 +17,10 @@ import msgspec
 from cellsight.indexer.documents import (
     _FLAVOR_FIELDS,
     _PAYLOAD_INSTANCE_FIELDS,
-    event_version,
     is_deleted,
     node_version,
     snapshot_time,
+    version_of,
 )
 from cellsight.indexer.fields import NODE_FIELDS, DocField, Kind
 from cellsight.notifications.fastdecode import FastNotification
@@ -61,6 +61,12 @@ _get_times = _getter(_I_TIMES)
 _get_node_times = _getter(_N_TIMES)
 
 
+_TEMPLATE: dict[str, Any] = dict.fromkeys(
+    [*_I_PLAIN, *_I_TIMES, *_I_OBJECTS, *_FLAVOR_NAMES, "ip4", "ip6", "cell_uuid",
+     "forthcoming", "deleted", "version", "event_type", "indexed_at"]
+)  # fmt: skip
+
+
 def now() -> str:
     """``indexed_at``: the planner stamps a whole batch with one reading of the clock."""
     stamp: str = msgspec.to_builtins(datetime.now(UTC))
@@ -71,7 +77,9 @@ def instance_document(
     n: FastNotification, version: int, indexed_at: str | None = None
 ) -> dict[str, Any]:
     data = n.data
-    doc = dict(zip(_I_PLAIN, _get_plain(data), strict=True))
+    # Copied from a template holding every key, so the dict never grows (no rehashing).
+    doc = _TEMPLATE.copy()
+    doc.update(zip(_I_PLAIN, _get_plain(data), strict=True))
     # Times are UTC already (the decoder normalised them); msgspec writes them in the
     # wire form (``Z``, microseconds only when present) in one call.
     doc.update(zip(_I_TIMES, msgspec.to_builtins(_get_times(data)), strict=True))
@@ -103,12 +111,10 @@ def instance_document(
     return doc
 
 
-def instance_version(n: FastNotification) -> int:
-    return event_version(n.data, n.event, n.timestamp)
-
-
-def instance_snapshot_time(n: FastNotification) -> datetime | None:
-    return snapshot_time(n.data)
+def instance_version(n: FastNotification) -> tuple[int, datetime | None]:
+    """The document's version and the snapshot time it derives from (read once)."""
+    snapshot = snapshot_time(n.data)
+    return version_of(n.data.revision, snapshot, n.event, n.timestamp), snapshot
 
 
 def node_document(n: FastNotification, indexed_at: str | None = None) -> tuple[int, dict[str, Any]]:

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from cellsight.indexer import fastmap
 from cellsight.indexer.documents import (
@@ -41,15 +41,14 @@ INTERNAL = "internal"
 _logged_internal: set[tuple[str, str]] = set()
 
 
-@dataclass(frozen=True)
-class EventInfo:
+class EventInfo(NamedTuple):
     """What the writer needs of a notification after it was mapped."""
 
     event_type: str
     timestamp: datetime | None
 
 
-@dataclass
+@dataclass(slots=True)
 class Planned:
     position: int
     op: WriteOp
@@ -97,8 +96,12 @@ def internal_error(exc: BaseException) -> Outcome:
     return dead(INTERNAL, f"{type(exc).__name__}: {str(exc)[:500]}")
 
 
+# A tuple, built once: ``bytes | str ...`` in the call would build a union per message.
+_RAW = (bytes, bytearray, memoryview, str)
+
+
 def plan_one(position: int, body: Any, indexed_at: str | None = None) -> Planned | Outcome:
-    if isinstance(body, bytes | bytearray | memoryview | str):
+    if isinstance(body, _RAW):
         fast = plan_fast(position, body, indexed_at)
         if fast is not None:
             return fast
@@ -144,7 +147,7 @@ def plan_fast(position: int, body: Any, indexed_at: str | None = None) -> Planne
         )
     if n.event.object != "instance":
         return Outcome(Verdict.IGNORED, event_type=info.event_type)
-    version = fastmap.instance_version(n)
+    version, snapshot = fastmap.instance_version(n)
     doc = fastmap.instance_document(n, version, indexed_at)
     op = WriteOp("instance", n.data.uuid, version, doc)
-    return Planned(position, op, info, fastmap.instance_snapshot_time(n))
+    return Planned(position, op, info, snapshot)

@@ -25,6 +25,7 @@ document, which never holds such a field, is the same.
 from __future__ import annotations
 
 import functools
+import operator
 import re
 import types
 import typing
@@ -205,6 +206,7 @@ _SHAPED: dict[type[Struct], str] = {
     _top_struct(InstancePayload, _WIRES, name, _SHAPED_DATA): name
     for name in NOVA_INSTANCE_SUBCLASSES
 }
+_get_shape_optional = operator.attrgetter(*_SHAPE_OPTIONAL)
 _DEFAULTS: dict[str, Any] = {
     name: info.default_factory or (lambda default=info.default: default)
     for name, info in InstancePayload.model_fields.items()
@@ -322,7 +324,11 @@ def _read_by_shape(version: str, data: Any) -> None:
     ``SHAPE_FIELDS``; the absent ones then get the model's defaults."""
     if _ANY_VERSION.fullmatch(version) is None:
         raise Declined("version")
-    absent = [name for name in _SHAPE_OPTIONAL if getattr(data, name) is msgspec.UNSET]
+    values = _get_shape_optional(data)
+    # Counted in C: a full snapshot (the common case) has none absent.
+    if not values.count(msgspec.UNSET):
+        return
+    absent = [name for name, v in zip(_SHAPE_OPTIONAL, values, strict=True) if v is msgspec.UNSET]
     shape = len(InstancePayload.SHAPE_FIELDS)
     if (shape - len(absent)) * 2 <= shape:
         raise Declined("not an instance snapshot's shape")
@@ -368,4 +374,6 @@ def _normalise_times(data: Any, model: type[VersionedObject] | None = None) -> N
 
 def _utc(text: str) -> datetime:
     value = datetime.fromisoformat(text)
+    if value.tzinfo is UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC itself
+        return value
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -66,7 +66,7 @@ def main() -> None:
     stamp = fastmap.now()  # the indexer stamps indexed_at once per batch
 
     def fast_map(n: Any) -> Any:
-        return fastmap.instance_document(n, fastmap.instance_version(n), stamp)
+        return fastmap.instance_document(n, fastmap.instance_version(n)[0], stamp)
 
     figures = {
         "orjson_baseline": cpu_us(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +37,7 @@ def as_id(base: WriteOp, doc_id: str, version: int | None = None) -> WriteOp:
     """A sample document given another instance's id (the samples share one uuid)."""
     version = base.version if version is None else version
     doc = {**base.document, "uuid": doc_id, "version": version}
-    return replace(base, id=doc_id, version=version, document=doc)
+    return base._replace(id=doc_id, version=version, document=doc)
 
 
 def statuses(results: Any) -> list[WriteStatus]:
@@ -166,7 +165,7 @@ def test_a_document_with_an_unknown_field_is_rejected_alone(
 ) -> None:
     good1, bad, good2 = new_id(), new_id(), new_id()
     stray = as_id(nova["instance.update"], bad)
-    stray = replace(stray, document={**stray.document, "no_such_field": "x"})
+    stray = stray._replace(document={**stray.document, "no_such_field": "x"})
     results = ready.bulk([as_id(nova["instance.create.end"], good1), stray, op(good2, 5)])
     assert statuses(results) == [OK, REJECTED, OK]
     assert results[1].reason and "no_such_field" in results[1].reason
