@@ -43,6 +43,8 @@ class ElasticsearchEngine(HttpEngine):
             # the client's own orjson serializer (bulk lines included): as on OpenSearch
             "serializer": OrjsonSerializer(),
         }
+        if "maxsize" not in options:  # the client refuses both
+            defaults["connections_per_node"] = self.pool_connections
         return Elasticsearch(url, **(defaults | options))
 
     @contextmanager

@@ -52,6 +52,10 @@ MAX_PAGE = 10_000
 PIT_KEEP_ALIVE = "2m"
 # Bulk requests in flight by default: Kafka Connect's Elasticsearch sink default.
 MAX_IN_FLIGHT = 5
+# Connections kept per node: the Elasticsearch client's own default, and at least one per
+# bulk request in flight (opensearch-py's urllib3 pool otherwise keeps one: every
+# concurrent request opened and dropped a connection, with a warning each time).
+POOL_CONNECTIONS = 10
 
 
 class HttpCore(Names):
@@ -95,6 +99,7 @@ class HttpCore(Names):
             max_in_flight=max_in_flight,
             **client_options,
         )
+        self.pool_connections = max(POOL_CONNECTIONS, max_in_flight)
         self.client = self._make_client(url, timeout, client_options)
         self.url = redact_url(url)  # for messages; the client is given the real one
         self.timeout = timeout

@@ -64,6 +64,7 @@ class OpenSearchEngine(HttpEngine):
             "max_retries": 0,
             "retry_on_timeout": False,
             "serializer": OrjsonSerializer(),
+            "pool_maxsize": self.pool_connections,
         }
         return OpenSearch(hosts=[url], **(defaults | options))
 

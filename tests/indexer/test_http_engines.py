@@ -9,6 +9,7 @@ OpenSearch-compatible server) is the peer; the Elasticsearch client reaches it t
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -177,6 +178,21 @@ def test_item_results_are_classified(engine: HttpEngine) -> None:
     assert "[bogus]" in results[3].reason
     assert results[4].reason and "flavor_vcpus" in results[4].reason
     assert engine.get("instance", "b") is None
+
+
+def test_bulk_requests_in_flight_each_keep_a_pooled_connection(
+    engine: HttpEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With fewer pooled connections than requests in flight, urllib3 opens a connection
+    for each extra request, drops it afterwards and warns every time (opensearch-py kept
+    one: the bulk sync to osmem logged 63 warnings)."""
+    caplog.set_level(logging.WARNING, logger="urllib3.connectionpool")
+    in_flight = engine.capabilities.max_in_flight
+    assert in_flight > 1
+    batches = [[op(f"{b}-{i}", 1) for i in range(100)] for b in range(10 * in_flight)]
+    futures = [engine.submit_bulk(batch) for batch in batches]
+    assert all(r.status is WriteStatus.OK for f in futures for r in f.result())
+    assert [r.getMessage() for r in caplog.records if r.name == "urllib3.connectionpool"] == []
 
 
 def test_versions_above_2_53_are_kept_exactly(engine: HttpEngine) -> None:
