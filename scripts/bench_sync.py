@@ -12,14 +12,8 @@ report splits them). On the embedded engine, then change 0.1% of the rows behind
 index's back (half rows updated without notifications, half documents deleted) and time
 ``cellsight index verify`` against the sync. Prints one JSON object.
 
-Measured (``results-bench_sync.json``; 2 CPUs shared with other work, load average
-1.5-3): 1,000,000 instances in 20 SQLite cells into the embedded engine in 98 s,
-10,165 docs/s, 0.81 of the engine's own rate on pre-built documents (12,554 docs/s
-with its index build; 14,685 without), peak RSS 251 MB for the sync process and 102 MB
-per worker process (2); ``index verify`` over them with 0.1% drift: 5.2 s, found and
-repaired all 1,000, 18.8x faster than the sync. 100,000 instances into osmem: 877
-docs/s, 1.06 of its single-stream bulk rate (831 docs/s), peak RSS 222 MB. The 50,000
-docs/s target is above what the embedded engine itself takes on this machine.
+The figures of the last run and what they mean are in the README's Performance section
+(raw output in ``results-bench_sync.json``).
 """
 
 from __future__ import annotations
