@@ -52,10 +52,13 @@ MAX_PAGE = 10_000
 PIT_KEEP_ALIVE = "2m"
 # Bulk requests in flight by default: Kafka Connect's Elasticsearch sink default.
 MAX_IN_FLIGHT = 5
-# Connections kept per node: the Elasticsearch client's own default, and at least one per
-# bulk request in flight (opensearch-py's urllib3 pool otherwise keeps one: every
-# concurrent request opened and dropped a connection, with a warning each time).
-POOL_CONNECTIONS = 10
+# Connections kept per node, at least one per bulk request in flight. A concurrent
+# request beyond the pool opens a connection and drops it afterwards, with a warning
+# each time (opensearch-py's urllib3 pool kept one; Elasticsearch's client keeps 10). A
+# kept connection is only opened when requests run at once, so the cap is set by what
+# one process may send at once: the API's request threads (AnyIO's 40), a bulk sync's
+# worker threads, the indexer's bulk requests in flight.
+POOL_CONNECTIONS = 64
 
 
 class HttpCore(Names):
