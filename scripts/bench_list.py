@@ -34,7 +34,7 @@ from urllib.parse import urlencode, urlsplit
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from cellsight.api.app import create_app
+from cellsight.api.app import create_app, freeze_startup_objects
 from cellsight.api.cell_documents import search_cell
 from cellsight.api.merge_order import order_key, sort_values
 from cellsight.api.microversion import MIN
@@ -176,6 +176,7 @@ def main() -> None:
     fanout_app.state.fanout.min_batch = args.min_batch
     search: InstanceSearch = fanout_app.state.search
     clients = {"index": TestClient(index_app), "fanout": TestClient(fanout_app)}
+    freeze_startup_objects()  # as `cellsight api` does once its app has started
     ref_engines = Engines(statement_timeout=60.0)
     results: dict[str, Any] = {
         "setup": info,

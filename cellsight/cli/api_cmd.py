@@ -41,7 +41,7 @@ def serve(
     from cellsight.api.app import create_app
 
     settings = settings_of(ctx)
-    app = create_app(settings)
+    app = create_app(settings, freeze_startup=True)  # a process that only serves the API
     uvicorn.run(
         app,
         host=host or settings.api_host,
