@@ -15,6 +15,9 @@ What ``app.state`` holds (the contract other routers rely on):
     ``cellsight.api.index_probe.DeferredEngine``: until the background prober could build it,
     every call raises ``EngineUnavailable``). Do not call it directly for reads that
     have a cell fallback: go through ``search`` so the safe-connect flag applies.
+``resources``
+    A ``contextlib.ExitStack`` the app's lifespan closes at shutdown: what a router opens
+    on first use and keeps (the reservations' notifier) is entered on it.
 ``prober``
     ``cellsight.api.index_probe.IndexProber``: connects and probes the index in the background
     (started by the app's lifespan; while it runs, requests never probe).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from typing import cast
 
 from fastapi import FastAPI, Request
@@ -81,6 +81,7 @@ def create_app(
             freeze_startup_objects()
         yield
         prober.stop()
+        app.state.resources.close()  # what requests opened on first use (the notifier)
         fanout.close()
         if owned_engine:
             engine.close()
@@ -95,6 +96,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.resources = ExitStack()
     app.state.registry = registry
     app.state.engine = engine
     app.state.authenticator = Authenticator.from_settings(settings)

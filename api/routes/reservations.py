@@ -85,7 +85,9 @@ def _reservations(state: State) -> Reservations:
         if getattr(state, "publisher", None) is None:
             from cellsight.clients import build_notifier
 
-            state.publisher = build_notifier(state.settings).__enter__()
+            # Entered on the app's exit stack: its lifespan closes the notifier (and
+            # the bus client under it) when the app shuts down.
+            state.publisher = state.resources.enter_context(build_notifier(state.settings))
     publisher = _Observed(state.publisher, node_cache(state))
     ops = Operations(state.registry, publisher, publisher_id=state.settings.publisher_id)
     return Reservations(ops)

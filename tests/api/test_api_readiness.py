@@ -123,3 +123,17 @@ def test_not_ready_only_when_neither_path_can_serve(tmp_path: Path) -> None:
         assert body["path"] == "none" and body["cells"][0]["state"] == "error"
         assert client.get("/healthz").status_code == 200
     registry.close()
+
+
+def test_what_routes_open_on_first_use_is_closed_when_the_app_shuts_down(
+    tmp_path: Path,
+) -> None:
+    """The reservations' notifier (and the bus client under it) is entered on
+    ``app.state.resources``; the lifespan closes that stack at shutdown, where it had
+    been left for the bus library's exit hook."""
+    app = create_app(api_settings(tmp_path))
+    closed: list[str] = []
+    with TestClient(app):
+        app.state.resources.callback(closed.append, "notifier")
+        assert closed == []
+    assert closed == ["notifier"]

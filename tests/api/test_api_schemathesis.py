@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 
 from cellsight.api.app import create_app
@@ -26,9 +27,11 @@ EXAMPLES = int(os.environ.get("CELLSIGHT_SCHEMATHESIS_EXAMPLES", "25"))
 
 @pytest.fixture(scope="module")
 def api_app(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FastAPI]:
-    yield create_app(
+    app = create_app(
         api_settings(tmp_path_factory.mktemp("schemathesis")), registry=sqlite_world.registry
     )
+    with TestClient(app):  # the lifespan: the app closes what requests opened (the bus)
+        yield app
 
 
 CHECKS = [
