@@ -62,7 +62,7 @@ class BufferedRecv:
         start = self._position
         if len(self._buffer) - start < FRAME_HEADER:
             return False
-        size = int.from_bytes(self._buffer[start + 3 : start + FRAME_HEADER], "big")
+        size = _HEADER.unpack_from(self._buffer, start)[2]
         return len(self._buffer) - start >= FRAME_HEADER + size + FRAME_END
 
     def take_frame(self) -> tuple[int, int, bytes]:
