@@ -65,6 +65,11 @@ CELL_FAILURES: tuple[type[BaseException], ...] = (
 )
 
 
+# What the API database (cell and instance mappings) raises when it cannot answer: the
+# API answers 503 "The API database is unavailable" for any of them, never a 500.
+API_DB_FAILURES: tuple[type[BaseException], ...] = (DatabaseUnavailable, sa.exc.SQLAlchemyError)
+
+
 def is_cell_failure(exc: BaseException) -> bool:
     return isinstance(exc, CELL_FAILURES)
 

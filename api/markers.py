@@ -13,11 +13,11 @@ from typing import Any
 
 from cellsight.api.auth import Principal
 from cellsight.api.cell_documents import row_document
-from cellsight.api.driver_errors import CELL_FAILURES
+from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES
 from cellsight.api.errors import BadRequest, unavailable
 from cellsight.api.fanout import FanOut
 from cellsight.cells.database import connect
-from cellsight.cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cellsight.cells.errors import InstanceNotFound, UnknownCell
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 
@@ -35,7 +35,7 @@ def marker_document(
         mapping = registry.get_instance_mapping(marker)
     except InstanceNotFound:
         raise marker_not_found(marker) from None
-    except DatabaseUnavailable as exc:
+    except API_DB_FAILURES as exc:
         raise unavailable("The API database is unavailable", exc) from None
     if mapping.cell_uuid is None:
         raise marker_not_found(marker)
@@ -45,6 +45,8 @@ def marker_document(
         cell = registry.get_cell(mapping.cell_uuid)
     except UnknownCell:
         raise marker_not_found(marker) from None
+    except API_DB_FAILURES as exc:
+        raise unavailable("The API database is unavailable", exc) from None
     try:
         with connect(fanout.engine(cell)) as conn:
             row = get_instance(conn, marker)

@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.api.auth import Principal
+from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import unavailable
 from cellsight.api.fanout import FanOut, SkippedCell
 from cellsight.api.index_probe import DeferredEngine
@@ -27,7 +28,6 @@ from cellsight.api.metrics import ApiMetrics
 from cellsight.api.render import Unreachable
 from cellsight.api.safe_connect import SafeConnect
 from cellsight.cells.database import connect
-from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import instance_mappings
 from cellsight.indexer.documents import comparable
@@ -192,7 +192,7 @@ class InstanceSearch:
             query = sa.select(m.cell_uuid).where(m.project_id == project).distinct()
             with connect(self.registry.api_engine) as conn:
                 held = {row[0] for row in conn.execute(query)}
-        except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+        except API_DB_FAILURES as exc:
             raise unavailable("The API database is unavailable", exc) from None
         return [c for c in cells if c.uuid in held]
 
@@ -218,7 +218,7 @@ class InstanceSearch:
         try:
             with connect(self.registry.api_engine) as conn:
                 rows = conn.execute(query).all()
-        except (DatabaseUnavailable, sa.exc.SQLAlchemyError):
+        except API_DB_FAILURES:
             log.warning("could not list the instances of unreachable cells", exc_info=True)
             return []
         return [Unreachable(r.instance_uuid, r.project_id, r.created_at) for r in rows]

@@ -25,12 +25,12 @@ from starlette.datastructures import State
 
 from cellsight.api.auth import Principal
 from cellsight.api.cell_documents import search_cell
+from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import BadRequest, unavailable
 from cellsight.api.fanout import FanOut, SkippedCell
 from cellsight.api.paths import InstanceSearch, scope
 from cellsight.api.query2.evaluate import evaluate
 from cellsight.cells.database import connect
-from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.schema import instance_mappings
 from cellsight.query.tree import (
@@ -172,14 +172,14 @@ def _api_db(what: Callable[[sa.Connection], Any], registry: CellRegistry) -> Any
     try:
         with connect(registry.api_engine) as conn:
             return what(conn)
-    except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+    except API_DB_FAILURES as exc:
         raise unavailable("The API database is unavailable", exc) from None
 
 
 def _list_cells(registry: CellRegistry) -> list[Any]:
     try:
         return registry.list_cells()
-    except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+    except API_DB_FAILURES as exc:
         raise unavailable("The API database is unavailable", exc) from None
 
 

@@ -17,12 +17,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import unavailable
 from cellsight.api.fanout import FanOut, Saturated
 from cellsight.api.index_probe import IndexProber
 from cellsight.api.metrics import ApiMetrics
 from cellsight.api.paths import InstanceSearch
-from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.cells.schema import instances
 
 router = APIRouter(tags=["health"])
@@ -37,7 +37,7 @@ def healthz(request: Request) -> dict[str, Any]:
 def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, str]]]:
     try:
         cells = search.registry.list_cells()
-    except (DatabaseUnavailable, sa.exc.SQLAlchemyError) as exc:
+    except API_DB_FAILURES as exc:
         unavailable("readiness: the API database is unavailable", exc)
         return "down", []
     try:

@@ -13,14 +13,14 @@ from fastapi import APIRouter, Depends, Request
 from cellsight.api import headers, microversion
 from cellsight.api.auth import Principal, current_principal
 from cellsight.api.cell_documents import row_document
-from cellsight.api.driver_errors import CELL_FAILURES, classify
+from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES, classify
 from cellsight.api.encoding import FastJSONResponse
 from cellsight.api.errors import BadRequest, NotFound, unavailable
 from cellsight.api.params import parse_list_query
 from cellsight.api.paths import InstanceSearch
 from cellsight.api.render import LinkContext, Unreachable, detail, summary, unknown
 from cellsight.cells.database import connect
-from cellsight.cells.errors import DatabaseUnavailable, InstanceNotFound, UnknownCell
+from cellsight.cells.errors import InstanceNotFound, UnknownCell
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 from cellsight.query.tree import SearchRequest
@@ -102,7 +102,7 @@ def show_server(
         cell = registry.get_cell(mapping.cell_uuid)
     except (InstanceNotFound, UnknownCell):
         raise not_found from None
-    except DatabaseUnavailable as exc:
+    except API_DB_FAILURES as exc:
         raise unavailable("The API database is unavailable", exc) from None
     if not principal.is_admin and mapping.project_id != principal.project_id:
         raise not_found

@@ -137,3 +137,25 @@ def test_what_routes_open_on_first_use_is_closed_when_the_app_shuts_down(
         app.state.resources.callback(closed.append, "notifier")
         assert closed == []
     assert closed == ["notifier"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2.1/servers?marker=00000000-0000-0000-0000-000000000001",
+        "/v2.1/servers/00000000-0000-0000-0000-000000000001",
+        "/v2.1/servers/detail",
+    ],
+)
+def test_an_api_database_that_cannot_answer_is_a_503_on_every_path(
+    tmp_path: Path, path: str
+) -> None:
+    """An API database without its tables (the API started before ``cells init``), as
+    any error it raises: a 503 naming it, without SQL. The marker and the single server
+    had answered 500."""
+    with TestClient(create_app(api_settings(tmp_path))) as client:
+        response = client.get(path, headers=ADMIN)
+    assert response.status_code == 503, response.text
+    message = response.json()["serviceUnavailable"]["message"]
+    assert message.startswith("The API database is unavailable")
+    assert "instance_mappings" not in response.text and "SELECT" not in response.text
