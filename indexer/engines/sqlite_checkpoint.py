@@ -12,9 +12,16 @@ fallback threshold, so it only happens if this thread falls behind.
 
 The WAL restarts from its beginning only when a write transaction begins after a
 checkpoint copied all of it; checkpointing right after the commit gives that a chance
-every batch. If a steady writer never leaves that gap, the file would grow without end:
-past ``truncate_at`` bytes this thread runs one TRUNCATE checkpoint (it waits for the
-current writer, up to the busy timeout, and empties the file).
+every batch, but a writer that begins its next transaction before the copy ends (a busy
+indexer always does) keeps appending. Past ``restart_at`` bytes this thread runs one
+RESTART checkpoint: it waits for the current writer (up to the busy timeout), copies
+everything, and makes the next writer start over at the beginning of the file. The file
+is not emptied (``journal_size_limit``, set on every connection, trims it to
+``restart_at`` when the log restarts): the next batches overwrite its blocks, which the
+kernel still caches, where a file emptied by TRUNCATE regrew into new blocks that the
+file system allocated and zeroed on every write. Measured on 100,000 new instances in
+batches of 1,000 (three interleaved runs each): 37 µs of system CPU per document instead
+of 41-49.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ log = logging.getLogger(__name__)
 
 INTERVAL = 0.5  # seconds between checkpoints when no commit asks for one sooner
 WRITER_FALLBACK_PAGES = 16384  # the writer checkpoints itself only past this (128 MiB)
-TRUNCATE_AT = 64 * 1024 * 1024  # WAL bytes that make this thread empty the file
+RESTART_AT = 64 * 1024 * 1024  # WAL bytes that make this thread restart the log
 
 
 class Checkpointer:
@@ -39,20 +46,25 @@ class Checkpointer:
         *,
         timeout: float,
         interval: float = INTERVAL,
-        truncate_at: int = TRUNCATE_AT,
+        restart_at: int = RESTART_AT,
     ) -> None:
         self.path = path
         self.wal = path.with_name(path.name + "-wal")
         self.timeout = timeout
         self.interval = interval
-        self.truncate_at = truncate_at
+        self.restart_at = restart_at
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._due = threading.Event()
         self._pid = os.getpid()
         self.checkpoints = 0
-        self.truncations = 0
+        self.restarts = 0
+
+    def size_limit_pragma(self) -> str:
+        """For every connection: the WAL file is trimmed to ``restart_at`` bytes when the
+        log restarts (whichever connection restarts it), not emptied and not left larger."""
+        return f"PRAGMA journal_size_limit={self.restart_at}"
 
     def writer_pragma(self) -> str:
         """For the connection that writes: its own checkpoints only as a fallback."""
@@ -94,7 +106,7 @@ class Checkpointer:
             size = self.wal.stat().st_size
         except OSError:
             return  # no WAL yet (or the index was removed): nothing to copy
-        mode = "TRUNCATE" if size > self.truncate_at else "PASSIVE"
+        mode = "RESTART" if size > self.restart_at else "PASSIVE"
         try:
             conn.execute(f"PRAGMA wal_checkpoint({mode})").fetchall()
         except sqlite3.Error as exc:
@@ -103,7 +115,7 @@ class Checkpointer:
             log.debug("checkpoint of %s skipped: %s", self.path, exc)
             return
         self.checkpoints += 1
-        self.truncations += mode == "TRUNCATE"
+        self.restarts += mode == "RESTART"
 
     def close(self) -> None:
         with self._lock:

@@ -57,7 +57,8 @@ class Connections:
         self.path = path
         self.prefix = prefix
         self.timeout = timeout
-        self._pragmas = (
+        self.checkpointer = Checkpointer(path, timeout=timeout)
+        self._pragmas: tuple[str, ...] = (
             # 8 KiB pages hold five ~1.5 KB documents where 4 KiB pages hold two, wasting
             # a quarter; measured ~30% faster loads. Only takes effect on a new file.
             "PRAGMA page_size=8192",
@@ -65,12 +66,12 @@ class Connections:
             f"PRAGMA synchronous={synchronous}",
             f"PRAGMA cache_size=-{cache_mb * 1024}",
             "PRAGMA temp_store=MEMORY",
+            self.checkpointer.size_limit_pragma(),
         )
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
         self._catalog_ready = False
-        self.checkpointer = Checkpointer(path, timeout=timeout)
 
     def get(self) -> sqlite3.Connection:
         # The pid check: a forked child must not reuse its parent's connection.

@@ -1,6 +1,7 @@
 """The embedded index's WAL checkpoints run on their own thread: the writing connection
 only checkpoints past a large fallback threshold, readers are left as they are, the
-WAL is emptied once it passes its limit, and closing the engine stops the thread."""
+WAL restarts from its beginning once it passes its limit (trimmed to it, not emptied),
+and closing the engine stops the thread."""
 
 from __future__ import annotations
 
@@ -48,26 +49,52 @@ def test_a_reading_connection_keeps_sqlites_own_setting(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_a_wal_past_its_limit_is_emptied(tmp_path: Path) -> None:
+def test_a_wal_past_its_limit_restarts_in_place(tmp_path: Path) -> None:
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
     engine._connections.checkpointer.close()  # this test checkpoints by hand
     engine.bulk(ops_of(range(50)))
     wal = tmp_path / "index.db-wal"
-    assert wal.stat().st_size > 0
-    by_hand = Checkpointer(tmp_path / "index.db", timeout=1.0, truncate_at=1)
+    full = wal.stat().st_size
+    assert full > 0
     conn = sqlite3.connect(tmp_path / "index.db", isolation_level=None)
-    by_hand.checkpoint(conn)
-    assert (by_hand.checkpoints, by_hand.truncations) == (1, 1)
-    assert wal.stat().st_size == 0
-    # Under the limit, a passive checkpoint copies without emptying the file.
-    engine.bulk(ops_of(range(50, 60)))
     patient = Checkpointer(tmp_path / "index.db", timeout=1.0)
     patient.checkpoint(conn)
-    assert (patient.checkpoints, patient.truncations) == (1, 0)
-    assert wal.stat().st_size > 0
-    assert engine.count("instance") == 60
+    assert (patient.checkpoints, patient.restarts) == (1, 0)  # under the limit: passive
+    engine.bulk(ops_of(range(50, 51)))
+    # Past the limit, the log restarts: the next batch is written over the file's first
+    # blocks (a file emptied by TRUNCATE would be one batch long).
+    by_hand = Checkpointer(tmp_path / "index.db", timeout=1.0, restart_at=1)
+    by_hand.checkpoint(conn)
+    assert (by_hand.checkpoints, by_hand.restarts) == (1, 1)
+    engine.bulk(ops_of(range(51, 52)))
+    assert wal.stat().st_size == full
+    assert engine.count("instance") == 52
     conn.close()
+    engine.close()
+
+
+def test_a_restarted_wal_is_trimmed_to_the_limit(tmp_path: Path) -> None:
+    limit = 256 * 1024  # more than one document's pages, less than 200 documents'
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine._connections._pragmas += (f"PRAGMA journal_size_limit={limit}",)
+    engine.ensure_ready("instance")
+    engine._connections.checkpointer.close()
+    engine.bulk(ops_of(range(200)))
+    wal = tmp_path / "index.db-wal"
+    assert wal.stat().st_size > limit
+    conn = sqlite3.connect(tmp_path / "index.db", isolation_level=None)
+    Checkpointer(tmp_path / "index.db", timeout=1.0, restart_at=1).checkpoint(conn)
+    engine.bulk(ops_of(range(200, 201)))
+    assert wal.stat().st_size == limit
+    conn.close()
+    engine.close()
+
+
+def test_every_connection_limits_the_wal_file(tmp_path: Path) -> None:
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    limit = engine._connections.checkpointer.restart_at
+    assert engine._conn().execute("PRAGMA journal_size_limit").fetchone()[0] == limit
     engine.close()
 
 
