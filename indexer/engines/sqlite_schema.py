@@ -122,7 +122,7 @@ class Schema:
         self.resource = resource
         self.fields = {f.name: f for f in fields}
         # "version" is a document field and the external version: the column holds the
-        # op's version so the upsert guard and a sort on "version" agree. Columns are
+        # op's version so the update's guard and a sort on "version" agree. Columns are
         # grouped by kind, so a row's values of one kind are one slice to type-check.
         scalar = [f for f in fields if f.sortable and f.name != "version"]
         self.columns = sorted(scalar, key=lambda f: COLUMN_ORDER.index(f.kind))
@@ -164,15 +164,10 @@ class Schema:
         )
         return out
 
-    def upsert_sql(self, index: str) -> str:
-        table = quote(index)
+    def insert_sql(self, index: str) -> str:
         names = ["rid", *self.row_names]
         marks = ", ".join("?" * len(names))
-        updates = ", ".join(f"{quote(n)} = excluded.{quote(n)}" for n in self.row_names[1:])
-        return (
-            f"INSERT INTO {table} ({', '.join(quote(n) for n in names)}) VALUES ({marks}) "
-            f"ON CONFLICT(id) DO UPDATE SET {updates} WHERE excluded.version > {table}.version"
-        )
+        return f"INSERT INTO {quote(index)} ({', '.join(quote(n) for n in names)}) VALUES ({marks})"
 
 
 SCHEMAS: dict[str, Schema] = {r: Schema(r, fs) for r, fs in FIELDS_BY_RESOURCE.items()}

@@ -2,9 +2,13 @@
 written inside it (one ``write_prepared`` call per transaction).
 
 Versions are compared in Python against the stored ones, read inside the caller's
-``BEGIN IMMEDIATE`` transaction, so they cannot change underneath; the upsert's
-``WHERE excluded.version > version`` guard states the same rule in SQL. Only each id's
-final winner is written: the table, its JSON and its multi-valued side rows.
+``BEGIN IMMEDIATE`` transaction, so they cannot change underneath; the update's
+``WHERE version < ?`` guard states the same rule in SQL. Only each id's final winner is
+written: the table, its JSON and its multi-valued side rows. A replaced document's
+row is compared with the stored one and only the columns that changed are set, and its
+multi-valued rows are rewritten only if they changed: SQLite rewrites the index entries
+of every column an UPDATE sets, so an instance's state change would otherwise dirty a
+page in each of the table's nine secondary indexes.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
+from itertools import compress, count
+from operator import ne
 from typing import Any, NamedTuple
 
 from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus
@@ -19,6 +25,8 @@ from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_rows import InvalidDocument, Prepared, RowBuilder
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
 
+# Distinct sets of changed columns whose UPDATE is kept (sqlite3 caches the statements).
+MAX_UPDATE_SHAPES = 256
 OK = WriteResult(WriteStatus.OK)
 STALE = WriteResult(WriteStatus.STALE)
 
@@ -32,6 +40,7 @@ class Writer:
         self.prefix = prefix
         self._builders = {resource: RowBuilder(schema) for resource, schema in SCHEMAS.items()}
         self._statements: dict[str, _Statements] = {}
+        self._updates: dict[tuple[str, tuple[int, ...]], str] = {}
         # (connection, index) pairs whose columns are known complete.
         self._complete: set[tuple[int, str]] = set()
 
@@ -98,13 +107,10 @@ class Writer:
         ids = json.dumps([p.op.id for _, p in prepared])
         for index in targets:
             table = quote(index)
+            sql = self._sql(schema, index)
             existing: dict[str, tuple[int, int]] = {
                 doc_id: (version, rid)
-                for doc_id, version, rid in conn.execute(
-                    f"SELECT id, version, rid FROM {table} "
-                    "WHERE id IN (SELECT value FROM json_each(?))",
-                    (ids,),
-                )
+                for doc_id, version, rid in conn.execute(sql.select_versions, (ids,))
             }
             # In op order, as the engines with external versions do: a later duplicate
             # wins only with a greater version. Only each id's final winner is written.
@@ -123,35 +129,74 @@ class Writer:
             # their rid, so the doc and side rows stay keyed alike.
             new_rows: list[tuple[Any, ...]] = []
             new_docs: list[tuple[int, str]] = []
-            rows: list[tuple[Any, ...]] = []
             docs: list[tuple[int, str]] = []
-            old_rids: list[tuple[int]] = []
+            replaced: dict[int, Prepared] = {}
             side: list[tuple[int, str, str]] = []
             for doc_id, (_, p) in winners.items():
                 found = existing.get(doc_id)
                 if found is not None:
-                    rid = found[1]
-                    old_rids.append((rid,))
-                    rows.append((rid, *p.row))
-                    docs.append((rid, p.doc))
-                else:
-                    next_rid += 1
-                    rid = next_rid
-                    new_rows.append((rid, *p.row))
-                    new_docs.append((rid, p.doc))
+                    replaced[found[1]] = p
+                    docs.append((found[1], p.doc))
+                    continue
+                next_rid += 1
+                new_rows.append((next_rid, *p.row))
+                new_docs.append((next_rid, p.doc))
                 if p.side:
-                    side.extend([(rid, field, value) for field, value in p.side])
-            sql = self._sql(schema, index)
+                    side.extend([(next_rid, field, value) for field, value in p.side])
             if new_rows:
                 conn.executemany(sql.insert, new_rows)
                 conn.executemany(sql.insert_doc, new_docs)
-            if rows:
-                conn.executemany(sql.upsert, rows)
+            if replaced:
+                for changed, params in self._row_changes(conn, sql, replaced).items():
+                    conn.executemany(self._update_sql(schema, index, changed), params)
                 conn.executemany(sql.replace_doc, docs)
-                conn.executemany(sql.delete_side, old_rids)
+                side.extend(self._side_changes(conn, sql, replaced))
             if side:
                 conn.executemany(sql.insert_side, side)
         return took
+
+    def _row_changes(
+        self, conn: sqlite3.Connection, sql: _Statements, replaced: dict[int, Prepared]
+    ) -> dict[tuple[int, ...], list[tuple[Any, ...]]]:
+        """The replaced rows' UPDATE parameters, grouped by the columns that changed.
+        SQLite rewrites the index entries of every column an UPDATE sets, even to the same
+        value, and each dirties a page the commit writes to the WAL; an instance's update
+        mostly changes its state and times. The version always changes (it won), the id
+        never does. Stored rows are read only for the winners (a stale document, most of
+        an hourly audit, costs its version read alone)."""
+        updates: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
+        for rid, *stored in conn.execute(sql.select_rows, (json.dumps(list(replaced)),)):
+            row = replaced[rid].row
+            changed = tuple(compress(count(), map(ne, row, stored)))
+            updates.setdefault(changed, []).append((*[row[c] for c in changed], rid, row[1]))
+        return updates
+
+    def _side_changes(
+        self, conn: sqlite3.Connection, sql: _Statements, replaced: dict[int, Prepared]
+    ) -> list[tuple[int, str, str]]:
+        """The multi-valued rows to insert for replaced documents, after deleting the old
+        ones of those whose values changed; unchanged ones (tags and addresses rarely
+        change) are left alone, with their index entries."""
+        stored: dict[int, set[tuple[str, str]]] = {rid: set() for rid in replaced}
+        rids = json.dumps(list(replaced))
+        for rid, field, value in conn.execute(sql.select_side, (rids,)):
+            stored[rid].add((field, value))
+        changed = [rid for rid, p in replaced.items() if set(p.side) != stored[rid]]
+        conn.executemany(sql.delete_side, [(rid,) for rid in changed if stored[rid]])
+        return [(rid, field, value) for rid in changed for field, value in replaced[rid].side]
+
+    def _update_sql(self, schema: Schema, index: str, changed: tuple[int, ...]) -> str:
+        key = (index, changed)
+        sql = self._updates.get(key)
+        if sql is None:
+            if len(self._updates) >= MAX_UPDATE_SHAPES:
+                self._updates.clear()
+            sets = ", ".join(f"{quote(schema.row_names[c])} = ?" for c in changed)
+            # The guard states the version rule in SQL too (decided above, under the lock).
+            sql = self._updates[key] = (
+                f"UPDATE {quote(index)} SET {sets} WHERE rid = ? AND version < ?"
+            )
+        return sql
 
     def _sql(self, schema: Schema, index: str) -> _Statements:
         sql = self._statements.get(index)
@@ -163,8 +208,10 @@ class Writer:
 class _Statements(NamedTuple):
     """The write statements of one index, built once (sqlite3 caches them prepared)."""
 
+    select_versions: str
+    select_rows: str  # whole, rid first, then as ``Prepared.row``
+    select_side: str
     insert: str
-    upsert: str
     insert_doc: str
     replace_doc: str
     delete_side: str
@@ -172,11 +219,16 @@ class _Statements(NamedTuple):
 
     @classmethod
     def of(cls, schema: Schema, index: str) -> _Statements:
-        upsert = schema.upsert_sql(index)
         many = side_table(index)
+        columns = ", ".join(quote(n) for n in schema.row_names)
         return cls(
-            insert=upsert.partition(" ON CONFLICT")[0],
-            upsert=upsert,
+            select_versions=f"SELECT id, version, rid FROM {quote(index)} "
+            "WHERE id IN (SELECT value FROM json_each(?))",
+            select_rows=f"SELECT rid, {columns} FROM {quote(index)} "
+            "WHERE rid IN (SELECT value FROM json_each(?))",
+            select_side=f"SELECT rid, field, value FROM {many} "
+            "WHERE rid IN (SELECT value FROM json_each(?))",
+            insert=schema.insert_sql(index),
             insert_doc=f"INSERT INTO {doc_table(index)} VALUES (?, ?)",
             replace_doc=f"INSERT OR REPLACE INTO {doc_table(index)} VALUES (?, ?)",
             delete_side=f"DELETE FROM {many} WHERE rid = ?",
