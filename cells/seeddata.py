@@ -114,6 +114,24 @@ class HostUsage:
     local_gb: int = 0
 
 
+PROJECTS = 40
+
+
+def _shared(seed: int) -> random.Random:
+    """What every cell of one seed draws alike: projects, users, keypairs, images."""
+    return random.Random(f"cellsight-seed:{seed}:shared")
+
+
+def _projects(shared: random.Random) -> list[str]:
+    return [shared.getrandbits(128).to_bytes(16).hex() for _ in range(PROJECTS)]
+
+
+def seeded_projects(seed: int) -> list[str]:
+    """The projects of a seed's instances, largest first (project i holds a share of the
+    instances proportional to 1 / (i + 1))."""
+    return _projects(_shared(seed))
+
+
 class Generator:
     """Rows for one cell. Projects, users and images are shared by all cells of a seed."""
 
@@ -135,13 +153,12 @@ class Generator:
         )
         self.now = now.astimezone(UTC).replace(tzinfo=None)
         self.seq = 0
-        shared = random.Random(f"cellsight-seed:{seed}:shared")
-        n_projects = 40
-        self.projects = [shared.getrandbits(128).to_bytes(16).hex() for _ in range(n_projects)]
-        self.project_cum = _cum([1.0 / (i + 1) for i in range(n_projects)])  # a few big tenants
+        shared = _shared(seed)
+        self.projects = _projects(shared)
+        self.project_cum = _cum([1.0 / (i + 1) for i in range(PROJECTS)])  # a few big tenants
         self.users = [
             [shared.getrandbits(64).to_bytes(8).hex() for _ in range(shared.randint(1, 6))]
-            for _ in range(n_projects)
+            for _ in range(PROJECTS)
         ]
         self.keypairs = {
             user: json.dumps(

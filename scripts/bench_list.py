@@ -1,9 +1,10 @@
 """Benchmark the server list: index path vs fan-out vs the previous generation.
 
 Builds (or reuses) N cells x M instances, indexes them with a full bulk sync into the
-embedded engine, then times four request types through the real app (detail view,
-administrator, all tenants, limit 1000): the default sort, a sort by name, a filtered
-list, and a walk of 50 pages by marker. Three contenders answer each:
+embedded engine, then times six request types through the real app (detail view,
+limit 1000): as an administrator listing all tenants, the default sort, a sort by name,
+a filtered list and a walk of 50 pages by marker; as a member, its own project's listing
+(the largest project and the smallest). Three contenders answer each:
 
 * ``index``: Cellsight's index path (embedded engine);
 * ``fanout``: Cellsight's fan-out path (same app, index not used);
@@ -35,6 +36,7 @@ import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from cellsight.api.app import create_app, freeze_startup_objects
+from cellsight.api.auth import dev_principal
 from cellsight.api.cell_documents import search_cell
 from cellsight.api.merge_order import order_key, sort_values
 from cellsight.api.microversion import MIN
@@ -44,27 +46,32 @@ from cellsight.api.render import LinkContext, detail
 from cellsight.cells.database import Engines, connect
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.seed import seed
+from cellsight.cells.seeddata import seeded_projects
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.query.tree import SearchRequest
 from cellsight.settings import load_settings
 
-ADMIN = {"X-Auth-Token": "bench:admin"}
-REQUESTS = {
-    "default_sort": [("all_tenants", "1"), ("limit", "1000")],
-    "sort_by_name": [
-        ("all_tenants", "1"),
-        ("limit", "1000"),
-        ("sort_key", "display_name"),
-        ("sort_dir", "asc"),
-    ],
-    "filtered": [
-        ("all_tenants", "1"),
-        ("limit", "1000"),
-        ("status", "ACTIVE"),
-        ("availability_zone", "az1"),
-    ],
-}
+ADMIN = "bench:admin"
+Params = list[tuple[str, str]]
+ALL = [("all_tenants", "1"), ("limit", "1000")]
+
+
+def requests_of(seed: int) -> dict[str, tuple[Params, str]]:
+    """Each request type's query and the token it is sent with: an administrator's
+    listings of all tenants, and a member's own listing (Nova scopes it to the member's
+    project) for the largest and the smallest of the seed's projects."""
+    projects = seeded_projects(seed)
+    return {
+        "default_sort": (ALL, ADMIN),
+        "sort_by_name": (
+            [*ALL, ("sort_key", "display_name"), ("sort_dir", "asc")],
+            ADMIN,
+        ),
+        "filtered": ([*ALL, ("status", "ACTIVE"), ("availability_zone", "az1")], ADMIN),
+        "project_largest": ([("limit", "1000")], f"bench:{projects[0]}"),
+        "project_smallest": ([("limit", "1000")], f"bench:{projects[-1]}"),
+    }
 
 
 def log(message: str) -> None:
@@ -120,10 +127,10 @@ def setup(args: argparse.Namespace) -> tuple[CellRegistry, EmbeddedEngine, dict[
 
 
 def reference_page(
-    registry: CellRegistry, engines: Engines, params: list[tuple[str, str]], marker_after: Any
+    registry: CellRegistry, engines: Engines, params: Params, token: str, marker_after: Any
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """The previous generation: every cell asked for the full limit, one after another."""
-    query = parse_list_query(params, _admin(), max_limit=1000, version=MIN)
+    query = parse_list_query(params, dev_principal(token), max_limit=1000, version=MIN)
     request = SearchRequest(query.filter, query.order, query.limit, marker_after)
     per_cell: list[list[dict[str, Any]]] = []
     rows_read: dict[str, int] = {}
@@ -134,12 +141,6 @@ def reference_page(
         per_cell.append(docs)
     merged = list(heapq.merge(*per_cell, key=order_key(query.order)))[: query.limit]
     return merged, rows_read
-
-
-def _admin() -> Any:
-    from cellsight.api.auth import dev_principal
-
-    return dev_principal(ADMIN["X-Auth-Token"])
 
 
 def timed(fn: Callable[[], Any], repeat: int) -> tuple[list[float], Any]:
@@ -187,25 +188,28 @@ def main() -> None:
     }
     ctx = LinkContext("http://testserver", None, MIN, True)
 
-    def via_app(params: list[tuple[str, str]], path: str) -> Callable[[], Any]:
+    def via_app(params: Params, token: str, path: str) -> Callable[[], Any]:
         def call() -> Any:
-            response = clients[path].get(f"/v2.1/servers/detail?{urlencode(params)}", headers=ADMIN)
+            response = clients[path].get(
+                f"/v2.1/servers/detail?{urlencode(params)}", headers={"X-Auth-Token": token}
+            )
             assert response.status_code == 200, response.text
             assert response.headers["X-Cellsight-Path"] == path, response.headers
             return response.json()
 
         return call
 
-    for name, params in REQUESTS.items():
+    requests = requests_of(seed=1)
+    for name, (params, token) in requests.items():
         log(f"timing {name}")
         entry: dict[str, Any] = {}
         bodies = {}
         for path in ("index", "fanout"):
-            times, bodies[path] = timed(via_app(params, path), args.repeat)
+            times, bodies[path] = timed(via_app(params, token, path), args.repeat)
             entry[path] = {"p50_ms": percentile(times, 0.5), "p99_ms": percentile(times, 0.99)}
 
-        def ref(params: list[tuple[str, str]] = params) -> Any:
-            docs, rows = reference_page(registry, ref_engines, params, None)
+        def ref(params: Params = params, token: str = token) -> Any:
+            docs, rows = reference_page(registry, ref_engines, params, token, None)
             return {"servers": [detail(d, ctx) for d in docs]}, rows
 
         times, (body, rows) = timed(ref, args.repeat)
@@ -216,9 +220,11 @@ def main() -> None:
             "rows_read_per_cell": round(statistics.mean(rows.values()), 1),
         }
         assert body["servers"] == bodies["fanout"]["servers"] == bodies["index"]["servers"]
-        query = parse_list_query(params, _admin(), max_limit=1000, version=MIN)
+        entry["servers"] = len(body["servers"])
+        principal = dev_principal(token)
+        query = parse_list_query(params, principal, max_limit=1000, version=MIN)
         page = search.search(
-            SearchRequest(query.filter, query.order, query.limit), _admin(), prefer_index=False
+            SearchRequest(query.filter, query.order, query.limit), principal, prefer_index=False
         )
         entry["fanout"]["rows_read_total"] = sum(page.rows_read.values())
         entry["fanout"]["rows_read_per_cell"] = round(statistics.mean(page.rows_read.values()), 1)
@@ -227,14 +233,14 @@ def main() -> None:
 
     log(f"walking {args.pages} pages")
     walk: dict[str, Any] = {}
-    params = REQUESTS["default_sort"]
+    params, token = requests["default_sort"]
     for path in ("index", "fanout"):
         url = f"/v2.1/servers/detail?{urlencode(params)}"
         times = []
         ids: list[str] = []
         for _ in range(args.pages):
             started = time.perf_counter()
-            response = clients[path].get(url, headers=ADMIN)
+            response = clients[path].get(url, headers={"X-Auth-Token": token})
             times.append(time.perf_counter() - started)
             assert response.headers["X-Cellsight-Path"] == path
             body = response.json()
@@ -249,12 +255,12 @@ def main() -> None:
             "unique": len(set(ids)),
         }
     times, after = [], None
-    query = parse_list_query(params, _admin(), max_limit=1000, version=MIN)
+    query = parse_list_query(params, dev_principal(token), max_limit=1000, version=MIN)
     ref_ids: list[str] = []
     rows_total = 0
     for _ in range(args.pages):
         started = time.perf_counter()
-        docs, rows = reference_page(registry, ref_engines, params, after)
+        docs, rows = reference_page(registry, ref_engines, params, token, after)
         [detail(d, ctx) for d in docs]
         times.append(time.perf_counter() - started)
         rows_total += sum(rows.values())
@@ -269,7 +275,7 @@ def main() -> None:
     }
     results["walk_50_pages"] = walk
     speedups = {}
-    for name in (*REQUESTS, "walk_50_pages"):
+    for name in (*requests, "walk_50_pages"):
         ref_p50 = results[name]["reference"]["p50_ms"]
         speedups[name] = {
             "index_vs_reference": round(ref_p50 / max(results[name]["index"]["p50_ms"], 0.01), 1),

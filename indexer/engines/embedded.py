@@ -38,8 +38,9 @@ from cellsight.indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
-from cellsight.indexer.engines.sqlite_connections import SYNC_MODES, Connections, translate
+from cellsight.indexer.engines.sqlite_connections import SYNC_MODES, Connections
 from cellsight.indexer.engines.sqlite_rows import decode_json
+from cellsight.indexer.engines.sqlite_scans import Scans
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
 from cellsight.indexer.engines.sqlite_write import Writer, rejected
 from cellsight.query.tree import SearchRequest
@@ -75,6 +76,7 @@ class EmbeddedEngine(SearchEngine):
             self.path, prefix, timeout=timeout, synchronous=synchronous.upper(), cache_mb=cache_mb
         )
         self._txn = self._connections.transaction
+        self._scans = Scans(self._connections)
         self._writer = Writer(prefix)
 
     def __repr__(self) -> str:
@@ -297,11 +299,7 @@ class EmbeddedEngine(SearchEngine):
         *,
         index: str | None = None,
     ) -> Iterator[tuple[str, int]]:
-        table = self._table(resource, index)
-        if cell_uuid is None:
-            yield from self._scan(table, "id, version", "", (), batch_size)
-        else:
-            yield from self._scan(table, "id, version", "cell_uuid = ?", (cell_uuid,), batch_size)
+        yield from self._scans.versions(self._table(resource, index), cell_uuid, batch_size)
 
     def iter_tombstones(self, resource: str, deleted_before: datetime) -> Iterator[str]:
         _schema(resource)
@@ -310,33 +308,8 @@ class EmbeddedEngine(SearchEngine):
             deleted_before = deleted_before.replace(tzinfo=UTC)
         before = sqlite_search.micros(deleted_before.astimezone(UTC))
         where, params = "deleted = 1 AND deleted_at < ?", (before,)
-        for (doc_id,) in self._scan(table, "id", where, params, 1000):
+        for (doc_id,) in self._scans.rows(table, "id", where, params, 1000):
             yield doc_id
-
-    def _scan(
-        self, index: str, columns: str, where: str, params: tuple[Any, ...], batch_size: int
-    ) -> Iterator[tuple[Any, ...]]:
-        """Rows of ``index`` matching ``where`` in ascending id order (``columns`` start
-        with ``id``), keyset-paged: one short statement per page, so no snapshot is held
-        between pages and a long scan never stalls the WAL checkpoint."""
-        batch_size = max(1, batch_size)
-        condition = f"{where} AND id > ?" if where else "id > ?"
-        sql = f"SELECT {columns} FROM {quote(index)} WHERE {condition} ORDER BY id LIMIT ?"
-        last = ""
-        while True:
-            try:
-                batch = self._conn().execute(sql, (*params, last, batch_size)).fetchall()
-            except sqlite3.Error as exc:
-                self._check_exists(index)  # dropped under us: IndexMissing
-                raise translate(exc) from exc
-            yield from batch
-            if len(batch) < batch_size:
-                return
-            last = batch[-1][0]
-
-    def _check_exists(self, index: str) -> None:
-        with self._txn(write=False) as cat:
-            cat.resource_of(index)
 
     # Search ----------------------------------------------------------------------------
     # Seconds one search may run (SQL and regex matching) before EngineUnavailable.

@@ -156,6 +156,39 @@ class Catalog:
                 )
                 log.warning("index %s: added column %s; run a full sync to fill it", name, f.name)
 
+    def update_indexes(self, schema: Schema, name: str) -> None:
+        """Give an index made by an earlier layout the current secondary indexes: the
+        declared ones it lacks are built, the ones no longer declared dropped (each costs
+        every live write). A bulk-loading index gets them at ``finish_bulk_load``."""
+        row = self.conn.execute(
+            "SELECT bulk_load FROM _cs_indexes WHERE name = ?", (name,)
+        ).fetchone()
+        if row is None or row[0]:
+            return
+        declared = schema.secondary_indexes(name)
+        have = {
+            index
+            for (index,) in self.conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name IN (?, ?) "
+                "AND sql IS NOT NULL",  # not the automatic ones of UNIQUE and PRIMARY KEY
+                (name, f"{name}#many"),
+            )
+        }
+        obsolete = sorted(i for i in have - declared.keys() if i.startswith(f"{name}#"))
+        missing = sorted(declared.keys() - have)
+        for index in obsolete:
+            self.conn.execute(f"DROP INDEX {quote(index)}")
+        for index in missing:
+            self.conn.execute(declared[index])
+        if obsolete or missing:
+            log.warning(
+                "index %s: secondary indexes brought to this version's layout (built %s; "
+                "dropped %s)",
+                name,
+                ", ".join(missing) or "none",
+                ", ".join(obsolete) or "none",
+            )
+
     def infos(self, resource: str, read_alias: str, write_alias: str) -> list[IndexInfo]:
         rows = self.conn.execute(
             "SELECT name, created_us, bulk_load FROM _cs_indexes "

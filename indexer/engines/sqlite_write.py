@@ -41,7 +41,7 @@ class Writer:
         self._builders = {resource: RowBuilder(schema) for resource, schema in SCHEMAS.items()}
         self._statements: dict[str, _Statements] = {}
         self._updates: dict[tuple[str, tuple[int, ...]], str] = {}
-        # (connection, index) pairs whose columns are known complete.
+        # (connection, index) pairs whose columns and secondary indexes are known current.
         self._complete: set[tuple[int, str]] = set()
 
     def prepare(
@@ -72,8 +72,11 @@ class Writer:
         """Inside the caller's write transaction."""
         for index in targets:
             if (id(conn), index) not in self._complete:
-                # The index may predate fields added since (once per connection).
-                Catalog(conn, self.prefix).add_missing_columns(schema, index)
+                # The index may predate fields or a layout of its secondary indexes
+                # added since (checked once per connection).
+                catalog = Catalog(conn, self.prefix)
+                catalog.add_missing_columns(schema, index)
+                catalog.update_indexes(schema, index)
                 self._complete.add((id(conn), index))
         conn.execute("SAVEPOINT bulk")
         try:
