@@ -19,7 +19,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from functools import partial
 from itertools import islice
@@ -38,6 +38,7 @@ from cellsight.indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
+from cellsight.indexer.engines.sqlite_catalog import temp_on_disk
 from cellsight.indexer.engines.sqlite_connections import SYNC_MODES, Connections
 from cellsight.indexer.engines.sqlite_rows import decode_json
 from cellsight.indexer.engines.sqlite_scans import Scans
@@ -126,24 +127,12 @@ class EmbeddedEngine(SearchEngine):
         with self._txn(write=True) as cat:
             cat.create_index(schema, name, bulk_load=bulk_load)
 
-    @contextmanager
-    def _temp_on_disk(self) -> Iterator[None]:
-        """Temporary storage in files for one big operation. Building an index sorts
-        every row and dropping one journals every page it frees: in memory, a million
-        documents cost hundreds of MB (bulk sync's peak RSS); on disk, nothing."""
-        conn = self._conn()
-        conn.execute("PRAGMA temp_store=FILE")
-        try:
-            yield
-        finally:
-            conn.execute("PRAGMA temp_store=MEMORY")
-
     def finish_bulk_load(self, name: str) -> None:
-        with self._temp_on_disk(), self._txn(write=True) as cat:
+        with temp_on_disk(self._conn()), self._txn(write=True) as cat:
             cat.finish_bulk_load(_schema(cat.resource_of(name)), name)
 
     def drop_index(self, name: str) -> None:
-        with self._temp_on_disk(), self._txn(write=True) as cat:
+        with temp_on_disk(self._conn()), self._txn(write=True) as cat:
             cat.drop_index(name)
 
     def indexes(self, resource: str) -> list[IndexInfo]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,6 +38,19 @@ CATALOG_SQL = (
     "CREATE TABLE IF NOT EXISTS _cs_meta (prefix TEXT NOT NULL, key TEXT NOT NULL, "
     "value TEXT NOT NULL, updated_us INTEGER NOT NULL, PRIMARY KEY (prefix, key))",
 )
+
+
+@contextmanager
+def temp_on_disk(conn: sqlite3.Connection) -> Iterator[None]:
+    """Temporary storage in files for one big operation. Building an index sorts every
+    row and dropping one journals every page it frees: in memory, a million documents
+    cost hundreds of MB (bulk sync's peak RSS); on disk, nothing."""
+    (before,) = conn.execute("PRAGMA temp_store").fetchone()
+    conn.execute("PRAGMA temp_store=FILE")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA temp_store={int(before)}")
 
 
 def _now_us() -> int:
@@ -176,10 +190,11 @@ class Catalog:
         }
         obsolete = sorted(i for i in have - declared.keys() if i.startswith(f"{name}#"))
         missing = sorted(declared.keys() - have)
-        for index in obsolete:
-            self.conn.execute(f"DROP INDEX {quote(index)}")
-        for index in missing:
-            self.conn.execute(declared[index])
+        with temp_on_disk(self.conn):  # 500,000 documents: 170 MB of sorting in memory
+            for index in obsolete:
+                self.conn.execute(f"DROP INDEX {quote(index)}")
+            for index in missing:
+                self.conn.execute(declared[index])
         if obsolete or missing:
             log.warning(
                 "index %s: secondary indexes brought to this version's layout (built %s; "
