@@ -79,10 +79,7 @@ def engine(tmp_path: Path) -> EmbeddedEngine:
     return eng
 
 
-def test_an_index_of_the_earlier_layout_gets_this_one_at_its_first_write(
-    engine: EmbeddedEngine,
-) -> None:
-    index = engine.indexes("instance")[0].name
+def old_layout(engine: EmbeddedEngine, index: str) -> None:
     conn = engine._conn()
     for name in secondary(engine, index):
         conn.execute(f"DROP INDEX {quote(f'{index}#{name}')}")
@@ -92,6 +89,19 @@ def test_an_index_of_the_earlier_layout_gets_this_one_at_its_first_write(
             f"CREATE INDEX {quote(index + '#' + '_'.join(cols))} ON {quote(index)} ({columns})"
         )
     assert secondary(engine, index) == {"_".join(cols) for cols in OLD_LAYOUT}
+
+
+def statistics(engine: EmbeddedEngine, index: str) -> set[str]:
+    rows = engine._conn().execute("SELECT idx FROM sqlite_stat1 WHERE tbl = ?", (index,))
+    return {name.removeprefix(f"{index}#") for (name,) in rows if name}
+
+
+def test_an_index_of_the_earlier_layout_gets_this_one_at_its_first_write(
+    engine: EmbeddedEngine,
+) -> None:
+    index = engine.indexes("instance")[0].name
+    conn = engine._conn()
+    old_layout(engine, index)
     ops = instances(30)
     # A process of this version, as after an upgrade: its first write migrates.
     upgraded = EmbeddedEngine(engine.path, prefix="t")
@@ -102,6 +112,22 @@ def test_an_index_of_the_earlier_layout_gets_this_one_at_its_first_write(
     for cell in CELLS:
         expected = sorted((op.id, op.version) for op in ops if op.document["cell_uuid"] == cell)
         assert list(upgraded.iter_versions("instance", cell, 4)) == expected
+
+
+def test_an_analyzed_index_keeps_statistics_for_its_new_indexes(engine: EmbeddedEngine) -> None:
+    index = "t-instance-analyzed"
+    engine.create_index("instance", index, bulk_load=True)
+    assert all(r.status is WriteStatus.OK for r in engine.bulk_index(index, iter(instances(50))))
+    engine.finish_bulk_load(index)
+    engine.set_aliases("instance", read=index, write=[index])
+    old_layout(engine, index)
+    engine._conn().execute(f"ANALYZE {quote(index)}")  # as the earlier sync left it
+    assert "state_created_at_id" in statistics(engine, index)
+    upgraded = EmbeddedEngine(engine.path, prefix="t")
+    upgraded.bulk(instances(3, seed=2))
+    # The search walks an index only with its statistics (``sqlite_search._walk_index``).
+    assert statistics(upgraded, index) >= current()
+    assert not statistics(upgraded, index) & {"_".join(cols) for cols in OLD_LAYOUT} - current()
 
 
 def test_a_bulk_loading_index_gets_its_indexes_only_at_the_end(engine: EmbeddedEngine) -> None:
