@@ -1,11 +1,14 @@
 """Embedded engine write throughput: bulk sync load and live bulk writes, and the same-run
-floor: the same rows through the same SQL with nothing else (``sqlite_floor_live``).
+floors: the same rows through the same SQL with nothing else (``bench/floor.py``), live
+(``sqlite_floor_live``) and as a bulk sync loads, index build included
+(``sqlite_floor_load``).
 
     .venv/bin/python scripts/bench_embedded.py [--docs 200000] [--batch 1000] [--dir /tmp]
-        [--floor-rounds 4]
+        [--floor-rounds 4] [--phases load,new,stale,update,floors]
 
 Prints one JSON object: per path docs/s (wall), CPU µs per document (this thread), and
-``live_to_floor``, the live path's rate over the floor's. The floor is measured with the
+``live_to_floor``, the live path's rate over the floor's (``bulk_index_to_floor`` for the
+load, without the index build). The live floor is measured with the
 engine's checkpoint thread and with SQLite's own checkpoints in the committing
 connection, alternating in order over ``--floor-rounds`` (the best round of each is
 reported, with every round's rate).
@@ -34,19 +37,21 @@ import tempfile
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from cellsight.indexer.documents import event_version, instance_document
 from cellsight.indexer.engines.base import WriteOp, WriteStatus
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from cellsight.indexer.engines.sqlite_rows import RowBuilder, encode_json
-from cellsight.indexer.engines.sqlite_schema import SCHEMAS, doc_table, side_table
+from cellsight.indexer.engines.sqlite_rows import encode_json
 from cellsight.notifications.base import format_timestamp
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.payloads import InstancePayload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.floor import Clock, sqlite_floor
 
 from tests.support import novagen  # realistic notifications, every field
 
@@ -101,64 +106,20 @@ def power_offs(ops: list[WriteOp], seed: int = 2) -> list[WriteOp]:
     return updates
 
 
-class Clock:
-    """Wall and CPU (this thread) time of a block."""
-
-    def __enter__(self) -> Clock:
-        self.wall, self.cpu = time.perf_counter(), time.thread_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self.wall
-        self.cpu = time.thread_time() - self.cpu
-
-    def figures(self, docs: int) -> dict[str, float]:
-        return {
-            "docs_per_s": round(docs / self.wall),
-            "cpu_us_per_doc": round(self.cpu / docs * 1e6, 1),
-            "seconds": round(self.wall, 3),
-        }
+PHASES = ("load", "new", "stale", "update", "floors")
 
 
-def sqlite_floor(
-    path: Path, ops: list[WriteOp], batch: int, checkpoint_thread: bool = True
-) -> dict[str, float]:
-    """The same rows into the same tables and indexes with nothing but the SQL: rows
-    prepared before the clock, no version reads, no checks; one transaction per batch.
-    What the engine's live path cannot beat on this machine. With ``checkpoint_thread``
-    each commit hands the engine's checkpoint thread its checkpoint, as the engine's
-    transactions do (without that the WAL grew past 800 MB in 100,000 documents, which
-    the engine's never does); without it the committing connection checkpoints as SQLite
-    does by default (every 1,000 WAL pages), which is what the engine did before
-    ``sqlite_checkpoint``."""
-    engine = EmbeddedEngine(path, prefix="floor")
-    engine.ensure_ready("instance")
-    if not checkpoint_thread:
-        engine._connections.checkpointer.close()
-        engine._conn().execute("PRAGMA wal_autocheckpoint=1000")
-    (info,) = engine.indexes("instance")
-    index, schema = info.name, SCHEMAS["instance"]
-    builder = RowBuilder(schema)
-    prepared = [builder.prepare(op) for op in ops]
-    conn = engine._conn()  # the engine's own connection: same pragmas
-    insert = schema.insert_sql(index)
-    docs_sql = f"INSERT INTO {doc_table(index)} VALUES (?, ?)"
-    side_sql = f"INSERT INTO {side_table(index)} VALUES (?, ?, ?)"
-    with Clock() as clock:
-        for k in range(0, len(prepared), batch):
-            chunk = prepared[k : k + batch]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(insert, [(k + n + 1, *p.row) for n, p in enumerate(chunk)])
-            conn.executemany(docs_sql, [(k + n + 1, p.doc) for n, p in enumerate(chunk)])
-            conn.executemany(
-                side_sql,
-                [(k + n + 1, f, v) for n, p in enumerate(chunk) for f, v in p.side],
-            )
-            conn.execute("COMMIT")
-            if checkpoint_thread:
-                engine._connections.checkpointer.committed()
-    engine.close()
-    return clock.figures(len(ops))
+def live_new(live: EmbeddedEngine, ops: list[WriteOp], batch: int) -> dict[str, Any]:
+    """Every instance new, with the rate over each quarter of them: the index grows."""
+    quarter = max(1, len(ops) // 4)
+    marks = [time.perf_counter()]
+    with Clock() as fresh:
+        for k in range(0, len(ops), batch):
+            live.bulk(ops[k : k + batch])
+            if (k + batch) % quarter < batch:
+                marks.append(time.perf_counter())
+    by_quarter = [round(quarter / (b - a)) for a, b in pairwise(marks)]
+    return fresh.figures(len(ops)) | {"docs_per_s_by_quarter": by_quarter[:4]}
 
 
 def main() -> None:
@@ -167,76 +128,101 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="live bulk() batch size")
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--floor-rounds", type=int, default=4, help="rounds of the two floors")
+    parser.add_argument(
+        "--phases",
+        default=",".join(PHASES),
+        help=f"which of {', '.join(PHASES)} (stale and update run after new)",
+    )
     args = parser.parse_args()
+    phases = set(args.phases.split(","))
+    if phases - set(PHASES):
+        parser.error(f"--phases: unknown {', '.join(sorted(phases - set(PHASES)))}")
+    if phases & {"stale", "update"}:
+        phases.add("new")
     ops = build(args.docs)
-    updates = power_offs(ops)
+    updates = power_offs(ops) if "update" in phases else []
     # A real sync streams its documents; pre-built ones would make every garbage
     # collection walk all of them, which is the benchmark's cost, not the engine's.
     gc.freeze()
     out: dict[str, Any] = {
         "docs": args.docs,
         "batch": args.batch,
+        "phases": [p for p in PHASES if p in phases],
         "json_encoder": encode_json.__name__,
         "cpus": os.cpu_count(),
         "load_average_at_start": round(os.getloadavg()[0], 1),
     }
     workdir = Path(tempfile.mkdtemp(dir=args.dir))
 
-    engine = EmbeddedEngine(workdir / "sync.db", prefix="bench")
-    engine.create_index("instance", "bench-instance-sync", bulk_load=True)
-    by_id = iter(sorted(ops, key=lambda op: op.id))
-    with Clock() as load:
-        results = list(engine.bulk_index("bench-instance-sync", by_id, chunk_size=2000))
-    with Clock() as finish:
-        engine.finish_bulk_load("bench-instance-sync")
-    assert all(r.status is WriteStatus.OK for r in results), results[:3]
-    out["bulk_index"] = load.figures(len(ops)) | {"finish_seconds": round(finish.wall, 3)}
+    if "load" in phases:
+        engine = EmbeddedEngine(workdir / "sync.db", prefix="bench")
+        engine.create_index("instance", "bench-instance-sync", bulk_load=True)
+        by_id = iter(sorted(ops, key=lambda op: op.id))
+        with Clock() as load:
+            results = list(engine.bulk_index("bench-instance-sync", by_id, chunk_size=2000))
+        with Clock() as finish:
+            engine.finish_bulk_load("bench-instance-sync")
+        assert all(r.status is WriteStatus.OK for r in results), results[:3]
+        out["bulk_index"] = load.figures(len(ops)) | {"finish_seconds": round(finish.wall, 3)}
+        engine.close()
 
-    live = EmbeddedEngine(workdir / "live.db", prefix="bench")
-    live.ensure_ready("instance")
-    with Clock() as fresh:
-        for k in range(0, len(ops), args.batch):
-            live.bulk(ops[k : k + args.batch])
-    out["bulk_live_new"] = fresh.figures(len(ops))
-    with Clock() as stale:
-        for k in range(0, len(ops), args.batch):
-            live.bulk(ops[k : k + args.batch])
-    out["bulk_live_stale"] = stale.figures(len(ops))
-    with Clock() as changed:
-        for k in range(0, len(updates), args.batch):
-            live.bulk(updates[k : k + args.batch])
-    out["bulk_live_update"] = changed.figures(len(updates))
+    if "new" in phases:
+        live = EmbeddedEngine(workdir / "live.db", prefix="bench")
+        live.ensure_ready("instance")
+        out["bulk_live_new"] = live_new(live, ops, args.batch)
+        if "stale" in phases:
+            with Clock() as stale:
+                for k in range(0, len(ops), args.batch):
+                    live.bulk(ops[k : k + args.batch])
+            out["bulk_live_stale"] = stale.figures(len(ops))
+        if "update" in phases:
+            with Clock() as changed:
+                for k in range(0, len(updates), args.batch):
+                    live.bulk(updates[k : k + args.batch])
+            out["bulk_live_update"] = changed.figures(len(updates))
+        live.close()
     out["files_mib"] = round(sum(p.stat().st_size for p in workdir.iterdir()) / 2**20)
-    engine.close()
-    live.close()
     for path in list(workdir.iterdir()):
         path.unlink()
-    # The two floors alternate in order over rounds, each on a new file removed after it:
-    # whichever ran first right after the live phases paid for the kernel writing back
+    if "floors" in phases:
+        floors(out, workdir, ops, args)
+    out["load_average_at_end"] = round(os.getloadavg()[0], 1)
+    shutil.rmtree(workdir)
+    print(json.dumps(out, indent=2))
+
+
+def floors(out: dict[str, Any], workdir: Path, ops: list[WriteOp], args: Any) -> None:
+    # The two live floors alternate in order over rounds, each on a new file removed after
+    # it: whichever ran first right after the live phases paid for the kernel writing back
     # their gigabyte (a 0.8 "gain" twice, against 1.3-1.5 when interleaved).
-    floors: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+    rounds: dict[bool, list[dict[str, float]]] = {True: [], False: []}
     for r in range(args.floor_rounds):
         for thread in (True, False) if r % 2 == 0 else (False, True):
-            floors[thread].append(sqlite_floor(workdir / "floor.db", ops, args.batch, thread))
+            rounds[thread].append(
+                sqlite_floor(workdir / "floor.db", ops, args.batch, checkpoint_thread=thread)
+            )
             for path in list(workdir.iterdir()):
                 path.unlink()
     for thread, key in (
         (True, "sqlite_floor_live"),
         (False, "sqlite_floor_live_writer_checkpoints"),
     ):
-        best = max(floors[thread], key=lambda f: f["docs_per_s"])
-        out[key] = best | {"docs_per_s_by_round": [f["docs_per_s"] for f in floors[thread]]}
+        best = max(rounds[thread], key=lambda f: f["docs_per_s"])
+        out[key] = best | {"docs_per_s_by_round": [f["docs_per_s"] for f in rounds[thread]]}
     out["checkpoint_thread_gain"] = round(
         out["sqlite_floor_live"]["docs_per_s"]
         / out["sqlite_floor_live_writer_checkpoints"]["docs_per_s"],
         2,
     )
-    out["live_to_floor"] = round(
-        out["bulk_live_new"]["docs_per_s"] / out["sqlite_floor_live"]["docs_per_s"], 2
-    )
-    out["load_average_at_end"] = round(os.getloadavg()[0], 1)
-    shutil.rmtree(workdir)
-    print(json.dumps(out, indent=2))
+    out["sqlite_floor_load"] = sqlite_floor(workdir / "floor.db", ops, 2000, bulk_load=True)
+    if "bulk_index" in out:
+        out["bulk_index_to_floor"] = round(
+            out["bulk_index"]["docs_per_s"] / out["sqlite_floor_load"]["docs_per_s"], 2
+        )
+    if "bulk_live_new" in out:
+        out["live_to_floor"] = round(
+            out["bulk_live_new"]["docs_per_s"] / out["sqlite_floor_live"]["docs_per_s"], 2
+        )
 
 
 if __name__ == "__main__":

@@ -186,7 +186,10 @@ def main() -> None:
         "dialect": args.dialect,
         "min_batch": args.min_batch,
     }
-    ctx = LinkContext("http://testserver", None, MIN, True)
+
+    def ctx(token: str) -> LinkContext:
+        """Rendered as the API renders for that principal (admin-only fields or not)."""
+        return LinkContext("http://testserver", None, MIN, dev_principal(token).is_admin)
 
     def via_app(params: Params, token: str, path: str) -> Callable[[], Any]:
         def call() -> Any:
@@ -210,7 +213,7 @@ def main() -> None:
 
         def ref(params: Params = params, token: str = token) -> Any:
             docs, rows = reference_page(registry, ref_engines, params, token, None)
-            return {"servers": [detail(d, ctx) for d in docs]}, rows
+            return {"servers": [detail(d, ctx(token)) for d in docs]}, rows
 
         times, (body, rows) = timed(ref, args.repeat)
         entry["reference"] = {
@@ -261,7 +264,7 @@ def main() -> None:
     for _ in range(args.pages):
         started = time.perf_counter()
         docs, rows = reference_page(registry, ref_engines, params, token, after)
-        [detail(d, ctx) for d in docs]
+        [detail(d, ctx(token)) for d in docs]
         times.append(time.perf_counter() - started)
         rows_total += sum(rows.values())
         ref_ids.extend(d["uuid"] for d in docs)

@@ -6,7 +6,9 @@
 Per engine (the embedded one, then osmem): seed SQLite cells; measure the ceiling, the
 engine's raw ``bulk_index`` rate of pre-built documents (built from the same cells by
 the sync's own row → document path, before the clock starts) plus ``finish_bulk_load``;
-run ``cellsight index sync --json`` in a subprocess and read its figures and peak RSS
+on the embedded engine, the floor under both: the same documents' rows through the
+same SQL with nothing else, then the same index build (``bench/floor.py``); run
+``cellsight index sync --json`` in a subprocess and read its figures and peak RSS
 (``os.wait4``: the largest of the sync process and its reader processes; the sync's own
 report splits them). On the embedded engine, then change 0.1% of the rows behind the
 index's back (half rows updated without notifications, half documents deleted) and time
@@ -30,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.floor import sqlite_floor
 
 from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellRegistry
@@ -170,6 +174,11 @@ def bench_engine(settings: Settings, args: argparse.Namespace, instances: int) -
         "peak_rss_mb": report["peak_rss_mb"],
         "ratio_to_ceiling": round(report["docs_per_s"] / out["ceiling"]["docs_per_s"], 2),
     }
+    floor = out["ceiling"].get("sqlite_floor")
+    if floor is not None:
+        out["sync"]["ratio_to_sqlite_floor"] = round(
+            report["docs_per_s"] / floor["docs_per_s_with_finish"], 2
+        )
     if settings.search_url is None and args.drift > 0:
         made = run_step(settings, "drift", str(args.drift))
         found, seconds = run_cli(settings, "verify", "--type", "instance")
@@ -197,9 +206,14 @@ def child_step(step: str, args: list[str]) -> Any:
         ops = prebuilt(settings, int(args[0]))
         engine = build_engine(settings)
         try:
-            return ceiling(engine, ops, int(args[1]))
+            out = ceiling(engine, ops, int(args[1]))
         finally:
             engine.close()
+        if settings.search_url is None:
+            with tempfile.TemporaryDirectory(dir=settings.data_dir) as floor_dir:
+                floor = sqlite_floor(Path(floor_dir) / "floor.db", ops, 2000, bulk_load=True)
+            out["sqlite_floor"] = floor
+        return out
     if step == "drift":
         return drift(settings, float(args[0]))
     raise SystemExit(f"unknown step {step}")
