@@ -61,12 +61,12 @@ AFFINITY = {
 # all over itself, one dirty page per entry once it is large, where one ordered by time
 # or by ``rid`` (the insertion order) takes them at a few ends. So the per-cell index is
 # ``(cell_uuid, rid)``, carrying ``id`` and ``version`` for the scan without being ordered
-# by them (the scan sorts, ``cell_scan_index``), and no index carries ``id`` as a tie
+# by them (the scan sorts, ``sqlite_scans``), and no index carries ``id`` as a tie
 # breaker: the sort's tie breaker is the ``uuid`` column, which SQLite cannot know is
-# ``id``, so the suffix only made the entries larger. Measured with 100,000 new instances
-# into an empty index in batches of 1,000 (``engine.bulk``, three alternating runs each):
-# 17,804-18,125 docs/s with ``(cell_uuid, id, version)`` and ``(tenant_id, created_at, id)``
-# and the ``id`` suffixes, 22,191-22,715 with these (CPU 56.2-58.1 -> 45.9-47.4 us a doc).
+# ``id``, so the suffix only made the entries larger. Measured with new instances into an
+# empty index in batches of 1,000 (``scripts/bench_embedded.py``, the layout before this
+# one against this one): 17,425 -> 22,399 docs/s over 100,000 and 8,546 -> 12,168 over a
+# million; each index alone: ``scripts/bench_index_costs.py``.
 CELL_SCAN = ("cell_uuid", "rid", "id", "version")
 INDEXED_COLUMNS: dict[str, list[tuple[str, ...]]] = {
     "instance": [
