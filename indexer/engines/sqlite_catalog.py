@@ -46,7 +46,13 @@ def temp_on_disk(conn: sqlite3.Connection) -> Iterator[None]:
     row and dropping one journals every page it frees: in memory, a million documents
     cost hundreds of MB (bulk sync's peak RSS); on disk, nothing."""
     (before,) = conn.execute("PRAGMA temp_store").fetchone()
-    conn.execute("PRAGMA temp_store=FILE")
+    try:
+        conn.execute("PRAGMA temp_store=FILE")
+    except sqlite3.OperationalError:
+        # Inside a transaction, once this connection has opened its temporary database,
+        # SQLite refuses the change: the operation then runs with the setting it has.
+        yield
+        return
     try:
         yield
     finally:

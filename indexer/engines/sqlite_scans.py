@@ -4,8 +4,9 @@ all) and the tombstones past a date, in ascending id order.
 Each is keyset-paged: one short statement per page, so no snapshot is held between
 pages and a long scan never stalls the WAL checkpoint. A cell's documents sit in its
 index in insertion order, not by id (``sqlite_schema`` says why: it is what a live write
-pays for), so each page of a cell is sorted out of the cell's whole range in that index;
-the pages grow with the cell, which is read at most ``CELL_SCAN_PASSES`` times.
+pays for), so each page of a cell is sorted out of the cell's whole range in that index.
+The pages grow with the cell, up to ``CELL_PAGE_MAX`` rows held at once: a cell is read
+``CELL_SCAN_PASSES`` times up to 8 x ``CELL_PAGE_MAX`` documents, once a page beyond.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any
 from cellsight.indexer.engines.sqlite_connections import Connections, translate
 from cellsight.indexer.engines.sqlite_schema import cell_scan_index, quote
 
-# At most this many reads of a cell's range in its index per scan of the cell.
+# Reads of a cell's range in its index per scan of the cell (the last, short page ends it).
 CELL_SCAN_PASSES = 8
+CELL_PAGE_MAX = 100_000  # rows of a page (about 10 MB of Python tuples)
 
 
 class Scans:
@@ -33,6 +35,7 @@ class Scans:
             return
         scan_index = cell_scan_index(index)
         with self._connections.transaction(write=False) as cat:
+            cat.resource_of(index)  # dropped meanwhile: IndexMissing
             indexed = cat.conn.execute(
                 "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?", (scan_index,)
             ).fetchone()
@@ -44,7 +47,7 @@ class Scans:
             "id, version",
             "cell_uuid = ?",
             (cell_uuid,),
-            max(batch_size, -(-documents // CELL_SCAN_PASSES)),
+            max(batch_size, min(documents // CELL_SCAN_PASSES + 1, CELL_PAGE_MAX)),
             # An index of an earlier layout, not written since the upgrade, has none.
             indexed_by=scan_index if indexed else None,
         )

@@ -41,8 +41,11 @@ class Writer:
         self._builders = {resource: RowBuilder(schema) for resource, schema in SCHEMAS.items()}
         self._statements: dict[str, _Statements] = {}
         self._updates: dict[tuple[str, tuple[int, ...]], str] = {}
-        # (connection, index) pairs whose columns and secondary indexes are known current.
-        self._complete: set[tuple[int, str]] = set()
+        # (connection, index) -> the schema version at which its columns and secondary
+        # indexes were found current. Any schema change moves the version, a rolled-back
+        # one included (the update made inside a transaction that failed), so a stale
+        # entry never vouches for an index that was not brought up to date.
+        self._current: dict[tuple[int, str], int] = {}
 
     def prepare(
         self,
@@ -70,14 +73,17 @@ class Writer:
         results: list[WriteResult | None],
     ) -> None:
         """Inside the caller's write transaction."""
-        for index in targets:
-            if (id(conn), index) not in self._complete:
-                # The index may predate fields or a layout of its secondary indexes
-                # added since (checked once per connection).
-                catalog = Catalog(conn, self.prefix)
+        (version,) = conn.execute("PRAGMA schema_version").fetchone()
+        stale = [i for i in targets if self._current.get((id(conn), i)) != version]
+        if stale:
+            # The index may predate fields or a layout of its secondary indexes added since.
+            catalog = Catalog(conn, self.prefix)
+            for index in stale:
                 catalog.add_missing_columns(schema, index)
                 catalog.update_indexes(schema, index)
-                self._complete.add((id(conn), index))
+            (version,) = conn.execute("PRAGMA schema_version").fetchone()
+            for index in stale:
+                self._current[(id(conn), index)] = version
         conn.execute("SAVEPOINT bulk")
         try:
             took = self._upsert(conn, schema, targets, prepared)

@@ -7,6 +7,7 @@ times; a project's listing walks its index newest first."""
 from __future__ import annotations
 
 import random
+import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from cellsight.indexer.engines.base import WriteOp, WriteStatus
+from cellsight.indexer.engines import sqlite_scans
+from cellsight.indexer.engines.base import EngineError, IndexMissing, WriteOp, WriteStatus
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.sqlite_scans import CELL_SCAN_PASSES
 from cellsight.indexer.engines.sqlite_schema import (
@@ -23,22 +25,26 @@ from cellsight.indexer.engines.sqlite_schema import (
     cell_scan_index,
     quote,
 )
+from cellsight.indexer.engines.sqlite_write import Writer
 from cellsight.notifications.base import format_timestamp
 from cellsight.query.tree import Compare, Direction, Op, SearchRequest, SortKey
 
 CELLS = [str(uuid.UUID(int=c + 1)) for c in range(3)]
 # The secondary indexes of the layout before this one (``sqlite_schema`` says why it went).
-OLD_LAYOUT = [
-    ("cell_uuid", "id", "version"),
-    ("created_at", "id"),
-    ("tenant_id", "created_at", "id"),
-    ("updated_at", "id"),
-    ("user_id",),
-    ("host",),
-    ("node",),
-    ("state", "created_at", "id"),
-    ("display_name",),
-]
+OLD_LAYOUT = {
+    "instance": [
+        ("cell_uuid", "id", "version"),
+        ("created_at", "id"),
+        ("tenant_id", "created_at", "id"),
+        ("updated_at", "id"),
+        ("user_id",),
+        ("host",),
+        ("node",),
+        ("state", "created_at", "id"),
+        ("display_name",),
+    ],
+    "node": [("cell_uuid", "id", "version"), ("host",), ("hypervisor_hostname",), ("updated_at",)],
+}
 
 
 def instances(count: int, seed: int = 1) -> list[WriteOp]:
@@ -68,8 +74,12 @@ def secondary(engine: EmbeddedEngine, index: str) -> set[str]:
     return {name.removeprefix(f"{index}#") for (name,) in rows}
 
 
-def current() -> set[str]:
-    return {"_".join(cols) for cols in INDEXED_COLUMNS["instance"]}
+def current(resource: str = "instance") -> set[str]:
+    return {"_".join(cols) for cols in INDEXED_COLUMNS[resource]}
+
+
+def earlier(resource: str = "instance") -> set[str]:
+    return {"_".join(cols) for cols in OLD_LAYOUT[resource]}
 
 
 @pytest.fixture
@@ -79,16 +89,16 @@ def engine(tmp_path: Path) -> EmbeddedEngine:
     return eng
 
 
-def old_layout(engine: EmbeddedEngine, index: str) -> None:
+def old_layout(engine: EmbeddedEngine, index: str, resource: str = "instance") -> None:
     conn = engine._conn()
     for name in secondary(engine, index):
         conn.execute(f"DROP INDEX {quote(f'{index}#{name}')}")
-    for cols in OLD_LAYOUT:
+    for cols in OLD_LAYOUT[resource]:
         columns = ", ".join(quote(c) for c in cols)
         conn.execute(
             f"CREATE INDEX {quote(index + '#' + '_'.join(cols))} ON {quote(index)} ({columns})"
         )
-    assert secondary(engine, index) == {"_".join(cols) for cols in OLD_LAYOUT}
+    assert secondary(engine, index) == earlier(resource)
 
 
 def statistics(engine: EmbeddedEngine, index: str) -> set[str]:
@@ -101,17 +111,69 @@ def test_an_index_of_the_earlier_layout_gets_this_one_at_its_first_write(
 ) -> None:
     index = engine.indexes("instance")[0].name
     conn = engine._conn()
+    before = instances(30)
+    engine.bulk(before)
     old_layout(engine, index)
-    ops = instances(30)
+    conn.execute(f"CREATE INDEX operators_own ON {quote(index)} (host)")  # not ours: kept
+    after = instances(30, seed=2)
     # A process of this version, as after an upgrade: its first write migrates.
     upgraded = EmbeddedEngine(engine.path, prefix="t")
-    assert all(r.status is WriteStatus.OK for r in upgraded.bulk(ops))
-    assert secondary(upgraded, index) == current()
+    assert all(r.status is WriteStatus.OK for r in upgraded.bulk(after))
+    assert secondary(upgraded, index) == current() | {"operators_own"}
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     # The rows written before and after are all in the new indexes.
     for cell in CELLS:
-        expected = sorted((op.id, op.version) for op in ops if op.document["cell_uuid"] == cell)
+        expected = sorted(
+            (o.id, o.version) for o in before + after if o.document["cell_uuid"] == cell
+        )
         assert list(upgraded.iter_versions("instance", cell, 4)) == expected
+
+
+def test_a_node_index_of_the_earlier_layout_gets_this_one(engine: EmbeddedEngine) -> None:
+    engine.ensure_ready("node")
+    index = engine.indexes("node")[0].name
+    old_layout(engine, index, "node")
+    node = {"uuid": "n-1", "host": "cmp-1", "cell_uuid": CELLS[0], "version": 1}
+    upgraded = EmbeddedEngine(engine.path, prefix="t")
+    assert upgraded.bulk([WriteOp("node", "n-1", 1, node)])[0].status is WriteStatus.OK
+    assert secondary(upgraded, index) == current("node")
+    assert list(upgraded.iter_versions("node", CELLS[0], 10)) == [("n-1", 1)]
+
+
+def test_a_rolled_back_first_write_leaves_the_update_to_the_next(
+    engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    index = engine.indexes("instance")[0].name
+    old_layout(engine, index)
+    upgraded = EmbeddedEngine(engine.path, prefix="t")
+    upsert = Writer._upsert
+    failures = [sqlite3.OperationalError("database or disk is full")]
+
+    def fails_once(self: Writer, *args: Any) -> set[int]:
+        if failures:
+            raise failures.pop()
+        return upsert(self, *args)
+
+    monkeypatch.setattr(Writer, "_upsert", fails_once)
+    with pytest.raises(EngineError):
+        upgraded.bulk(instances(3))
+    assert secondary(upgraded, index) == earlier()  # rolled back with the write
+    assert all(r.status is WriteStatus.OK for r in upgraded.bulk(instances(3, seed=5)))
+    assert secondary(upgraded, index) == current()
+
+
+def test_the_update_runs_where_temporary_storage_cannot_move(engine: EmbeddedEngine) -> None:
+    index = engine.indexes("instance")[0].name
+    old_layout(engine, index)
+    upgraded = EmbeddedEngine(engine.path, prefix="t")
+    conn = upgraded._conn()
+    # Once a connection's temporary database is open, SQLite refuses ``temp_store``
+    # inside a transaction, and the update runs inside the write's.
+    conn.execute("CREATE TEMP TABLE opened (a)")
+    conn.execute("DROP TABLE opened")
+    assert all(r.status is WriteStatus.OK for r in upgraded.bulk(instances(3)))
+    assert secondary(upgraded, index) == current()
+    assert conn.execute("PRAGMA temp_store").fetchone() == (2,)  # the engine's MEMORY
 
 
 def test_an_analyzed_index_keeps_statistics_for_its_new_indexes(engine: EmbeddedEngine) -> None:
@@ -127,7 +189,7 @@ def test_an_analyzed_index_keeps_statistics_for_its_new_indexes(engine: Embedded
     upgraded.bulk(instances(3, seed=2))
     # The search walks an index only with its statistics (``sqlite_search._walk_index``).
     assert statistics(upgraded, index) >= current()
-    assert not statistics(upgraded, index) & {"_".join(cols) for cols in OLD_LAYOUT} - current()
+    assert not statistics(upgraded, index) & earlier() - current()
 
 
 def test_a_bulk_loading_index_gets_its_indexes_only_at_the_end(engine: EmbeddedEngine) -> None:
@@ -165,12 +227,37 @@ def test_a_cells_versions_come_in_id_order_in_a_bounded_number_of_reads(
         engine._conn().set_trace_callback(None)
     assert got == sorted((op.id, op.version) for op in ops if op.document["cell_uuid"] == CELLS[1])
     pages = [s for s in statements if "ORDER BY id LIMIT" in s]
-    # 200 documents with a batch size of 1: pages of 200 / CELL_SCAN_PASSES, and the last
-    # one, short, says the end.
-    assert len(pages) <= CELL_SCAN_PASSES + 1
+    # 200 documents with a batch size of 1: pages of 200 / CELL_SCAN_PASSES + 1, the last
+    # one short, which says the end.
+    assert len(pages) <= CELL_SCAN_PASSES
     assert all(f"INDEXED BY {quote(cell_scan_index(index))}" in s for s in pages)
     plan = engine._conn().execute(f"EXPLAIN QUERY PLAN {pages[0]}").fetchall()
     assert any("COVERING INDEX" in row[3] for row in plan)  # never the table's rows
+
+
+def test_a_large_cells_pages_stop_growing(
+    engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_scans, "CELL_PAGE_MAX", 12)  # under 200 // 8 + 1
+    ops = instances(600)
+    for start in range(0, len(ops), 100):
+        engine.bulk(ops[start : start + 100])
+    statements: list[str] = []
+    engine._conn().set_trace_callback(statements.append)
+    try:
+        got = list(engine.iter_versions("instance", CELLS[2], 1))
+    finally:
+        engine._conn().set_trace_callback(None)
+    assert got == sorted((op.id, op.version) for op in ops if op.document["cell_uuid"] == CELLS[2])
+    limits = [int(s.rsplit("LIMIT", 1)[1]) for s in statements if "ORDER BY id LIMIT" in s]
+    assert set(limits) == {12} and len(limits) == 200 // 12 + 1
+
+
+def test_a_cell_scan_of_an_index_dropped_meanwhile_says_it_is_missing(
+    engine: EmbeddedEngine,
+) -> None:
+    with pytest.raises(IndexMissing):
+        list(engine._scans.versions("t-instance-gone", CELLS[0], 10))
 
 
 def test_a_cell_scan_of_an_index_without_the_cell_index_still_answers(
