@@ -4,8 +4,9 @@
         [--layout current|earlier]
 
 For the table alone, then the table with each index of the layout in turn (``current``:
-``sqlite_schema.INDEXED_COLUMNS``; ``earlier``: the one before 2026-11-24), the same rows
-(``bench_embedded.build``: creation order, random uuids) go through the same SQL with
+``sqlite_schema.INDEXED_COLUMNS``; ``earlier``: the one before 2026-11-24, in
+``tests/support/layouts.py``), the same rows (``bench_embedded.build``: creation order,
+random uuids) go through the same SQL with
 nothing else: the first half loaded untimed, then the second half timed, in batches, with
 checkpoints off so that the WAL's growth counts the pages each batch dirtied. Prints one
 JSON object: per index, CPU µs (this thread) and WAL KiB per document, and both above
@@ -32,17 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_embedded import build
 
-EARLIER = [
-    ("cell_uuid", "id", "version"),
-    ("created_at", "id"),
-    ("tenant_id", "created_at", "id"),
-    ("updated_at", "id"),
-    ("user_id",),
-    ("host",),
-    ("node",),
-    ("state", "created_at", "id"),
-    ("display_name",),
-]
+from tests.support.layouts import EARLIER_LAYOUT
 
 
 def cost(
@@ -94,7 +85,7 @@ def main() -> None:
     builder = RowBuilder(SCHEMAS["instance"])
     prepared = [builder.prepare(op) for op in build(args.docs)]
     gc.freeze()
-    layout = INDEXED_COLUMNS["instance"] if args.layout == "current" else EARLIER
+    layout = INDEXED_COLUMNS["instance"] if args.layout == "current" else EARLIER_LAYOUT["instance"]
     out: dict[str, Any] = {
         "docs": args.docs,
         "measured": args.docs - args.docs // 2,

@@ -6,7 +6,7 @@ does it.
 
 Builds an index of ``--docs`` new instances (``bench_embedded.build``) with this
 version's layout, analyzes it as a sync leaves it, then swaps its secondary indexes for
-the earlier layout's (``bench_index_costs.EARLIER``), analyzed again. Each round copies
+the earlier layout's (``tests/support/layouts.py``), analyzed again. Each round copies
 that file and, in a process of its own, writes one batch of 1,000 new instances through
 ``engine.bulk``: its wall time, and how far the process's peak RSS rose over it (the
 peak is reset just before). The same batch into the copy once migrated is the baseline.
@@ -31,7 +31,8 @@ from cellsight.indexer.engines.sqlite_schema import SCHEMAS, quote
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_embedded import build
-from bench_index_costs import EARLIER
+
+from tests.support.layouts import EARLIER_LAYOUT
 
 
 def prepare(path: Path, docs: int) -> str:
@@ -46,7 +47,7 @@ def prepare(path: Path, docs: int) -> str:
     ours = [n for n in SCHEMAS["instance"].secondary_indexes(index) if "#many" not in n]
     for name in ours:
         conn.execute(f"DROP INDEX {quote(name)}")
-    for columns in EARLIER:
+    for columns in EARLIER_LAYOUT["instance"]:
         name = quote(index + "#" + "_".join(columns))
         conn.execute(f"CREATE INDEX {name} ON {quote(index)} ({', '.join(map(quote, columns))})")
     conn.execute("PRAGMA analysis_limit = 0")

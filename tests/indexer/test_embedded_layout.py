@@ -28,23 +28,9 @@ from cellsight.indexer.engines.sqlite_schema import (
 from cellsight.indexer.engines.sqlite_write import Writer
 from cellsight.notifications.base import format_timestamp
 from cellsight.query.tree import Compare, Direction, Op, SearchRequest, SortKey
+from tests.support.layouts import EARLIER_LAYOUT
 
 CELLS = [str(uuid.UUID(int=c + 1)) for c in range(3)]
-# The secondary indexes of the layout before this one (``sqlite_schema`` says why it went).
-OLD_LAYOUT = {
-    "instance": [
-        ("cell_uuid", "id", "version"),
-        ("created_at", "id"),
-        ("tenant_id", "created_at", "id"),
-        ("updated_at", "id"),
-        ("user_id",),
-        ("host",),
-        ("node",),
-        ("state", "created_at", "id"),
-        ("display_name",),
-    ],
-    "node": [("cell_uuid", "id", "version"), ("host",), ("hypervisor_hostname",), ("updated_at",)],
-}
 
 
 def instances(count: int, seed: int = 1) -> list[WriteOp]:
@@ -79,7 +65,7 @@ def current(resource: str = "instance") -> set[str]:
 
 
 def earlier(resource: str = "instance") -> set[str]:
-    return {"_".join(cols) for cols in OLD_LAYOUT[resource]}
+    return {"_".join(cols) for cols in EARLIER_LAYOUT[resource]}
 
 
 @pytest.fixture
@@ -93,7 +79,7 @@ def old_layout(engine: EmbeddedEngine, index: str, resource: str = "instance") -
     conn = engine._conn()
     for name in secondary(engine, index):
         conn.execute(f"DROP INDEX {quote(f'{index}#{name}')}")
-    for cols in OLD_LAYOUT[resource]:
+    for cols in EARLIER_LAYOUT[resource]:
         columns = ", ".join(quote(c) for c in cols)
         conn.execute(
             f"CREATE INDEX {quote(index + '#' + '_'.join(cols))} ON {quote(index)} ({columns})"
