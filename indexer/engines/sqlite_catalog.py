@@ -9,6 +9,7 @@ them by their ``<prefix>-meta`` index. Every method runs inside the caller's tra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -56,7 +57,10 @@ def temp_on_disk(conn: sqlite3.Connection) -> Iterator[None]:
     try:
         yield
     finally:
-        conn.execute(f"PRAGMA temp_store={int(before)}")
+        # Refused for the same reason if the operation opened it: the connection then
+        # keeps spilling to files, which only costs speed.
+        with contextlib.suppress(sqlite3.OperationalError):
+            conn.execute(f"PRAGMA temp_store={int(before)}")
 
 
 def _now_us() -> int:
