@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from cellsight.indexer.engines.sqlite_schema import SCHEMAS, quote
+from cellsight.indexer.engines.sqlite_schema import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_embedded import build
 
-from tests.support.layouts import EARLIER_LAYOUT
+from tests.support.layouts import use_earlier_layout
 
 
 def prepare(path: Path, docs: int) -> str:
@@ -44,12 +44,7 @@ def prepare(path: Path, docs: int) -> str:
     (info,) = engine.indexes("instance")
     index = info.name
     conn = engine._conn()
-    ours = [n for n in SCHEMAS["instance"].secondary_indexes(index) if "#many" not in n]
-    for name in ours:
-        conn.execute(f"DROP INDEX {quote(name)}")
-    for columns in EARLIER_LAYOUT["instance"]:
-        name = quote(index + "#" + "_".join(columns))
-        conn.execute(f"CREATE INDEX {name} ON {quote(index)} ({', '.join(map(quote, columns))})")
+    use_earlier_layout(conn, index)
     conn.execute("PRAGMA analysis_limit = 0")
     conn.execute(f"ANALYZE {quote(index)}")
     engine.close()

@@ -176,11 +176,13 @@ class Schema:
 
     def secondary_indexes(self, index: str) -> dict[str, str]:
         """Name -> ``CREATE INDEX`` of every secondary index of ``index``'s tables."""
-        out = {
-            index_name(index, cols): f"CREATE INDEX IF NOT EXISTS {quote(index_name(index, cols))} "
-            f"ON {quote(index)} ({', '.join(quote(c) for c in cols)})"
-            for cols in INDEXED_COLUMNS[self.resource]
-        }
+        out = {}
+        for cols in INDEXED_COLUMNS[self.resource]:
+            name = index_name(index, cols)
+            out[name] = (
+                f"CREATE INDEX IF NOT EXISTS {quote(name)} "
+                f"ON {quote(index)} ({', '.join(quote(c) for c in cols)})"
+            )
         out[f"{index}#many_value"] = (
             f"CREATE INDEX IF NOT EXISTS {quote(index + '#many_value')} "
             f"ON {side_table(index)} (field, value)"

@@ -28,7 +28,7 @@ from cellsight.indexer.engines.sqlite_schema import (
 from cellsight.indexer.engines.sqlite_write import Writer
 from cellsight.notifications.base import format_timestamp
 from cellsight.query.tree import Compare, Direction, Op, SearchRequest, SortKey
-from tests.support.layouts import EARLIER_LAYOUT
+from tests.support.layouts import EARLIER_LAYOUT, use_earlier_layout
 
 CELLS = [str(uuid.UUID(int=c + 1)) for c in range(3)]
 
@@ -76,14 +76,7 @@ def engine(tmp_path: Path) -> EmbeddedEngine:
 
 
 def old_layout(engine: EmbeddedEngine, index: str, resource: str = "instance") -> None:
-    conn = engine._conn()
-    for name in secondary(engine, index):
-        conn.execute(f"DROP INDEX {quote(f'{index}#{name}')}")
-    for cols in EARLIER_LAYOUT[resource]:
-        columns = ", ".join(quote(c) for c in cols)
-        conn.execute(
-            f"CREATE INDEX {quote(index + '#' + '_'.join(cols))} ON {quote(index)} ({columns})"
-        )
+    use_earlier_layout(engine._conn(), index, resource)
     assert secondary(engine, index) == earlier(resource)
 
 
