@@ -1,7 +1,8 @@
 """Indexer benchmark: notifications through RabbitMQ into each engine, with baselines.
 
     .venv/bin/python scripts/bench_indexer.py [--count 20000] [--engines embedded,nullbulk]
-        [--lag-rate 2000] [--lag-seconds 60] [--one-by-one-count 2000] > result.json
+        [--lag-rate 2000] [--lag-seconds 60] [--one-by-one-count 2000] [--drains 2]
+        > result.json
 
 JSON on stdout, progress on stderr. Per engine, in one run (``scripts/bench/``):
 
@@ -19,6 +20,9 @@ JSON on stdout, progress on stderr. Per engine, in one run (``scripts/bench/``):
 * **one by one** (how the previous generation worked): decode, write one document, ack.
 * These five are interleaved in ``--rounds`` rounds (rotated order) so that on a busy
   machine they see the same load; ratios come from the totals.
+* **whole drains**: the indexer (writer process) and the plain consumer each drain all
+  ``--count`` in one go, ``--drains`` times alternating (``bench/drains.py``): the same
+  ratio over 20 batches instead of the rounds' four.
 * **lag**: a separate process publishes at ``--lag-rate`` for ``--lag-seconds`` while
   the indexer runs (``--lag-pipeline``); lag = when ``engine.bulk`` returned for a
   document minus its notification's timestamp.
@@ -49,6 +53,7 @@ from typing import Any
 
 from bench.bus import RABBITMQ
 from bench.corpus import KINDS, Corpus
+from bench.drains import whole_drains
 from bench.lag import phase_lag
 from bench.measure import say
 from bench.phases import throughput
@@ -114,6 +119,12 @@ def bench_engine(
     bodies = [corpus.body(i, ts0 + i / 1000) for i in range(count)]
     one_bodies = [corpus.body(5_000_000 + i, ts0) for i in range(ones)]
     tp = throughput(args, site, bodies, one_bodies, config)
+    drains = None
+    if args.drains > 0:
+        prefetch = tp["indexer"]["prefetch"]
+        drains = guarded(
+            "whole drains", lambda: whole_drains(args, site, bodies, config, prefetch), failures
+        )
     del bodies, one_bodies
     gc.collect()
     lag = None
@@ -144,6 +155,7 @@ def bench_engine(
         "cpu_us_per_notification_write_process": wp["cpu_us_per_notification"],
         "plain_consumer_per_s": plain["messages_per_s"],
         "ratio_to_plain_consumer": round(rate / plain["messages_per_s"], 3),
+        "ratio_to_plain_consumer_whole_drains": drains["ratio_to_plain_consumer"] if drains else None,
         "ceiling_docs_per_s": ceil["docs_per_s"],
         "ratio_to_ceiling": round(rate / ceil["docs_per_s"], 3),
         "one_by_one_per_s": one_rate,
@@ -159,6 +171,7 @@ def bench_engine(
         "workers_2_to_1": workers["ratio_2_to_1"] if workers else None,
         "indexer_rss_max_mb": workers["workers_1"]["rss"]["max_mb"] if workers else None,
         **tp,
+        "whole_drains": drains,
         "lag": lag,
         "workers": workers,
         "engine": site.describe(),
@@ -174,6 +187,15 @@ def bench_engine(
     checks.append(
         target("ratio_to_plain_consumer", result["ratio_to_plain_consumer"], TARGET_RATIO_TO_PLAIN)
     )
+    if drains:
+        # The same target over drains of the whole --count (bench/drains.py says why both).
+        checks.append(
+            target(
+                "ratio_to_plain_consumer_whole_drains",
+                drains["ratio_to_plain_consumer"],
+                TARGET_RATIO_TO_PLAIN,
+            )
+        )
     if one:
         checks.append(
             target(
@@ -194,6 +216,8 @@ def bench_engine(
     problems = list(failures)
     if ind["documents_after"] != ind["documents_expected"]:
         problems.append(f"indexer engine holds {ind['documents_after']} documents")
+    if drains and any(n != count for n in drains["indexer_write_process"]["documents_after_each"]):
+        problems.append("a whole drain's engine does not hold every document")
     if wp["documents_after"] != wp["documents_expected"] or wp["dead_lettered"]:
         problems.append(f"write-process engine holds {wp['documents_after']} documents")
     if ind["dead_lettered"] or ind["queues_left"] or one.get("failed_writes"):
@@ -264,6 +288,12 @@ def main() -> None:
         help="the indexer's pipeline in the lag phase (the CLI's default: process)",
     )
     p.add_argument("--one-by-one-count", type=int, default=2000)
+    p.add_argument(
+        "--drains",
+        type=int,
+        default=2,
+        help="whole drains of --count by the indexer and the plain consumer (0: none)",
+    )
     p.add_argument("--workers-engines", default="embedded,nullbulk", help="'' to skip")
     p.add_argument("--workers-count", type=int, default=None, help="default: --count")
     p.add_argument(
