@@ -41,6 +41,11 @@ __all__ = ["REASON_CODE_HEADER", "REASON_HEADER", "ConsumerConfig", "IndexerCons
 
 SHUTDOWN_GRACE = 5.0  # seconds to finish writes after stop; the rest stays unacked
 BUSY_POLL = 0.005  # bus wait while writes are in flight, so their acks are not late
+# Messages read from the buffer between two looks at the writes and the batch: the loop's
+# own checks then cost a thirty-second per message, and a finished write waits for at
+# most this many messages (about a millisecond) to be acked.
+RECEIVE_BURST = 32
+FRAMES_PER_MESSAGE = 3  # method, header, body: a message past the frame size has more
 
 
 @dataclass(frozen=True)
@@ -188,12 +193,12 @@ class IndexerConsumer:
                 self._finish(SHUTDOWN_GRACE if self.stop.is_set() else None)
 
     def _receive(self, frames: FrameReader | None) -> None:
-        """One message (or a timeout): from frames already buffered when there are, else
-        from the bus with a timeout (``amqp_reads`` says why the difference matters)."""
+        """A burst of messages already buffered (at most ``RECEIVE_BURST``, and no more
+        than the batch has room for), or one message or a timeout from the bus
+        (``amqp_reads`` says why the difference matters)."""
         if frames is not None and frames.ready():
-            received = self.received
-            while self.received == received and frames.ready():
-                frames.read_one()
+            room = min(RECEIVE_BURST, self.config.batch_count - len(self._batch))
+            frames.read_frames(FRAMES_PER_MESSAGE * max(1, room))
             return
         try:
             self.connection.drain_events(timeout=self._wait_time())

@@ -121,10 +121,11 @@ def bench_engine(
     tp = throughput(args, site, bodies, one_bodies, config)
     drains = None
     if args.drains > 0:
-        prefetch = tp["indexer"]["prefetch"]
+        prefetch, drained = tp["indexer"]["prefetch"], bodies
         drains = guarded(
-            "whole drains", lambda: whole_drains(args, site, bodies, config, prefetch), failures
+            "whole drains", lambda: whole_drains(args, site, drained, config, prefetch), failures
         )
+        del drained
     del bodies, one_bodies
     gc.collect()
     lag = None
@@ -155,7 +156,9 @@ def bench_engine(
         "cpu_us_per_notification_write_process": wp["cpu_us_per_notification"],
         "plain_consumer_per_s": plain["messages_per_s"],
         "ratio_to_plain_consumer": round(rate / plain["messages_per_s"], 3),
-        "ratio_to_plain_consumer_whole_drains": drains["ratio_to_plain_consumer"] if drains else None,
+        "ratio_to_plain_consumer_whole_drains": (
+            drains["ratio_to_plain_consumer"] if drains else None
+        ),
         "ceiling_docs_per_s": ceil["docs_per_s"],
         "ratio_to_ceiling": round(rate / ceil["docs_per_s"], 3),
         "one_by_one_per_s": one_rate,

@@ -144,6 +144,8 @@ def test_whole_frame_only_when_every_byte_is_buffered(
     assert read_frame(recv) == first  # one recv filled the buffer with both
     assert recv.buffered == len(second) - 1
     assert not recv.whole_frame()  # `second` lacks its end octet
+    assert recv.take_frame() is None  # and is left where it is
+    assert recv.buffered == len(second) - 1
     assert recv(FRAME_HEADER) == second[:FRAME_HEADER]  # served from the buffer
     a.sendall(second[-1:] + second)
     assert recv(len(second)) == second[FRAME_HEADER:-1]  # what is buffered, no more
@@ -162,13 +164,15 @@ def test_recv_never_returns_more_than_asked(pair: tuple[socket.socket, socket.so
     assert recv(500) == bytes(range(3, 200))  # what is buffered, as socket.recv would
 
 
+@pytest.mark.parametrize("limit", [1, 2, 96])  # a frame, less than a message, a burst
 @pytest.mark.parametrize("bodies", [[b"a" * 2900] * 300 + [b"b" * 600_000] + [b"c" * 10] * 50])
 def test_rabbitmq_messages_through_the_buffered_reader(
-    rabbitmq_url: str, bodies: list[bytes]
+    rabbitmq_url: str, bodies: list[bytes], limit: int
 ) -> None:
     """Real broker framing: thousands of frames, one body split over many frames and
-    larger than the buffer; every message arrives whole and in order, and most of them
-    came from the buffer (no recv, no timeout change)."""
+    larger than the buffer, read in bursts that end anywhere in a message; every message
+    arrives whole and in order, and most of them came from the buffer (no recv, no
+    timeout change)."""
     name = f"cellsight.test.reads.{uuid.uuid4().hex[:8]}"
     exchange = Exchange(name, type="direct", durable=False, auto_delete=True)
     queue = Queue(name, exchange, routing_key=name, durable=False, auto_delete=True)
@@ -187,16 +191,20 @@ def test_rabbitmq_messages_through_the_buffered_reader(
         with Consumer(channel, queues=[queue], on_message=on_message, prefetch_count=500):
             frames = buffered_frames(conn)
             assert frames is not None, "py-amqp's TCP transport should be buffered"
-            from_buffer = 0
+            from_buffer = bursts = 0
             while len(received) < len(bodies):
                 if frames.ready():
-                    frames.read_one()
-                    from_buffer += 1
+                    read = frames.read_frames(limit)
+                    assert 1 <= read <= limit
+                    from_buffer += read
+                    bursts += 1
                 else:
                     conn.drain_events(timeout=10)
         queue(channel).delete()
     assert received == bodies
     assert from_buffer > len(bodies)  # frames (three or more per message) mostly buffered
+    if limit > 1:
+        assert bursts < from_buffer  # several frames per call
 
 
 def test_other_transports_keep_their_own_reads() -> None:
