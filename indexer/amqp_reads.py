@@ -96,10 +96,12 @@ class FrameReader:
         timeout mid-frame it keeps the bytes read so far; the next frame starts there)."""
         return not self._transport._read_buffer and self._recv.whole_frame()
 
-    def read_frames(self, limit: int) -> int:
+    def read_frames(self, limit: int, enough: Callable[[], bool] | None = None) -> int:
         """Dispatch up to ``limit`` buffered frames, stopping at the first one not wholly
-        buffered; returns how many. No syscall, no timeout change (call after
-        :meth:`ready`). A message's last frame runs the consumer's callback.
+        buffered, or as soon as ``enough()`` says so after a frame; returns how many. No
+        syscall, no timeout change (call after :meth:`ready`). A message's last frame
+        runs the consumer's callback: ``enough`` can count messages, whose frames vary
+        (an empty body has none, a large one several).
 
         This is py-amqp's ``blocking_read(None)`` without its ``having_timeout``
         context manager, which for no timeout only yields the socket (a generator
@@ -115,6 +117,8 @@ class FrameReader:
                 break
             dispatch(frame)
             done += 1
+            if enough is not None and enough():
+                break
         return done
 
 

@@ -45,7 +45,10 @@ BUSY_POLL = 0.005  # bus wait while writes are in flight, so their acks are not 
 # own checks then cost a thirty-second per message, and a finished write waits for at
 # most this many messages (about a millisecond) to be acked.
 RECEIVE_BURST = 32
-FRAMES_PER_MESSAGE = 3  # method, header, body: a message past the frame size has more
+# Frames read per message wanted, at most: method, header, body. A burst stops at the
+# messages it wants (an empty body has two frames) or at this many frames (a heartbeat
+# is a frame, a body past the frame size several), whichever comes first.
+FRAMES_PER_MESSAGE = 3
 
 
 @dataclass(frozen=True)
@@ -197,8 +200,9 @@ class IndexerConsumer:
         than the batch has room for), or one message or a timeout from the bus
         (``amqp_reads`` says why the difference matters)."""
         if frames is not None and frames.ready():
-            room = min(RECEIVE_BURST, self.config.batch_count - len(self._batch))
-            frames.read_frames(FRAMES_PER_MESSAGE * max(1, room))
+            wanted = max(1, min(RECEIVE_BURST, self.config.batch_count - len(self._batch)))
+            target = self.received + wanted
+            frames.read_frames(FRAMES_PER_MESSAGE * wanted, lambda: self.received >= target)
             return
         try:
             self.connection.drain_events(timeout=self._wait_time())

@@ -10,6 +10,8 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import pytest
 from amqp.exceptions import UnexpectedFrame
@@ -17,7 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Message, Producer, Queue
 
-from cellsight.indexer.amqp_reads import FRAME_END, FRAME_HEADER, BufferedRecv, buffered_frames
+from cellsight.indexer.amqp_reads import (
+    FRAME_END,
+    FRAME_HEADER,
+    BufferedRecv,
+    FrameReader,
+    buffered_frames,
+)
+from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications import queues
 
 
 def frame(kind: int, channel: int, payload: bytes) -> bytes:
@@ -111,9 +122,13 @@ def test_take_frame_returns_what_read_frame_would(
     got: list[tuple[int, int, bytes]] = []
     with streamed(b"".join(frame(*p) for p in parts), cuts, chunk) as recv:
         for _ in parts:
-            if recv.whole_frame():
-                got.append(recv.take_frame())
+            whole, buffered = recv.whole_frame(), recv.buffered
+            taken = recv.take_frame()
+            assert (taken is not None) == whole
+            if taken is not None:
+                got.append(taken)
             else:
+                assert recv.buffered == buffered  # a partial frame is left where it is
                 raw = read_frame(recv)
                 got.append((raw[0], int.from_bytes(raw[1:3], "big"), raw[FRAME_HEADER:-1]))
     assert got == parts
@@ -154,6 +169,49 @@ def test_whole_frame_only_when_every_byte_is_buffered(
     assert recv.whole_frame()
     assert read_frame(recv) == second
     assert not recv.whole_frame()
+
+
+class Dispatched:
+    """Stands for py-amqp's connection where only our reader's loop is under test (the
+    RabbitMQ test below runs it against the real one): what it dispatched, in order."""
+
+    def __init__(self) -> None:
+        self.transport = type("Transport", (), {"_read_buffer": b""})()
+        self.frames: list[tuple[int, int, bytes]] = []
+
+    def on_inbound_frame(self, frame: tuple[int, int, bytes]) -> None:
+        self.frames.append(frame)
+
+
+@pytest.mark.parametrize("cut", [3, FRAME_HEADER + 2])  # inside the header, the payload
+def test_read_frames_stops_at_a_partial_frame_and_at_its_limit(
+    pair: tuple[socket.socket, socket.socket], cut: int
+) -> None:
+    a, b = pair
+    frames = [(1, 1, b"method"), (2, 1, b"header"), (3, 1, b"body")]
+    last = frame(3, 1, b"next body")
+    a.sendall(b"".join(frame(*f) for f in frames) + last[:cut])
+    connection = Dispatched()
+    recv = BufferedRecv(b.recv, chunk=4096)
+    reader = FrameReader(connection, recv)
+    assert recv(0) == b""  # an empty read fills the buffer
+    assert reader.read_frames(2) == 2  # the limit
+    assert reader.read_frames(10) == 1  # then the partial frame
+    assert connection.frames == frames
+    assert not reader.ready()
+    a.sendall(last[cut:])
+    assert read_frame(recv) == last  # py-amqp's own read resumes at the partial frame
+
+
+def test_read_frames_stops_when_enough(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+    a.sendall(b"".join(frame(3, 1, bytes([i])) for i in range(6)))
+    connection = Dispatched()
+    recv = BufferedRecv(b.recv, chunk=4096)
+    reader = FrameReader(connection, recv)
+    recv(0)
+    assert reader.read_frames(100, lambda: len(connection.frames) >= 4) == 4
+    assert reader.read_frames(100) == 2
 
 
 def test_recv_never_returns_more_than_asked(pair: tuple[socket.socket, socket.socket]) -> None:
@@ -205,6 +263,84 @@ def test_rabbitmq_messages_through_the_buffered_reader(
     assert from_buffer > len(bodies)  # frames (three or more per message) mostly buffered
     if limit > 1:
         assert bursts < from_buffer  # several frames per call
+
+
+def test_bursts_of_empty_bodies_stop_at_the_messages_wanted(rabbitmq_url: str) -> None:
+    """An empty body is two frames, not three: a burst sized for a number of messages
+    stops at that number, as the consumer asks (``enough``), not at its frame budget."""
+    name = f"cellsight.test.reads.{uuid.uuid4().hex[:8]}"
+    exchange = Exchange(name, type="direct", durable=False, auto_delete=True)
+    queue = Queue(name, exchange, routing_key=name, durable=False, auto_delete=True)
+    received: list[bytes | str] = []
+    bursts: list[int] = []
+    with Connection(rabbitmq_url) as conn:
+        channel = conn.channel()
+        queue(channel).declare()
+        producer = Producer(conn.channel(), exchange=exchange)
+        for _ in range(60):
+            producer.publish(b"", routing_key=name, content_type="application/octet-stream")
+
+        def on_message(message: Message) -> None:
+            received.append(message.body)
+            message.ack()
+
+        with Consumer(channel, queues=[queue], on_message=on_message, prefetch_count=100):
+            frames = buffered_frames(conn)
+            assert frames is not None
+            while len(received) < 60:
+                if frames.ready():
+                    before = len(received)
+                    target = before + 5
+                    frames.read_frames(3 * 5, lambda target=target: len(received) >= target)
+                    bursts.append(len(received) - before)
+                else:
+                    conn.drain_events(timeout=10)
+        queue(channel).delete()
+    assert len(received) == 60 and not any(received)  # py-amqp gives '' for no body
+    assert bursts and max(bursts) <= 5  # without ``enough``: up to 7 of 15 frames
+    assert max(bursts) == 5  # and buffered messages did come five at a time
+
+
+def test_the_consumer_fills_its_first_batch_exactly_from_a_burst(
+    rabbitmq_url: str, tmp_path: Path
+) -> None:
+    """The consumer asks a burst for the messages its batch has room for: with 40 empty
+    bodies buffered (two frames each) and a batch of 5, the first batch planned holds 5
+    (counted by frames, a burst of 15 would have read 7)."""
+    tag = uuid.uuid4().hex[:8]
+    config = ConsumerConfig(
+        exchange=f"cellsight.test.burst.{tag}",
+        queue=f"cellsight.test.burst.q.{tag}",
+        dead_letter_exchange=f"cellsight.test.burst.dlx.{tag}",
+        dead_letter_queue=f"cellsight.test.burst.dlq.{tag}",
+        batch_count=5,
+    )
+    exchange = queues.notifications_exchange(config.exchange)
+    planned: list[int] = []
+
+    class Recording(IndexerConsumer):
+        def _plan(self) -> Any:
+            planned.append(len(self._batch))
+            return super()._plan()
+
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    try:
+        with Connection(rabbitmq_url) as conn:
+            queues.indexer_queue(config.queue, exchange)(conn.channel()).declare()
+            producer = Producer(conn.channel(), exchange=exchange)
+            for _ in range(40):
+                producer.publish(b"", routing_key=queues.routing_key("INFO"))
+        consumer = Recording(Connection(rabbitmq_url), engine, config)
+        consumer.run(max_batches=1)
+        assert planned[0] == 5
+        assert consumer.totals["dead"] == 5  # not JSON: dead-lettered, then acked
+    finally:
+        engine.close()
+        with Connection(rabbitmq_url) as conn, conn.channel() as channel:
+            for q in (config.queue, config.dead_letter_queue):
+                channel.queue_delete(q)
+            for x in (config.exchange, config.dead_letter_exchange):
+                channel.exchange_delete(x)
 
 
 def test_other_transports_keep_their_own_reads() -> None:
