@@ -100,7 +100,7 @@ def phase_lag(
 
         write_process.record_outcomes = recording  # type: ignore[assignment]
         try:
-            _, seconds, cpu = run_indexer(
+            _, seconds, cpu, _ = run_indexer(
                 args.amqp,
                 clock,
                 topo.config(config),

@@ -181,11 +181,20 @@ class Tally:
     cpu: float = 0.0
     rounds: list[float] | None = None
     machine: Section | None = None
+    writer_cpu: float = 0.0  # of ``cpu``, the writer process's share (if it has one)
 
-    def add(self, count: int, seconds: float, cpu: float, machine: Section | None = None) -> None:
+    def add(
+        self,
+        count: int,
+        seconds: float,
+        cpu: float,
+        machine: Section | None = None,
+        writer_cpu: float = 0.0,
+    ) -> None:
         self.count += count
         self.seconds += seconds
         self.cpu += cpu
+        self.writer_cpu += writer_cpu
         self.rounds = [*(self.rounds or []), round(count / seconds, 1)]
         if machine is not None:
             self.machine = (self.machine or Section()) + machine
@@ -206,6 +215,17 @@ class Tally:
             "cpu_seconds": round(self.cpu, 3),
             f"cpu_us_per_{one}": round(self.cpu / self.count * 1e6, 1),
         }
+        if self.writer_cpu:
+            # Which process sets the pace: each runs on one core at most.
+            writer = self.writer_cpu / self.count
+            out[f"cpu_us_per_{one}_consumer_process"] = round(
+                self.cpu / self.count * 1e6 - writer * 1e6, 1
+            )
+            out[f"cpu_us_per_{one}_writer_process"] = round(writer * 1e6, 1)
+            out["consumer_process_core_share"] = round(
+                (self.cpu - self.writer_cpu) / self.seconds, 3
+            )
+            out["writer_process_core_share"] = round(self.writer_cpu / self.seconds, 3)
         if self.machine is not None and self.machine.capacity:
             mc = self.machine
             out[f"broker_cpu_us_per_{one}"] = round(mc.broker_cpu / self.count * 1e6, 1)

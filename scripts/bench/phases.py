@@ -45,10 +45,11 @@ def run_indexer(
     stages: Stages | None = None,
     profile: Path | None = None,
     write_process: WriterFactory | None = None,
-) -> tuple[IndexerConsumer, float, float]:
+) -> tuple[IndexerConsumer, float, float, float]:
     """Run an IndexerConsumer on a thread until ``until(consumer)``; returns it, the
-    seconds from its start to that moment, and the CPU seconds of this process (the
-    bus thread and the writer threads) and of its writer process meanwhile."""
+    seconds from its start to that moment, the CPU seconds of this process (the bus
+    thread and the writer threads) and of its writer process meanwhile, and of the
+    writer process alone (0 without one)."""
     conn = Connection(url)
     # As ``cellsight indexer`` runs it: the cycle collector between batches.
     consumer = IndexerConsumer(
@@ -74,7 +75,8 @@ def run_indexer(
 
     thread = threading.Thread(target=target, name="indexer", daemon=True)
     with MACHINE.section():  # the broker's and the machine's CPU meanwhile: MACHINE.last
-        started, cpu0 = time.perf_counter(), time.process_time() + cpu_seconds(child)
+        child0 = cpu_seconds(child)
+        started, cpu0 = time.perf_counter(), time.process_time() + child0
         thread.start()
         deadline = time.monotonic() + timeout
         while not until(consumer):
@@ -85,13 +87,14 @@ def run_indexer(
                 raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
             time.sleep(0.005)
         elapsed = time.perf_counter() - started
+        writer_cpu = cpu_seconds(child) - child0
         cpu = time.process_time() + cpu_seconds(child) - cpu0
     consumer.stop.set()
     thread.join(60)
     conn.release()
     if prof is not None and profile is not None:
         prof.dump_stats(str(profile))
-    return consumer, elapsed, cpu
+    return consumer, elapsed, cpu, writer_cpu
 
 
 def ceiling_chunk(engine: SearchEngine, bodies: Sequence[bytes], batch: int, tally: Tally) -> int:
@@ -133,7 +136,7 @@ def indexer_chunk(
     gc.collect()
     stages = engine.stages if write_process is None else None
     with stages.on_writer() if stages is not None else contextlib.nullcontext():
-        consumer, seconds, cpu = run_indexer(
+        consumer, seconds, cpu, writer_cpu = run_indexer(
             args.amqp,
             engine,
             topo.config(config),
@@ -147,7 +150,7 @@ def indexer_chunk(
         raise RuntimeError(f"the indexer acked {consumer.acked} of {len(bodies)}")
     for verdict, n in consumer.totals.items():
         totals[verdict] = totals.get(verdict, 0) + n
-    tally.add(len(bodies), seconds, cpu, MACHINE.last)
+    tally.add(len(bodies), seconds, cpu, MACHINE.last, writer_cpu)
 
 
 def plain_chunk(
