@@ -217,15 +217,12 @@ class Tally:
         }
         if self.writer_cpu:
             # Which process sets the pace: each runs on one core at most.
-            writer = self.writer_cpu / self.count
-            out[f"cpu_us_per_{one}_consumer_process"] = round(
-                self.cpu / self.count * 1e6 - writer * 1e6, 1
-            )
-            out[f"cpu_us_per_{one}_writer_process"] = round(writer * 1e6, 1)
-            out["consumer_process_core_share"] = round(
-                (self.cpu - self.writer_cpu) / self.seconds, 3
-            )
-            out["writer_process_core_share"] = round(self.writer_cpu / self.seconds, 3)
+            for process, cpu in (
+                ("consumer", self.cpu - self.writer_cpu),
+                ("writer", self.writer_cpu),
+            ):
+                out[f"cpu_us_per_{one}_{process}_process"] = round(cpu / self.count * 1e6, 1)
+                out[f"{process}_process_core_share"] = round(cpu / self.seconds, 3)
         if self.machine is not None and self.machine.capacity:
             mc = self.machine
             out[f"broker_cpu_us_per_{one}"] = round(mc.broker_cpu / self.count * 1e6, 1)
