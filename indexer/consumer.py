@@ -18,9 +18,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Connection, Consumer, Message
+from kombu import Connection, Consumer
 
 from cellsight.indexer import metrics
+from cellsight.indexer.amqp_deliveries import Received, routed_deliveries
 from cellsight.indexer.amqp_reads import FrameReader, buffered_frames
 from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.deadletter import (
@@ -112,7 +113,7 @@ class IndexerConsumer:
             stop=self.stop,
             max_backoff=config.max_backoff,
         )
-        self._batch: list[Message] = []
+        self._batch: list[Received] = []
         self._bytes = 0
         self._oldest = 0.0
         self._ready: Any = None  # the pipeline's prepared batch, not yet launched
@@ -179,7 +180,7 @@ class IndexerConsumer:
                 no_ack=False,
                 prefetch_count=self.prefetch,
             )
-            with consumer:
+            with consumer, routed_deliveries(self.connection, channel, self._on_message):
                 frames = buffered_frames(self.connection)
                 while not self.stop.is_set():
                     self._receive(frames)
@@ -226,7 +227,7 @@ class IndexerConsumer:
             or time.monotonic() - self._oldest >= self.config.batch_age
         )
 
-    def _on_message(self, message: Message) -> None:
+    def _on_message(self, message: Received) -> None:
         if not self._batch:
             self._oldest = time.monotonic()
         self._batch.append(message)
@@ -274,7 +275,7 @@ class IndexerConsumer:
         log.debug("batch of %d settled", len(flight.messages))
         return 1
 
-    def _ack(self, batch: list[Message]) -> None:
+    def _ack(self, batch: list[Received]) -> None:
         """On AMQP one ``basic.ack`` with ``multiple`` acks the whole batch: it holds every
         message delivered on this channel since the previous flush (a reconnect starts a
         new channel and an empty batch), so nothing outside it is covered. Measured: an
@@ -287,7 +288,7 @@ class IndexerConsumer:
         for message in batch:
             message.ack()
 
-    def _dead_letter(self, message: Message, outcome: Outcome) -> None:
+    def _dead_letter(self, message: Received, outcome: Outcome) -> None:
         """Returns once the DLQ holds the message (confirmed), before the batch is acked."""
         self.dead_letters.send(
             message,

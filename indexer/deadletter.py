@@ -18,9 +18,10 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from kombu import Connection, Exchange, Message, Queue
+from kombu import Connection, Exchange, Queue
 
 from cellsight.indexer import metrics
+from cellsight.indexer.amqp_deliveries import Received
 from cellsight.notifications.confirm import (
     ConfirmingProducer,
     Refused,
@@ -63,7 +64,7 @@ class DeadLetterer:
         self._producer: ConfirmingProducer | None = None
         self.retries = 0
 
-    def send(self, message: Message, reason_code: str, reason: str, event_type: str) -> None:
+    def send(self, message: Received, reason_code: str, reason: str, event_type: str) -> None:
         """Publish ``message`` to the DLX and return once the bus confirmed it."""
         headers: dict[str, Any] = dict(message.headers or {})
         headers.update(
@@ -95,7 +96,7 @@ class DeadLetterer:
                 raise DeadLetterUnconfirmed("stopped before the dead letter was confirmed")
             backoff = min(backoff * 2, self.max_backoff)
 
-    def _publish(self, message: Message, headers: dict[str, Any]) -> None:
+    def _publish(self, message: Received, headers: dict[str, Any]) -> None:
         if self._producer is None:
             self._connection = confirming_connection(self._source)
             self._producer = ConfirmingProducer(self._connection.channel())

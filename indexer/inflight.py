@@ -24,8 +24,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from kombu import Message
-
+from cellsight.indexer.amqp_deliveries import Received
 from cellsight.indexer.writer import BatchWriter, Outcome, Planned
 
 log = logging.getLogger(__name__)
@@ -42,7 +41,7 @@ def default_in_flight(distribution: str) -> int:
 
 
 class Settled(Protocol):
-    messages: list[Message]
+    messages: list[Received]
     started: float
 
 
@@ -55,7 +54,7 @@ class Pipeline(Protocol):
     def __len__(self) -> int: ...
     @property
     def messages(self) -> int: ...
-    def prepare(self, messages: list[Message]) -> Any: ...
+    def prepare(self, messages: list[Received]) -> Any: ...
     def can_take(self, batch: Any) -> bool: ...
     def launch(self, batch: Any) -> None: ...
     def any_settled(self) -> bool: ...
@@ -70,7 +69,7 @@ class Pipeline(Protocol):
 class PlannedBatch:
     """Received and decoded, not yet handed to a writer thread."""
 
-    messages: list[Message]
+    messages: list[Received]
     outcomes: list[Outcome | None]
     planned: list[Planned]
     ids: frozenset[str] = field(init=False)
@@ -81,7 +80,7 @@ class PlannedBatch:
 
 @dataclass
 class Flight:
-    messages: list[Message]
+    messages: list[Received]
     ids: frozenset[str]
     future: Future[list[Outcome]]
     started: float
@@ -101,7 +100,7 @@ class Ordered:
     def messages(self) -> int:
         return sum(len(f.messages) for f in self._queue)
 
-    def prepare(self, messages: list[Message]) -> PlannedBatch:
+    def prepare(self, messages: list[Received]) -> PlannedBatch:
         """Decode and map (CPU only), on the consumer's thread while others are written."""
         return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
 

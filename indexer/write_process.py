@@ -34,9 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Message
-
 from cellsight.indexer import metrics
+from cellsight.indexer.amqp_deliveries import Received
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Ordered, PlannedBatch
 from cellsight.indexer.outcomes import Outcome, dead
@@ -82,7 +81,7 @@ def engine_side(build: Callable[[], SearchEngine]) -> WriteSide:
 @dataclass
 class SentBatch:
     seq: int
-    messages: list[Message]
+    messages: list[Received]
     outcomes: list[Outcome | None]
     ids: frozenset[str]
     started: float
