@@ -16,7 +16,9 @@ the rest of the method's arguments and the content properties stay raw and are p
 by py-amqp's own code, only when something asks for them (a dead letter copies the
 headers). Every other frame, on any channel (consume-ok, cancel, channel close, the
 dead-letter channel's confirms, heartbeats), goes to py-amqp's handler unchanged. The
-channel has one consumer, the indexer's, so every delivery on it is the indexer's.
+channel has one consumer, the indexer's, so every delivery on it is the indexer's, and
+the router leaves before that consumer is cancelled and the channel closed: py-amqp's
+checks for a closing channel and a consumer tag without a callback cannot apply.
 
 As py-amqp does, a body whose content encoding is not UTF-8 (or binary) is decoded to
 text with it when it can be; UTF-8 bodies stay bytes, which every decoder here reads.
@@ -34,6 +36,7 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import UnexpectedFrame
 from amqp.serialization import loads
 from kombu import Message
+from kombu.compression import decompress
 
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 DELIVER = struct.pack(">HH", *spec.Basic.Deliver)
@@ -45,18 +48,28 @@ CONTENT_ENCODING = 1 << 14
 MORE_FLAGS = 1  # a second word of property flags follows (not for basic's properties)
 # Encodings whose bodies stay bytes: what they spell is what a decoder reads as UTF-8.
 PLAIN_ENCODINGS = frozenset({"utf-8", "utf8", "binary", "ascii", "us-ascii"})
+COMPRESSION = b"compression"  # kombu's header naming a compressed body's codec
 
 
 class Delivery:
     """One delivery on the indexer's channel: what kombu's message offers the indexer,
     with the rarely read parts parsed on first use."""
 
-    __slots__ = ("_header", "_method", "_properties", "body", "channel", "delivery_tag")
+    __slots__ = (
+        "_header",
+        "_method",
+        "_properties",
+        "body",
+        "channel",
+        "delivery_tag",
+        "wire_body",
+    )
 
     def __init__(self, channel: Any, method: bytes, delivery_tag: int) -> None:
         self.channel = channel
         self.delivery_tag = delivery_tag
         self.body: bytes | str = b""
+        self.wire_body = b""  # as it arrived: what a dead letter carries
         self._method = method
         self._header = b""
         self._properties: dict[str, Any] | None = None
@@ -188,11 +201,20 @@ class DeliveryRouter:
 
     def _deliver(self, delivery: Delivery) -> bool:
         self._pending = None
+        body = delivery.wire_body = delivery.body  # type: ignore[assignment]
+        # As kombu's message does: a body its producer compressed (oslo.messaging's
+        # ``kombu_compression``) is decompressed; if that fails it stays as it came.
+        if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
+            with contextlib.suppress(Exception):
+                delivery.body = decompress(body, codec)
+            return self._handed(delivery)
         encoding = _encoding(delivery._header)
-        body = delivery.body
         if encoding is not None and encoding.lower() not in PLAIN_ENCODINGS:
             with contextlib.suppress(Exception):  # as py-amqp: undecodable stays bytes
                 delivery.body = body.decode(encoding) if isinstance(body, bytes) else body
+        return self._handed(delivery)
+
+    def _handed(self, delivery: Delivery) -> bool:
         self.delivered += 1
         self._on_message(delivery)
         return True

@@ -100,9 +100,13 @@ class DeadLetterer:
         if self._producer is None:
             self._connection = confirming_connection(self._source)
             self._producer = ConfirmingProducer(self._connection.channel())
-        # The original bytes travel unchanged so a replay after a fix is exact. py-amqp
-        # hands an empty body over as ``""``, which kombu would encode as "binary".
-        body = message.body.encode() if isinstance(message.body, str) else message.body
+        # The original bytes travel unchanged so a replay after a fix is exact: a routed
+        # delivery keeps them as they came; kombu's message may hold text py-amqp
+        # decoded with the message's encoding (and ``""`` for an empty body, which kombu
+        # would encode as "binary"), so it is encoded back with that encoding.
+        body = getattr(message, "wire_body", None)
+        if body is None:
+            body = _encoded(message.body, message.content_encoding)
         publish_confirmed(
             self._producer,
             body,
@@ -125,3 +129,12 @@ class DeadLetterer:
 
     def close(self) -> None:
         self._reset()
+
+
+def _encoded(body: bytes | str, encoding: str | None) -> bytes:
+    if not isinstance(body, str):
+        return body
+    try:
+        return body.encode(encoding or "utf-8")
+    except (LookupError, UnicodeError):  # "binary", or text it cannot hold
+        return body.encode("utf-8", "surrogateescape")

@@ -21,6 +21,7 @@ from amqp.serialization import dumps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Producer, Queue
+from kombu.compression import compress
 
 from cellsight.indexer.amqp_deliveries import (
     BODY,
@@ -31,6 +32,7 @@ from cellsight.indexer.amqp_deliveries import (
     DeliveryRouter,
     routed_deliveries,
 )
+from cellsight.indexer.deadletter import _encoded
 
 CHANNEL = 1
 Frame = tuple[int, int, bytes]
@@ -247,6 +249,7 @@ def test_rabbitmq_deliveries_are_routed_and_keep_their_properties(rabbitmq_url: 
         assert conn.connection.on_inbound_frame is router._inner
         assert all(isinstance(m, Delivery) for m in got)
         assert [m.body for m in got] == bodies
+        assert [m.wire_body for m in got] == bodies  # what a dead letter would carry
         assert [m.headers for m in got] == [{"n": i} for i in range(len(bodies))]
         assert {m.delivery_info["routing_key"] for m in got} == {name}
         assert {m.content_type for m in got} == {"application/json"}
@@ -257,3 +260,38 @@ def test_rabbitmq_deliveries_are_routed_and_keep_their_properties(rabbitmq_url: 
 def test_other_transports_are_not_routed() -> None:
     with Connection("memory://") as conn, routed_deliveries(conn, conn.channel(), print) as r:
         assert r is None
+
+
+@pytest.mark.parametrize("codec", ["application/x-gzip", "application/x-bz2"])
+def test_a_compressed_body_is_decompressed_as_kombu_does(codec: str) -> None:
+    """oslo.messaging can compress (``kombu_compression``): the indexer reads the
+    notification, and a dead letter would carry the bytes as they came."""
+    body = b'{"event_type": "compute.instance.update"}' * 20
+    packed, _ = compress(body, codec)
+    props = {"application_headers": {"compression": codec}, "content_encoding": "binary"}
+    conn, channel = FakeConnection(), FakeChannel()
+    got: list[Delivery] = []
+    router = DeliveryRouter(conn, channel, got.append)
+    for f in deliver_frames(1, packed, props, [100]):
+        router(f)
+    (delivery,) = got
+    assert delivery.body == body
+    assert delivery.wire_body == packed
+
+
+def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
+    props = {"application_headers": {"compression": "application/x-gzip"}}
+    conn, channel = FakeConnection(), FakeChannel()
+    got: list[Delivery] = []
+    router = DeliveryRouter(conn, channel, got.append)
+    for f in deliver_frames(1, b"not gzip", props, []):
+        router(f)
+    assert [d.body for d in got] == [b"not gzip"]
+
+
+def test_dead_letters_carry_the_bytes_that_came() -> None:
+    """A body py-amqp decoded from latin-1 is encoded back with latin-1, not UTF-8; a
+    routed delivery's own bytes are used as they are."""
+    assert _encoded("caf\u00e9", "latin-1") == b"caf\xe9"
+    assert _encoded("", "binary") == b""
+    assert _encoded(b"\xff", "utf-8") == b"\xff"
