@@ -208,13 +208,15 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
         conn = engine.connect()
     except sa.exc.DBAPIError as exc:
         raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
-    with conn:
-        try:
+    try:
+        # Closing is inside: a server lost after the last statement fails the rollback
+        # that ends the connection's implicit transaction.
+        with conn:
             yield conn
-        except sa.exc.DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
+    except sa.exc.DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
 
 
 @contextmanager

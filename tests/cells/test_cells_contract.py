@@ -247,6 +247,31 @@ def test_a_server_lost_mid_use_is_database_unavailable(
         engines.dispose()
 
 
+@pytest.mark.parametrize("server", ["postgresql", "mariadb"])
+def test_a_server_lost_after_the_last_statement_is_database_unavailable(
+    make_database: DatabaseFactory, server: str
+) -> None:
+    """The session ends after the last statement, before the connection is given back:
+    the rollback that ends its implicit transaction fails, and that too is
+    ``DatabaseUnavailable``, not the driver's error (the soak's producer met it)."""
+    pg = server == "postgresql"
+    engines = Engines(connect_timeout=5)
+    try:
+        engine = engines.get(make_database(server))
+        with pytest.raises(DatabaseUnavailable), connect(engine) as conn:
+            own = conn.execute(
+                sa.text("SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()")
+            )
+            session = own.scalar_one()
+            with engine.connect() as other:
+                kill = f"SELECT pg_terminate_backend({session})" if pg else f"KILL {session}"
+                other.execute(sa.text(kill))
+        with connect(engine) as conn:
+            assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
+    finally:
+        engines.dispose()
+
+
 def test_statement_timeout_interrupts_a_slow_query(registry: CellRegistry) -> None:
     probe = sa.Table("slow_probe", sa.MetaData(), sa.Column("n", sa.Integer))
     probe.create(registry.api_engine)
