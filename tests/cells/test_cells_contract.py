@@ -220,6 +220,15 @@ def test_bad_urls_and_unknown_cells_are_named(registry: CellRegistry, dialect: s
         registry.get_cell("nope")
 
 
+def end_own_session(engine: sa.Engine, conn: sa.Connection, pg: bool) -> None:
+    """The server ends ``conn``'s session, as a restart or a failover does."""
+    own = conn.execute(sa.text("SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()"))
+    session = own.scalar_one()
+    with engine.connect() as other:
+        kill = f"SELECT pg_terminate_backend({session})" if pg else f"KILL {session}"
+        other.execute(sa.text(kill))
+
+
 @pytest.mark.parametrize("server", ["postgresql", "mariadb"])
 def test_a_server_lost_mid_use_is_database_unavailable(
     make_database: DatabaseFactory, server: str
@@ -232,13 +241,7 @@ def test_a_server_lost_mid_use_is_database_unavailable(
     try:
         engine = engines.get(make_database(server))
         with pytest.raises(DatabaseUnavailable) as lost, connect(engine) as conn:
-            own = conn.execute(
-                sa.text("SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()")
-            )
-            session = own.scalar_one()
-            with engine.connect() as other:
-                kill = f"SELECT pg_terminate_backend({session})" if pg else f"KILL {session}"
-                other.execute(sa.text(kill))
+            end_own_session(engine, conn, pg)
             conn.execute(sa.text("SELECT 1")).scalar_one()
         assert engine.url.database in str(lost.value)
         with connect(engine) as conn:
@@ -259,13 +262,7 @@ def test_a_server_lost_after_the_last_statement_is_database_unavailable(
     try:
         engine = engines.get(make_database(server))
         with pytest.raises(DatabaseUnavailable), connect(engine) as conn:
-            own = conn.execute(
-                sa.text("SELECT pg_backend_pid()" if pg else "SELECT CONNECTION_ID()")
-            )
-            session = own.scalar_one()
-            with engine.connect() as other:
-                kill = f"SELECT pg_terminate_backend({session})" if pg else f"KILL {session}"
-                other.execute(sa.text(kill))
+            end_own_session(engine, conn, pg)
         with connect(engine) as conn:
             assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1
     finally:
