@@ -38,6 +38,8 @@ from amqp.serialization import loads
 from kombu import Message
 from kombu.compression import decompress
 
+from cellsight.indexer.amqp_reads import tcp_connection
+
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 DELIVER = struct.pack(">HH", *spec.Basic.Deliver)
 DELIVER_ARGS = "sLbss"  # consumer tag, delivery tag, redelivered, exchange, routing key
@@ -68,7 +70,7 @@ class Delivery:
     def __init__(self, channel: Any, method: bytes, delivery_tag: int) -> None:
         self.channel = channel
         self.delivery_tag = delivery_tag
-        self.body: bytes | str = b""
+        self.body: bytes | str = b""  # as the consumer reads it (decompressed, decoded)
         self.wire_body = b""  # as it arrived: what a dead letter carries
         self._method = method
         self._header = b""
@@ -177,7 +179,7 @@ class DeliveryRouter:
             if self._parts:
                 self._parts.append(payload)
                 payload, self._parts = b"".join(self._parts), []
-            pending.body = payload
+            pending.body = pending.wire_body = payload
             return self._deliver(pending)
         if kind == HEARTBEAT:
             return False
@@ -201,20 +203,17 @@ class DeliveryRouter:
 
     def _deliver(self, delivery: Delivery) -> bool:
         self._pending = None
-        body = delivery.wire_body = delivery.body  # type: ignore[assignment]
+        body = delivery.wire_body
         # As kombu's message does: a body its producer compressed (oslo.messaging's
         # ``kombu_compression``) is decompressed; if that fails it stays as it came.
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
             with contextlib.suppress(Exception):
                 delivery.body = decompress(body, codec)
-            return self._handed(delivery)
-        encoding = _encoding(delivery._header)
-        if encoding is not None and encoding.lower() not in PLAIN_ENCODINGS:
+        elif (encoding := _encoding(delivery._header)) is not None and (
+            encoding.lower() not in PLAIN_ENCODINGS
+        ):
             with contextlib.suppress(Exception):  # as py-amqp: undecodable stays bytes
-                delivery.body = body.decode(encoding) if isinstance(body, bytes) else body
-        return self._handed(delivery)
-
-    def _handed(self, delivery: Delivery) -> bool:
+                delivery.body = body.decode(encoding)
         self.delivered += 1
         self._on_message(delivery)
         return True
@@ -228,13 +227,8 @@ def routed_deliveries(
     only; other transports get None and keep kombu's own path). Enter right after the
     channel's consumer started: py-amqp has then read up to its consume-ok and no
     further, so no delivery is half-read by its handler."""
-    if connection.transport.driver_type != "amqp":
-        yield None
-        return
-    from amqp.transport import TCPTransport
-
-    amqp_connection = connection.connection
-    if type(getattr(amqp_connection, "transport", None)) is not TCPTransport:
+    amqp_connection = tcp_connection(connection)
+    if amqp_connection is None:
         yield None
         return
     router = DeliveryRouter(amqp_connection, channel, on_message)

@@ -122,16 +122,27 @@ class FrameReader:
         return done
 
 
-def buffered_frames(connection: Connection) -> FrameReader | None:
-    """Install :class:`BufferedRecv` on an established py-amqp TCP connection (once) and
-    return its reader; ``None`` for any other transport."""
+def tcp_connection(connection: Connection) -> Any | None:
+    """The py-amqp connection under ``connection`` if it runs over plain TCP (not TLS,
+    not another transport such as the embedded bus's Redis), else None."""
     if connection.transport.driver_type != "amqp":
         return None
     from amqp.transport import TCPTransport
 
     amqp_connection = connection.connection
-    transport: Any = getattr(amqp_connection, "transport", None)
-    if type(transport) is not TCPTransport or not hasattr(transport, "_quick_recv"):
+    if type(getattr(amqp_connection, "transport", None)) is not TCPTransport:
+        return None
+    return amqp_connection
+
+
+def buffered_frames(connection: Connection) -> FrameReader | None:
+    """Install :class:`BufferedRecv` on an established py-amqp TCP connection (once) and
+    return its reader; ``None`` for any other transport."""
+    amqp_connection = tcp_connection(connection)
+    if amqp_connection is None:
+        return None
+    transport = amqp_connection.transport
+    if not hasattr(transport, "_quick_recv"):
         return None
     recv = transport._quick_recv
     if not isinstance(recv, BufferedRecv):
