@@ -21,7 +21,7 @@ from typing import Any
 from kombu import Connection, Exchange, Queue
 
 from cellsight.indexer import metrics
-from cellsight.indexer.amqp_deliveries import Received
+from cellsight.indexer.amqp_deliveries import Delivery, Received
 from cellsight.notifications.confirm import (
     ConfirmingProducer,
     Refused,
@@ -104,9 +104,10 @@ class DeadLetterer:
         # delivery keeps them as they came; kombu's message may hold text py-amqp
         # decoded with the message's encoding (and ``""`` for an empty body, which kombu
         # would encode as "binary"), so it is encoded back with that encoding.
-        body = getattr(message, "wire_body", None)
-        if body is None:
-            body = _encoded(message.body, message.content_encoding)
+        if isinstance(message, Delivery):
+            body = message.wire_body
+        else:
+            body = wire_bytes(message.body, message.content_encoding)
         publish_confirmed(
             self._producer,
             body,
@@ -131,7 +132,9 @@ class DeadLetterer:
         self._reset()
 
 
-def _encoded(body: bytes | str, encoding: str | None) -> bytes:
+def wire_bytes(body: bytes | str, encoding: str | None) -> bytes:
+    """A kombu message's body as it travelled: py-amqp hands over text it decoded with
+    the message's content encoding, which is encoded back with it."""
     if not isinstance(body, str):
         return body
     try:

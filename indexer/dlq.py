@@ -8,7 +8,7 @@ from typing import Any
 
 from kombu import Connection, Message
 
-from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER
+from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER, wire_bytes
 from cellsight.notifications import queues
 from cellsight.notifications.confirm import (
     ConfirmingProducer,
@@ -28,8 +28,10 @@ class DeadLetter:
     body: bytes
 
     @classmethod
-    def from_message(cls, headers: dict[str, Any], body: Any) -> DeadLetter:
-        raw = body if isinstance(body, bytes) else str(body).encode()
+    def from_message(
+        cls, headers: dict[str, Any], body: Any, encoding: str | None = None
+    ) -> DeadLetter:
+        raw = wire_bytes(body if isinstance(body, bytes) else str(body), encoding)
         return cls(
             reason_code=str(headers.get(REASON_CODE_HEADER, "")),
             reason=str(headers.get(REASON_HEADER, "")),
@@ -53,7 +55,9 @@ def peek(
             message = bound.get(no_ack=False, accept=None)
             if message is None:
                 break
-            yield DeadLetter.from_message(message.headers or {}, message.body)
+            yield DeadLetter.from_message(
+                message.headers or {}, message.body, message.content_encoding
+            )
 
 
 class ReplayRefused(Exception):
@@ -94,7 +98,9 @@ def replay(
                 message = bound.get(no_ack=False, accept=None)
                 if message is None:
                     break
-                letter = DeadLetter.from_message(message.headers or {}, message.body)
+                letter = DeadLetter.from_message(
+                    message.headers or {}, message.body, message.content_encoding
+                )
                 if reason_code is not None and letter.reason_code != reason_code:
                     held.append(message)
                     skipped += 1

@@ -32,7 +32,7 @@ from cellsight.indexer.amqp_deliveries import (
     DeliveryRouter,
     routed_deliveries,
 )
-from cellsight.indexer.deadletter import _encoded
+from cellsight.indexer.deadletter import wire_bytes
 
 CHANNEL = 1
 Frame = tuple[int, int, bytes]
@@ -292,6 +292,6 @@ def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
 def test_dead_letters_carry_the_bytes_that_came() -> None:
     """A body py-amqp decoded from latin-1 is encoded back with latin-1, not UTF-8; a
     routed delivery's own bytes are used as they are."""
-    assert _encoded("caf\u00e9", "latin-1") == b"caf\xe9"
-    assert _encoded("", "binary") == b""
-    assert _encoded(b"\xff", "utf-8") == b"\xff"
+    assert wire_bytes("caf\u00e9", "latin-1") == b"caf\xe9"
+    assert wire_bytes("", "binary") == b""
+    assert wire_bytes(b"\xff", "utf-8") == b"\xff"

@@ -156,3 +156,35 @@ def test_fuzzed_notifications_through_the_consumer(
         assert engine.get(p.op.resource, p.op.id) is not None, p.op.id
     engine.close()
     kill_embedded_redis_servers(tmp_path)  # per example: no test's tmp_path covers it
+
+
+def test_compressed_and_latin_1_bodies_through_rabbitmq(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """What a producer may set on the wire, through the indexer on RabbitMQ: a body
+    compressed by kombu (oslo.messaging's ``kombu_compression``) is indexed; a poison
+    body labelled latin-1 is dead-lettered with the bytes it came with."""
+    settings = _settings("rabbitmq", tmp_path, request)
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    good = poison.good(seed=4242)
+    poison_body = b'{"caf\xe9": ['
+    with build_bus(settings) as b, b.connection() as conn:
+        producer = Producer(conn.channel())
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        key = "versioned_notifications.info"
+        producer.publish(novagen.body(good), exchange=exchange, routing_key=key, compression="gzip")
+        producer.publish(
+            poison_body,
+            exchange=exchange,
+            routing_key=key,
+            content_type="application/json",
+            content_encoding="latin-1",
+        )
+    with running_indexer(settings, engine, "process") as consumer:
+        wait_for(lambda: sum(consumer.totals.values()) >= 2, 60, "both messages")
+    assert consumer.totals["indexed"] == 1 and consumer.totals["dead"] == 1
+    assert engine.get("instance", poison.data(good)["uuid"]) is not None
+    assert [letter.body for letter in dead_letters(settings)] == [poison_body]
+    engine.close()
