@@ -2,9 +2,9 @@
 
 The consumer acks a message only after this returns its verdict: INDEXED and STALE
 (the newer state is already stored) and IGNORED are acked; DEAD is dead-lettered with
-its reason, then acked. Transient engine failures are retried here, with exponential
-backoff and jitter, for as long as it takes or until shutdown; the batch is then left
-unacked so a restart redelivers it.
+its reason, then acked. Transient failures (the engine's, and the API database's for
+the cell lookup) are retried here, with exponential backoff and jitter, for as long as
+it takes or until shutdown; the batch is then left unacked so a restart redelivers it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.indexer import metrics
 from cellsight.indexer.engines.base import (
     EngineUnavailable,
@@ -49,6 +50,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CellResolver = Callable[[Sequence[str]], dict[str, str]]
+# What a commit waits out, unacked: the engine's outages, and the API database's, which
+# the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
+# index nothing until restarted, where one that waits resumes on its own).
+TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
 PURGE_FLOOR_KEY = "purge_floor:instance"
 
 
@@ -134,7 +139,7 @@ class BatchWriter:
 
     def _retrying(self, fn: Callable[[], None]) -> None:
         for attempt in Retrying(
-            retry=retry_if_exception_type(EngineUnavailable),
+            retry=retry_if_exception_type(TRANSIENT),
             wait=wait_random_exponential(multiplier=0.1, max=self.max_backoff),
             stop=stop_when_event_set(self.stop),
             before_sleep=before_sleep_log(log, logging.WARNING),
