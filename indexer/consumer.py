@@ -177,6 +177,7 @@ class IndexerConsumer:
                 channel,
                 queues=[self.queue],
                 on_message=self._on_message,
+                on_decode_error=self._on_undecodable,
                 no_ack=False,
                 prefetch_count=self.prefetch,
             )
@@ -233,6 +234,14 @@ class IndexerConsumer:
         self._batch.append(message)
         self._bytes += len(message.body or b"")
         self.received += 1
+
+    def _on_undecodable(self, message: Received, exc: Exception) -> None:
+        """A message kombu could not prepare (a body its ``compression`` header says is
+        compressed and is not): without this kombu raises out of the receive, and the
+        indexer would stop on it, and again on its redelivery. Its body stays as it came,
+        which the decode refuses, so it is dead-lettered like any other poison."""
+        log.warning("undecodable message (%s: %s): dead-lettered", type(exc).__name__, exc)
+        self._on_message(message)
 
     def _plan(self) -> Any:
         batch, self._batch, self._bytes = self._batch, [], 0

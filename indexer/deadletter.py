@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kombu import Connection, Exchange, Queue
+from kombu.compression import compress
 
 from cellsight.indexer import metrics
 from cellsight.indexer.amqp_deliveries import Delivery, Received
@@ -103,11 +104,17 @@ class DeadLetterer:
         # The original bytes travel unchanged so a replay after a fix is exact: a routed
         # delivery keeps them as they came; kombu's message may hold text py-amqp
         # decoded with the message's encoding (and ``""`` for an empty body, which kombu
-        # would encode as "binary"), so it is encoded back with that encoding.
+        # would encode as "binary"), so it is encoded back with that encoding, and a
+        # body kombu decompressed is compressed back.
         if isinstance(message, Delivery):
             body = message.wire_body
         else:
             body = wire_bytes(message.body, message.content_encoding)
+            codec = headers.get("compression")
+            if codec and not message.errors:
+                # kombu decompressed it: compressed again, so the copy's body and its
+                # ``compression`` header agree (a reader decompresses it as it came).
+                body, _ = compress(body, codec)
         publish_confirmed(
             self._producer,
             body,

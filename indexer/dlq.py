@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kombu import Connection, Message
+from kombu import Connection, Message, Queue
 
 from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER, wire_bytes
 from cellsight.notifications import queues
@@ -42,6 +42,19 @@ class DeadLetter:
         )
 
 
+def get_as_stored(bound: Queue) -> Message | None:
+    """The next dead letter, unacked, as ``Queue.get`` gives it, but one kombu could not
+    prepare (a body its ``compression`` header says is compressed and is not) comes as
+    it is stored: ``Queue.get`` raises that error, and so one poison would stop every
+    reader of the queue at it."""
+    channel = bound.channel
+    message = channel.basic_get(queue=bound.name, no_ack=False)
+    to_python = getattr(channel, "message_to_python", None)
+    if message is not None and to_python is not None:
+        message = to_python(message)
+    return message
+
+
 def peek(
     connection: Connection, dlx_name: str, dlq_name: str, limit: int = 100
 ) -> Iterator[DeadLetter]:
@@ -52,7 +65,7 @@ def peek(
         bound = dlq(channel)
         bound.declare()
         for _ in range(limit):
-            message = bound.get(no_ack=False, accept=None)
+            message = get_as_stored(bound)
             if message is None:
                 break
             yield DeadLetter.from_message(
@@ -95,7 +108,7 @@ def replay(
         producer = ConfirmingProducer(publishing.channel())
         try:
             while limit is None or replayed < limit:
-                message = bound.get(no_ack=False, accept=None)
+                message = get_as_stored(bound)
                 if message is None:
                     break
                 letter = DeadLetter.from_message(

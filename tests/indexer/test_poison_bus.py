@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from kombu import Producer
 
 from cellsight.clients import build_bus
-from cellsight.indexer.dlq import DeadLetter, peek
+from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.outcomes import Verdict
 from cellsight.indexer.planning import plan
@@ -158,17 +158,22 @@ def test_fuzzed_notifications_through_the_consumer(
     kill_embedded_redis_servers(tmp_path)  # per example: no test's tmp_path covers it
 
 
-def test_compressed_and_latin_1_bodies_through_rabbitmq(
-    tmp_path: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize("bus", BUSES)
+def test_compressed_and_latin_1_bodies_through_the_bus(
+    bus: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """What a producer may set on the wire, through the indexer on RabbitMQ: a body
-    compressed by kombu (oslo.messaging's ``kombu_compression``) is indexed; a poison
-    body labelled latin-1 is dead-lettered with the bytes it came with."""
-    settings = _settings("rabbitmq", tmp_path, request)
+    """What a producer may set on the wire, through the indexer on each bus: a body
+    compressed by kombu (oslo.messaging's ``kombu_compression``) is indexed; poison
+    bodies, one labelled latin-1, one compressed and one whose ``compression`` header
+    lies, are dead-lettered with the bytes they came with; the compressed one's copy
+    still agrees with its header (on the Redis bus kombu hands the consumer the body
+    decompressed), and ``dlq peek`` reads all three."""
+    settings = _settings(bus, tmp_path, request)
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
     good = poison.good(seed=4242)
-    poison_body = b'{"caf\xe9": ['
+    latin_1 = b'{"caf\xe9": ['
+    squeezed = b'{"compressed": [' + b"x" * 200
     with build_bus(settings) as b, b.connection() as conn:
         producer = Producer(conn.channel())
         exchange = queues.notifications_exchange(settings.exchange)
@@ -176,15 +181,45 @@ def test_compressed_and_latin_1_bodies_through_rabbitmq(
         key = "versioned_notifications.info"
         producer.publish(novagen.body(good), exchange=exchange, routing_key=key, compression="gzip")
         producer.publish(
-            poison_body,
+            latin_1,
             exchange=exchange,
             routing_key=key,
             content_type="application/json",
             content_encoding="latin-1",
         )
+        producer.publish(
+            squeezed,
+            exchange=exchange,
+            routing_key=key,
+            content_type="application/json",
+            content_encoding="utf-8",
+            compression="zlib",
+        )
+        producer.publish(
+            b"not zlib at all",
+            exchange=exchange,
+            routing_key=key,
+            content_type="application/json",
+            content_encoding="utf-8",
+            headers={"compression": "application/x-gzip"},
+        )
     with running_indexer(settings, engine, "process") as consumer:
-        wait_for(lambda: sum(consumer.totals.values()) >= 2, 60, "both messages")
-    assert consumer.totals["indexed"] == 1 and consumer.totals["dead"] == 1
+        # On the Redis bus kombu raised that one's error out of the receive: the indexer
+        # stopped at it (and would again at its redelivery).
+        wait_for(lambda: sum(consumer.totals.values()) >= 4, 60, "all four messages")
+    assert consumer.totals["indexed"] == 1 and consumer.totals["dead"] == 3
     assert engine.get("instance", poison.data(good)["uuid"]) is not None
-    assert [letter.body for letter in dead_letters(settings)] == [poison_body]
+    # ``dlq peek`` reads each as it came, the one whose header lies included (kombu's
+    # ``Queue.get`` raised its decompression error: one such letter stopped the readers).
+    bogus = b"not zlib at all"
+    assert [letter.body for letter in dead_letters(settings)] == [latin_1, squeezed, bogus]
+    with build_bus(settings) as b, b.connection() as conn, conn.channel() as channel:
+        dlx = queues.dead_letter_exchange(settings.dead_letter_exchange)
+        dlq = queues.dead_letter_queue(settings.dead_letter_queue, dlx)(channel)
+        copies = [c for _ in range(3) if (c := get_as_stored(dlq)) is not None]
+        assert len(copies) == 3
+        # Each copy's body agrees with its ``compression`` header, except the one whose
+        # header lied on the way in: kombu decompresses the others without an error.
+        seen = sorted((c.headers.get("compression") or "-", bool(c.errors)) for c in copies)
+        assert seen == [("-", False), ("application/x-gzip", False), ("application/x-gzip", True)]
     engine.close()
