@@ -164,10 +164,10 @@ def test_compressed_and_latin_1_bodies_through_the_bus(
 ) -> None:
     """What a producer may set on the wire, through the indexer on each bus: a body
     compressed by kombu (oslo.messaging's ``kombu_compression``) is indexed; poison
-    bodies, one labelled latin-1, one compressed and one whose ``compression`` header
-    lies, are dead-lettered with the bytes they came with; the compressed one's copy
-    still agrees with its header (on the Redis bus kombu hands the consumer the body
-    decompressed), and ``dlq peek`` reads all three."""
+    bodies (labelled latin-1; compressed; under a ``compression`` header that lies; under
+    one naming an unknown codec) are dead-lettered with the bytes they came with, the
+    compressed one's copy still agrees with its header (on the Redis bus kombu hands the
+    consumer the body decompressed), and ``dlq peek`` reads all four."""
     settings = _settings(bus, tmp_path, request)
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
@@ -203,23 +203,37 @@ def test_compressed_and_latin_1_bodies_through_the_bus(
             content_encoding="utf-8",
             headers={"compression": "application/x-gzip"},
         )
+        producer.publish(
+            b"unknown codec",
+            exchange=exchange,
+            routing_key=key,
+            content_type="application/json",
+            content_encoding="utf-8",
+            headers={"compression": "application/x-nope"},
+        )
     with running_indexer(settings, engine, "process") as consumer:
         # On the Redis bus kombu raised that one's error out of the receive: the indexer
         # stopped at it (and would again at its redelivery).
-        wait_for(lambda: sum(consumer.totals.values()) >= 4, 60, "all four messages")
-    assert consumer.totals["indexed"] == 1 and consumer.totals["dead"] == 3
+        wait_for(lambda: sum(consumer.totals.values()) >= 5, 60, "all five messages")
+    assert consumer.totals["indexed"] == 1 and consumer.totals["dead"] == 4
     assert engine.get("instance", poison.data(good)["uuid"]) is not None
-    # ``dlq peek`` reads each as it came, the one whose header lies included (kombu's
-    # ``Queue.get`` raised its decompression error: one such letter stopped the readers).
+    # ``dlq peek`` reads each as it came, those with a wrong header included (kombu's
+    # ``Queue.get`` raised their decompression error: one such letter stopped the readers).
     bogus = b"not zlib at all"
-    assert [letter.body for letter in dead_letters(settings)] == [latin_1, squeezed, bogus]
+    unknown = b"unknown codec"
+    assert [letter.body for letter in dead_letters(settings)] == [latin_1, squeezed, bogus, unknown]
     with build_bus(settings) as b, b.connection() as conn, conn.channel() as channel:
         dlx = queues.dead_letter_exchange(settings.dead_letter_exchange)
         dlq = queues.dead_letter_queue(settings.dead_letter_queue, dlx)(channel)
-        copies = [c for _ in range(3) if (c := get_as_stored(dlq)) is not None]
-        assert len(copies) == 3
-        # Each copy's body agrees with its ``compression`` header, except the one whose
-        # header lied on the way in: kombu decompresses the others without an error.
+        copies = [c for _ in range(4) if (c := get_as_stored(dlq)) is not None]
+        assert len(copies) == 4
+        # Each copy's body agrees with its ``compression`` header, except the two whose
+        # header was wrong on the way in: kombu decompresses the others without an error.
         seen = sorted((c.headers.get("compression") or "-", bool(c.errors)) for c in copies)
-        assert seen == [("-", False), ("application/x-gzip", False), ("application/x-gzip", True)]
+        assert seen == [
+            ("-", False),
+            ("application/x-gzip", False),
+            ("application/x-gzip", True),
+            ("application/x-nope", True),
+        ]
     engine.close()
