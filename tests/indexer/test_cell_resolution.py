@@ -8,7 +8,6 @@ lookup's ``DatabaseUnavailable`` stopped the indexer)."""
 from __future__ import annotations
 
 import functools
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from cellsight.indexer.metrics import REGISTRY
 from cellsight.notifications.envelope import decode
 from cellsight.settings import Settings
 from tests.support import novagen
-from tests.support.indexing import PIPELINES, bus_settings, wait_for
+from tests.support.indexing import PIPELINES, bus_settings, consuming, wait_for
 from tests.support.proxy import Proxy
 from tests.support.services import DatabaseFactory
 
@@ -51,14 +50,8 @@ def cli_indexer(settings: Settings, engine: SearchEngine) -> Iterator[IndexerCon
                 functools.partial(build_write_side, settings) if settings.write_process else None
             ),
         )
-        thread = threading.Thread(target=consumer.run, daemon=True)
-        thread.start()
-        try:
+        with consuming(consumer):
             yield consumer
-        finally:
-            consumer.stop.set()
-            thread.join(30)
-            assert not thread.is_alive(), "indexer did not stop"
 
 
 def publish_nova(settings: Settings, *instances: str) -> None:

@@ -174,6 +174,7 @@ def test_compressed_and_latin_1_bodies_through_the_bus(
     good = poison.good(seed=4242)
     latin_1 = b'{"caf\xe9": ['
     squeezed = b'{"compressed": [' + b"x" * 200
+    bogus, unknown = b"not zlib at all", b"unknown codec"
     with build_bus(settings) as b, b.connection() as conn:
         producer = Producer(conn.channel())
         exchange = queues.notifications_exchange(settings.exchange)
@@ -195,22 +196,15 @@ def test_compressed_and_latin_1_bodies_through_the_bus(
             content_encoding="utf-8",
             compression="zlib",
         )
-        producer.publish(
-            b"not zlib at all",
-            exchange=exchange,
-            routing_key=key,
-            content_type="application/json",
-            content_encoding="utf-8",
-            headers={"compression": "application/x-gzip"},
-        )
-        producer.publish(
-            b"unknown codec",
-            exchange=exchange,
-            routing_key=key,
-            content_type="application/json",
-            content_encoding="utf-8",
-            headers={"compression": "application/x-nope"},
-        )
+        for body, codec in ((bogus, "application/x-gzip"), (unknown, "application/x-nope")):
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key=key,
+                content_type="application/json",
+                content_encoding="utf-8",
+                headers={"compression": codec},
+            )
     with running_indexer(settings, engine, "process") as consumer:
         # On the Redis bus kombu raised that one's error out of the receive: the indexer
         # stopped at it (and would again at its redelivery).
@@ -219,8 +213,6 @@ def test_compressed_and_latin_1_bodies_through_the_bus(
     assert engine.get("instance", poison.data(good)["uuid"]) is not None
     # ``dlq peek`` reads each as it came, those with a wrong header included (kombu's
     # ``Queue.get`` raised their decompression error: one such letter stopped the readers).
-    bogus = b"not zlib at all"
-    unknown = b"unknown codec"
     assert [letter.body for letter in dead_letters(settings)] == [latin_1, squeezed, bogus, unknown]
     with build_bus(settings) as b, b.connection() as conn, conn.channel() as channel:
         dlx = queues.dead_letter_exchange(settings.dead_letter_exchange)

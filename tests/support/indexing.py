@@ -60,11 +60,18 @@ def running_indexer(
             write_process=reopened(engine) if pipeline == "process" else None,
             collect_between_batches=True,
         )
-        thread = threading.Thread(target=consumer.run, daemon=True)
-        thread.start()
-        try:
+        with consuming(consumer):
             yield consumer
-        finally:
-            consumer.stop.set()
-            thread.join(30)
-            assert not thread.is_alive(), "indexer did not stop"
+
+
+@contextmanager
+def consuming(consumer: IndexerConsumer) -> Iterator[IndexerConsumer]:
+    """``consumer`` running on a thread; stopped (flush, ack, close) on exit."""
+    thread = threading.Thread(target=consumer.run, daemon=True)
+    thread.start()
+    try:
+        yield consumer
+    finally:
+        consumer.stop.set()
+        thread.join(30)
+        assert not thread.is_alive(), "indexer did not stop"
