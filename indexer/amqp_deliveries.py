@@ -1,4 +1,4 @@
-"""The indexer channel's deliveries taken straight from their frames, on py-amqp's TCP transport.
+"""The indexer channel's deliveries taken straight from their frames, on py-amqp.
 
 For every message py-amqp runs its frame state machine three times (method, content
 header, body), parses the content properties, dispatches the method through the
@@ -38,7 +38,7 @@ from amqp.serialization import loads
 from kombu import Message
 from kombu.compression import decompress
 
-from cellsight.indexer.amqp_reads import tcp_connection
+from cellsight.indexer.amqp_reads import py_amqp
 
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 DELIVER = struct.pack(">HH", *spec.Basic.Deliver)
@@ -64,6 +64,7 @@ class Delivery:
         "body",
         "channel",
         "delivery_tag",
+        "unreadable",
         "wire_body",
     )
 
@@ -75,6 +76,7 @@ class Delivery:
         self._method = method
         self._header = b""
         self._properties: dict[str, Any] | None = None
+        self.unreadable: str | None = None  # why the properties could not be parsed
 
     @property
     def delivery_info(self) -> dict[str, Any]:
@@ -91,9 +93,23 @@ class Delivery:
 
     @property
     def properties(self) -> dict[str, Any]:
+        """As py-amqp parses them, or none (``unreadable`` says why) when it cannot: a
+        broker passes on what a foreign client wrote (a short string that is not UTF-8, a
+        timestamp past the year 9999, a table nested thousands deep), and py-amqp's
+        reader raises whatever its parse meets (``ValueError``, ``RecursionError``, its
+        own frame errors), so any error counts. The body stays the message's."""
         if self._properties is None:
-            self._properties = _properties(self._header)
+            try:
+                self._properties = _properties(self._header)
+            except Exception as exc:
+                self.unreadable = f"{type(exc).__name__}: {exc}"[:200]
+                self._properties = {}
         return self._properties
+
+    @property
+    def header_size(self) -> int:
+        """Bytes of the content header as it came (all the properties, encoded)."""
+        return len(self._header)
 
     @property
     def headers(self) -> dict[str, Any]:
@@ -123,14 +139,15 @@ def _properties(header: bytes) -> dict[str, Any]:
     return dict(content.properties)
 
 
-def _encoding(header: bytes) -> str | None:
-    """The content encoding named in a content header, read without the other
+def _encoding(delivery: Delivery) -> str | None:
+    """The content encoding named in a delivery's content header, read without the other
     properties: in AMQP 0-9-1 it is the second short string after the flags."""
+    header = delivery._header
     flags = _HEADER.unpack_from(header)[3]
     if not flags & CONTENT_ENCODING:
         return None
     if flags & MORE_FLAGS:
-        encoding: str | None = _properties(header).get("content_encoding")
+        encoding: str | None = delivery.properties.get("content_encoding")
         return encoding
     at = _HEADER.size
     if flags & CONTENT_TYPE:
@@ -209,7 +226,7 @@ class DeliveryRouter:
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
             with contextlib.suppress(Exception):
                 delivery.body = decompress(body, codec)
-        elif (encoding := _encoding(delivery._header)) is not None and (
+        elif (encoding := _encoding(delivery)) is not None and (
             encoding.lower() not in PLAIN_ENCODINGS
         ):
             with contextlib.suppress(Exception):  # as py-amqp: undecodable stays bytes
@@ -223,11 +240,11 @@ class DeliveryRouter:
 def routed_deliveries(
     connection: Any, channel: Any, on_message: Callable[[Delivery], None]
 ) -> Iterator[DeliveryRouter | None]:
-    """Route ``channel``'s deliveries to ``on_message`` while inside (py-amqp over TCP
-    only; other transports get None and keep kombu's own path). Enter right after the
-    channel's consumer started: py-amqp has then read up to its consume-ok and no
-    further, so no delivery is half-read by its handler."""
-    amqp_connection = tcp_connection(connection)
+    """Route ``channel``'s deliveries to ``on_message`` while inside (py-amqp, over TCP
+    or TLS: frames are the same; other transports get None and keep kombu's own path).
+    Enter right after the channel's consumer started: py-amqp has then read up to its
+    consume-ok and no further, so no delivery is half-read by its handler."""
+    amqp_connection = py_amqp(connection)
     if amqp_connection is None:
         yield None
         return

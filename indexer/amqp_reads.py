@@ -122,14 +122,20 @@ class FrameReader:
         return done
 
 
-def tcp_connection(connection: Connection) -> Any | None:
-    """The py-amqp connection under ``connection`` if it runs over plain TCP (not TLS,
-    not another transport such as the embedded bus's Redis), else None."""
+def py_amqp(connection: Connection) -> Any | None:
+    """The py-amqp connection under ``connection``, or None for another transport (the
+    embedded bus's Redis)."""
     if connection.transport.driver_type != "amqp":
         return None
+    return connection.connection
+
+
+def tcp_connection(connection: Connection) -> Any | None:
+    """The py-amqp connection under ``connection`` if it runs over plain TCP (not TLS),
+    else None."""
     from amqp.transport import TCPTransport
 
-    amqp_connection = connection.connection
+    amqp_connection = py_amqp(connection)
     if type(getattr(amqp_connection, "transport", None)) is not TCPTransport:
         return None
     return amqp_connection

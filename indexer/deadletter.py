@@ -36,6 +36,12 @@ log = logging.getLogger(__name__)
 REASON_HEADER = "x-cellsight-reason"
 REASON_CODE_HEADER = "x-cellsight-reason-code"
 REASON_MAX = 1000
+HEADERS_DROPPED = "x-cellsight-headers-dropped"
+# The original's properties a dead letter copies at most, in bytes as they came (or half
+# the connection's frame size, if less): a copy past RabbitMQ's frame size (128 KiB by
+# default; the properties go in one frame) makes the broker close the connection, and
+# every retry would meet the same.
+HEADERS_MAX = 64 * 1024
 
 
 class DeadLetterUnconfirmed(Exception):
@@ -67,7 +73,7 @@ class DeadLetterer:
 
     def send(self, message: Received, reason_code: str, reason: str, event_type: str) -> None:
         """Publish ``message`` to the DLX and return once the bus confirmed it."""
-        headers: dict[str, Any] = dict(message.headers or {})
+        headers = _original_headers(message)
         headers.update(
             {
                 REASON_HEADER: reason[:REASON_MAX],
@@ -137,6 +143,22 @@ class DeadLetterer:
 
     def close(self) -> None:
         self._reset()
+
+
+def _original_headers(message: Received) -> dict[str, Any]:
+    """The headers the copy keeps: the original's, unless py-amqp could not read them or
+    they are too large to carry (``HEADERS_MAX``); then a header says why they are not
+    there (the body always travels)."""
+    if not isinstance(message, Delivery):
+        return dict(message.headers or {})  # the Redis bus: no frame size
+    headers = dict(message.headers)
+    if message.unreadable is not None:
+        return {HEADERS_DROPPED: f"unreadable: {message.unreadable}"}
+    frame_max = getattr(getattr(message.channel, "connection", None), "frame_max", 0)
+    limit = min(HEADERS_MAX, frame_max // 2) if frame_max else HEADERS_MAX
+    if message.header_size > limit:
+        return {HEADERS_DROPPED: f"{message.header_size} bytes, over {limit}"}
+    return headers
 
 
 def wire_bytes(body: bytes | str, encoding: str | None) -> bytes:

@@ -95,6 +95,8 @@ def publish_confirmed(
     Raises ``Unroutable`` or ``Refused``; connection errors propagate unchanged, for the
     caller's retry (kombu's ``ensure``) or its own reconnect.
     """
+    # Read before: a connection the broker closed meanwhile leaves the producer without one.
+    channel_errors = producer.connection.channel_errors
     try:
         _publish(producer, body, exchange, routing_key, timeout, declare, properties)
     except MessageNacked as exc:
@@ -102,7 +104,7 @@ def publish_confirmed(
             f"the broker refused the message for routing key {routing_key!r} on exchange "
             f"{exchange.name!r} (nack)"
         ) from exc
-    except producer.connection.channel_errors as exc:
+    except channel_errors as exc:
         # e.g. Redis ``OOM`` under ``maxmemory`` or ``WRONGTYPE``, a missing exchange on
         # RabbitMQ: the bus answered, and refused.
         raise Refused(

@@ -129,3 +129,33 @@ def test_declared_queue_holds_messages_for_a_later_consumer(
         n.publish_many(sent)
     # The consumer declares the queue again, from the same function: RabbitMQ accepts it.
     exact(drain(amqp, queues.indexer_queue(queue_name, exchange), len(sent)), sent)
+
+
+def test_a_connection_the_broker_closes_is_a_connection_error(
+    amqp: Connection, names: tuple[str, str]
+) -> None:
+    """A publish whose connection the broker closes (here a header past its frame size)
+    surfaces as the connection error it is, for the caller's reconnect and retry; the
+    error handling once read the lost connection's error classes and raised
+    ``AttributeError`` instead (the dead-letter publisher then stopped the indexer)."""
+    from cellsight.notifications.confirm import (
+        ConfirmingProducer,
+        confirming_connection,
+        publish_confirmed,
+    )
+
+    exchange_name, queue_name = names
+    exchange = queues.notifications_exchange(exchange_name)
+    queue = queues.indexer_queue(queue_name, exchange)
+    with confirming_connection(amqp) as own:
+        producer = ConfirmingProducer(own.channel())
+        with pytest.raises(own.connection_errors):
+            publish_confirmed(
+                producer,
+                b"{}",
+                exchange=exchange,
+                routing_key=queues.routing_key("info"),
+                timeout=10.0,
+                declare=[queue],
+                headers={"pad": "x" * 140_000},
+            )

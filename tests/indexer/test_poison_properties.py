@@ -1,0 +1,88 @@
+"""Message properties a foreign client may write, through the indexer on RabbitMQ (the
+broker passes them on unchecked): the indexer must neither stop nor lose a message.
+
+Found by an adversarial probe: a property py-amqp cannot parse (a short string that is
+not UTF-8) stopped the indexer when it dead-lettered the message, and again at every
+redelivery; a header of about 128 KiB made the dead letter's copy pass RabbitMQ's frame
+size, the broker closed the connection, and the publish's error handling then raised an
+``AttributeError`` of its own (the producer had lost its connection; that part is
+tested in ``tests/notifications``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Producer
+
+from cellsight.clients import build_bus
+from cellsight.indexer.deadletter import HEADERS_DROPPED, REASON_CODE_HEADER
+from cellsight.indexer.dlq import get_as_stored
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications import queues
+from cellsight.settings import Settings
+from tests.support import novagen, poison
+from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
+
+POISON = b'{"not": "a notification"}'
+NOT_UTF_8 = b"\xff\xfe"
+
+
+def publish(settings: Settings, messages: list[tuple[bytes, dict[str, Any]]]) -> None:
+    with build_bus(settings) as b, b.connection() as conn:
+        producer = Producer(conn.channel())
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        for body, properties in messages:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key="versioned_notifications.info",
+                content_type="application/json",
+                content_encoding="utf-8",
+                **properties,
+            )
+
+
+def dead_letter_headers(settings: Settings, count: int) -> list[dict[str, Any]]:
+    with build_bus(settings) as b, b.connection() as conn, conn.channel() as channel:
+        dlx = queues.dead_letter_exchange(settings.dead_letter_exchange)
+        dlq = queues.dead_letter_queue(settings.dead_letter_queue, dlx)(channel)
+        letters = [m for _ in range(count) if (m := get_as_stored(dlq)) is not None]
+        return [dict(m.headers or {}, body=m.body) for m in letters]
+
+
+@pytest.mark.parametrize("pipeline", PIPELINES)
+def test_unreadable_and_oversized_properties(
+    pipeline: str, rabbitmq_url: str, tmp_path: Path
+) -> None:
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    goods = [poison.good(seed=7100 + i) for i in range(3)]
+    publish(
+        settings,
+        [
+            (POISON, {"message_id": NOT_UTF_8}),
+            # A header whose name holds "compression" makes the receive read the headers.
+            (novagen.body(goods[0]), {"message_id": NOT_UTF_8, "headers": {"x-compression": 1}}),
+            (POISON + b" ", {"headers": {"pad": "x" * 130_700}}),
+            (novagen.body(goods[1]), {"correlation_id": NOT_UTF_8}),
+            (novagen.body(goods[2]), {}),
+        ],
+    )
+    with running_indexer(settings, engine, pipeline) as consumer:
+        wait_for(lambda: sum(consumer.totals.values()) >= 5, 60, "all five messages")
+    assert consumer.totals["indexed"] == 3 and consumer.totals["dead"] == 2
+    for good in goods:
+        assert engine.get("instance", poison.data(good)["uuid"]) is not None
+    letters = dead_letter_headers(settings, 2)
+    assert [letter["body"] for letter in letters] == [POISON, POISON + b" "]
+    assert [letter[REASON_CODE_HEADER] for letter in letters] == ["invalid_envelope"] * 2
+    unreadable, oversized = (letter[HEADERS_DROPPED] for letter in letters)
+    assert unreadable.startswith("unreadable: UnicodeDecodeError")
+    assert oversized.endswith("bytes, over 65536")
+    assert "pad" not in letters[1]
+    engine.close()
+
