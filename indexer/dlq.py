@@ -43,11 +43,15 @@ class DeadLetter:
 
 
 def get_as_stored(bound: Queue) -> Message | None:
-    """The next dead letter, unacked, as ``Queue.get`` gives it, but one kombu could not
-    prepare (a body its ``compression`` header says is compressed and is not) comes as
-    it is stored: ``Queue.get`` raises that error, and so one poison would stop every
-    reader of the queue at it."""
+    """The next dead letter, unacked, as ``Queue.get`` gives it, but with its body's bytes
+    as stored, and one kombu could not prepare (a body its ``compression`` header says is
+    compressed and is not) comes as it is stored: ``Queue.get`` raises that error, and so
+    one poison would stop every reader of the queue at it."""
     channel = bound.channel
+    # py-amqp would decode a body to text with its content encoding, and one that does
+    # not encode back the same (a BOM added or turned, an escape undone) would change.
+    if hasattr(channel, "auto_decode"):  # py-amqp's channel; the Redis bus's keeps bytes
+        channel.auto_decode = False
     message = channel.basic_get(queue=bound.name, no_ack=False)
     to_python = getattr(channel, "message_to_python", None)
     if message is not None and to_python is not None:

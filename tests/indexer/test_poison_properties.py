@@ -18,7 +18,7 @@ from kombu import Producer
 
 from cellsight.clients import build_bus
 from cellsight.indexer.deadletter import HEADERS_DROPPED, REASON_CODE_HEADER
-from cellsight.indexer.dlq import get_as_stored
+from cellsight.indexer.dlq import get_as_stored, peek, replay
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.settings import Settings
@@ -86,3 +86,49 @@ def test_unreadable_and_oversized_properties(
     assert "pad" not in letters[1]
     engine.close()
 
+
+def test_dead_letters_are_read_and_replayed_byte_for_byte(
+    rabbitmq_url: str, tmp_path: Path
+) -> None:
+    """Bodies whose content encoding does not survive a decode and an encode back (py-amqp
+    decoded them on ``basic.get``): ``dlq list`` and ``dlq replay`` once handed on a BOM
+    added or turned, or an escape undone, and replay then acked the original away."""
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    odd = [
+        (b'\xef\xbb\xbf{"poison": 1', "utf-8-sig"),
+        (b'\xfe\xff\x00{\x00"', "utf-16"),
+        (b'{"poison": "a\\"b\\u00e9"}', "unicode_escape"),
+    ]
+    with build_bus(settings) as b, b.connection() as conn:
+        producer = Producer(conn.channel())
+        exchange = queues.notifications_exchange(settings.exchange)
+        queue = queues.indexer_queue(settings.indexer_queue, exchange)
+        queue(conn.channel()).declare()
+        for body, encoding in odd:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key="versioned_notifications.info",
+                content_type="application/json",
+                content_encoding=encoding,
+            )
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == 3, 60, "three dead letters")
+    bodies = [body for body, _ in odd]
+    with build_bus(settings) as b, b.connection() as conn:
+        letters = peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 10)
+        assert [letter.body for letter in letters] == bodies
+        replayed, _ = replay(
+            conn,
+            exchange_name=settings.exchange,
+            dlx_name=settings.dead_letter_exchange,
+            dlq_name=settings.dead_letter_queue,
+        )
+        assert replayed == 3
+        with conn.channel() as channel:
+            bound = queue(channel)
+            again = [m.body for _ in odd if (m := get_as_stored(bound)) is not None]
+    assert again == bodies
+    engine.close()
