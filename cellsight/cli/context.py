@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from cellsight.cli.errors import USAGE
 
@@ -55,5 +56,7 @@ def settings_of(ctx: typer.Context) -> Settings:
 
 def fail(message: str, code: int = USAGE) -> NoReturn:
     """A clear one-line error and a non-zero exit (see ``cellsight.cli.errors``)."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # The message names values as given (a field "[tags]", a foreign letter's text):
+    # printed as they are, not read as markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

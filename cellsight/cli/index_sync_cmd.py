@@ -16,6 +16,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from cellsight.cli.context import console, err_console, fail, settings_of
 from cellsight.cli.index_status_cmd import clients
@@ -195,7 +196,7 @@ def _print_report(report: Any) -> None:
             str(c.orphaned), str(c.ahead), str(c.repaired) if report.repair else "-",
         )  # fmt: skip
         for error in c.errors:
-            err_console.print(f"[red]{c.name}[/]: {error}", highlight=False)
+            err_console.print(f"[red]{escape(c.name)}[/]: {escape(str(error))}", highlight=False)
     console.print(table)
     if report.unattributed:
         console.print(f"{report.unattributed} documents belong to no registered cell")

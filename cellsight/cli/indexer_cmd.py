@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from cellsight.cli.context import console, fail, settings_of
 
@@ -79,9 +80,10 @@ def dlq_list(
                 )
             )
         else:
+            # What a letter says is a foreign producer's text: printed, not read as markup.
             console.print(
-                f"[bold]{letter.reason_code}[/] {letter.event_type or '-'} "
-                f"{letter.dead_lettered_at}: {letter.reason}",
+                f"[bold]{escape(letter.reason_code)}[/] {escape(letter.event_type or '-')} "
+                f"{escape(letter.dead_lettered_at)}: {escape(letter.reason)}",
                 highlight=False,
             )
     if not as_json:

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from cellsight.cli.context import console, err_console, fail, settings_of
 from cellsight.cli.querysource import LocalSource, RemoteSource, Source, SourceError
@@ -118,7 +119,7 @@ def run_query(
     definitions = answer.body["fields"]
     keep = [i for i, d in enumerate(definitions) if d["kind"] != "unknown"]
     if unknown := [d["name"] for d in definitions if d["kind"] == "unknown"]:
-        err_console.print(f"Unknown field(s): {', '.join(unknown)}", highlight=False)
+        err_console.print(f"Unknown field(s): {escape(', '.join(unknown))}", highlight=False)
     rows = [[row[i] for i in keep] for row in answer.body["data"]]
     for line in render_table(
         [definitions[i] for i in keep], rows, units=units, separator=separator,

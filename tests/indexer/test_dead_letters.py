@@ -159,3 +159,30 @@ def _env(settings: Any) -> dict[str, str]:
     if settings.bus_url:
         env["CELLSIGHT_BUS_URL"] = settings.bus_url
     return env
+
+
+def test_dlq_list_prints_a_letters_text_as_it_came(tmp_path: Path) -> None:
+    """A letter's reason quotes the producer's text, which may read as Rich markup: once
+    ``dlq list`` stopped at such a letter (``MarkupError``), showing none of them."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    body = {"event_type": ["[/]"], "publisher_id": "[bold]x", "priority": "INFO", "payload": {}}
+    with build_bus(settings) as b, b.connection() as conn:
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        Producer(conn.channel()).publish(
+            json.dumps(body).encode(),
+            exchange=exchange,
+            routing_key="versioned_notifications.info",
+            content_type="application/json",
+            content_encoding="utf-8",
+        )
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == 1, what="the dead letter")
+    listed = CliRunner().invoke(
+        app, ["--data-dir", str(settings.data_dir), "dlq", "list"], env=_env(settings)
+    )
+    assert listed.exit_code == 0, listed.output
+    assert "[/]" in listed.output and "1 dead letter(s) shown" in listed.output
+    engine.close()
