@@ -26,8 +26,11 @@ text with it when it can be; UTF-8 bodies stay bytes, which every decoder here r
 
 from __future__ import annotations
 
+import bz2
 import contextlib
+import lzma
 import struct
+import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,9 +39,9 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import UnexpectedFrame
 from amqp.serialization import loads
 from kombu import Message
-from kombu.compression import decompress
 
 from cellsight.indexer.amqp_reads import py_amqp
+from cellsight.notifications.limits import MAX_BODY_BYTES
 
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
 DELIVER = struct.pack(">HH", *spec.Basic.Deliver)
@@ -155,6 +158,27 @@ def _encoding(delivery: Delivery) -> str | None:
     return header[at + 1 : at + 1 + header[at]].decode("utf-8", "replace")
 
 
+# kombu's codecs, by the names its ``compression`` header may carry.
+_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
+    **dict.fromkeys(("application/x-gzip", "gzip", "zlib"), zlib.decompressobj),
+    **dict.fromkeys(("application/x-bz2", "bzip2", "bzip"), bz2.BZ2Decompressor),
+    **dict.fromkeys(("application/x-lzma", "lzma", "xz"), lzma.LZMADecompressor),
+}
+
+
+def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
+    """``body`` decompressed as kombu would, but to at most ``limit`` + 1 bytes: a few
+    hundred bytes of bz2 can hold gigabytes of zeros, which kombu would hold whole (an
+    adversarial probe's eight such messages took the indexer to 4.2 GB). A body past
+    the limit comes back cut one byte past it, which the decoder refuses as too large;
+    an unknown codec or a stream cut short raises, as kombu's does."""
+    stream = _DECOMPRESSORS[codec]()
+    out: bytes = stream.decompress(body, limit + 1)
+    if len(out) <= limit and not stream.eof:
+        raise ValueError(f"{codec} stream ends early")
+    return out
+
+
 class DeliveryRouter:
     """The connection's frame handler while installed (see the module's docstring)."""
 
@@ -225,7 +249,7 @@ class DeliveryRouter:
         # ``kombu_compression``) is decompressed; if that fails it stays as it came.
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
             with contextlib.suppress(Exception):
-                delivery.body = decompress(body, codec)
+                delivery.body = bounded_decompress(body, codec, MAX_BODY_BYTES)
         elif (encoding := _encoding(delivery)) is not None and (
             encoding.lower() not in PLAIN_ENCODINGS
         ):

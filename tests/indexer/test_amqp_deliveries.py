@@ -18,10 +18,10 @@ from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import UnexpectedFrame
 from amqp.method_framing import frame_handler
 from amqp.serialization import dumps
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Producer, Queue
-from kombu.compression import compress
+from kombu.compression import compress, decompress
 
 from cellsight.indexer.amqp_deliveries import (
     BODY,
@@ -30,9 +30,12 @@ from cellsight.indexer.amqp_deliveries import (
     METHOD,
     Delivery,
     DeliveryRouter,
+    bounded_decompress,
     routed_deliveries,
 )
 from cellsight.indexer.deadletter import wire_bytes
+from cellsight.indexer.planning import plan
+from cellsight.notifications.limits import MAX_BODY_BYTES
 
 CHANNEL = 1
 Frame = tuple[int, int, bytes]
@@ -295,3 +298,40 @@ def test_dead_letters_carry_the_bytes_that_came() -> None:
     assert wire_bytes("caf\u00e9", "latin-1") == b"caf\xe9"
     assert wire_bytes("", "binary") == b""
     assert wire_bytes(b"\xff", "utf-8") == b"\xff"
+
+
+CODECS = ["application/x-gzip", "application/x-bz2", "application/x-lzma", "zlib", "bzip2", "xz"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(body=st.binary(max_size=4000), codec=st.sampled_from(CODECS), cut=st.integers(1, 60))
+def test_bounded_decompression_reads_as_kombu_does(body: bytes, codec: str, cut: int) -> None:
+    """Within the limit, what kombu's ``decompress`` returns; a stream cut short raises
+    where kombu's raises (the body then stays as it came)."""
+    packed, _ = compress(body, codec)
+    assert bounded_decompress(packed, codec, 10_000) == decompress(packed, codec)
+    short = packed[: len(packed) - cut]
+    assume(short)  # nothing at all: bz2's and lzma's own functions return b""
+    with pytest.raises(Exception):  # noqa: B017  (each codec raises its own)
+        decompress(short, codec)
+    with pytest.raises(Exception):  # noqa: B017
+        bounded_decompress(short, codec, 10_000)
+
+
+@pytest.mark.parametrize("codec", ["application/x-gzip", "application/x-bz2", "application/x-lzma"])
+def test_a_compression_bomb_is_refused_as_too_large_without_being_held(codec: str) -> None:
+    """16 MiB of zeros in a few KB: decompressed only to one byte past the decoder's
+    limit, which then refuses it as too large; its dead letter would carry the few KB."""
+    packed, _ = compress(bytes(16 << 20), codec)
+    assert len(packed) < 100_000
+    props = {"application_headers": {"compression": codec}, "content_encoding": "binary"}
+    conn, channel = FakeConnection(), FakeChannel()
+    got: list[Delivery] = []
+    router = DeliveryRouter(conn, channel, got.append)
+    for f in deliver_frames(1, packed, props, [len(packed)]):
+        router(f)
+    (delivery,) = got
+    assert len(delivery.body) == MAX_BODY_BYTES + 1
+    assert delivery.wire_body == packed
+    outcomes, planned = plan([delivery.body])
+    assert not planned and outcomes[0] is not None and outcomes[0].reason_code == "too_large"
