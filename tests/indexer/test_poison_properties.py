@@ -35,13 +35,12 @@ def publish(settings: Settings, messages: list[tuple[bytes, dict[str, Any]]]) ->
         exchange = queues.notifications_exchange(settings.exchange)
         queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
         for body, properties in messages:
+            defaults = {"content_type": "application/json", "content_encoding": "utf-8"}
             producer.publish(
                 body,
                 exchange=exchange,
                 routing_key="versioned_notifications.info",
-                content_type="application/json",
-                content_encoding="utf-8",
-                **properties,
+                **(defaults | properties),
             )
 
 
@@ -101,19 +100,10 @@ def test_dead_letters_are_read_and_replayed_byte_for_byte(
         (b'\xfe\xff\x00{\x00"', "utf-16"),
         (b'{"poison": "a\\"b\\u00e9"}', "unicode_escape"),
     ]
-    with build_bus(settings) as b, b.connection() as conn:
-        producer = Producer(conn.channel())
-        exchange = queues.notifications_exchange(settings.exchange)
-        queue = queues.indexer_queue(settings.indexer_queue, exchange)
-        queue(conn.channel()).declare()
-        for body, encoding in odd:
-            producer.publish(
-                body,
-                exchange=exchange,
-                routing_key="versioned_notifications.info",
-                content_type="application/json",
-                content_encoding=encoding,
-            )
+    publish(settings, [(body, {"content_encoding": encoding}) for body, encoding in odd])
+    queue = queues.indexer_queue(
+        settings.indexer_queue, queues.notifications_exchange(settings.exchange)
+    )
     with running_indexer(settings, engine) as consumer:
         wait_for(lambda: consumer.totals["dead"] == 3, 60, "three dead letters")
     bodies = [body for body, _ in odd]
