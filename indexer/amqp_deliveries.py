@@ -83,9 +83,14 @@ class Delivery:
 
     @property
     def delivery_info(self) -> dict[str, Any]:
-        consumer_tag, tag, redelivered, exchange, routing_key = loads(
-            DELIVER_ARGS, self._method, 4
-        )[0]
+        try:
+            consumer_tag, tag, redelivered, exchange, routing_key = loads(
+                DELIVER_ARGS, self._method, 4
+            )[0]
+        except UnicodeDecodeError:
+            # A routing key need not be UTF-8 (the broker routes its bytes): read with
+            # replacement, as py-amqp would raise and the dead letter needs the names.
+            consumer_tag, tag, redelivered, exchange, routing_key = _deliver_args(self._method)
         return {
             "consumer_tag": consumer_tag,
             "delivery_tag": tag,
@@ -108,11 +113,6 @@ class Delivery:
                 self.unreadable = f"{type(exc).__name__}: {exc}"[:200]
                 self._properties = {}
         return self._properties
-
-    @property
-    def header_size(self) -> int:
-        """Bytes of the content header as it came (all the properties, encoded)."""
-        return len(self._header)
 
     @property
     def headers(self) -> dict[str, Any]:
@@ -140,6 +140,21 @@ def _properties(header: bytes) -> dict[str, Any]:
     content = AmqpMessage()
     content.inbound_header(header)
     return dict(content.properties)
+
+
+def _deliver_args(method: bytes) -> tuple[str, int, bool, str, str]:
+    """``basic.deliver``'s arguments, its short strings decoded with replacement."""
+    at = 4  # after the class and method ids
+    texts: list[str] = []
+    for _ in range(3):
+        size = method[at]
+        texts.append(method[at + 1 : at + 1 + size].decode("utf-8", "replace"))
+        at += 1 + size
+        if len(texts) == 1:  # the delivery tag and the redelivered bit follow the first
+            tag = _TAG.unpack_from(method, at)[0]
+            redelivered = bool(method[at + 8] & 1)
+            at += 9
+    return texts[0], tag, redelivered, texts[1], texts[2]
 
 
 def _encoding(delivery: Delivery) -> str | None:

@@ -18,6 +18,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
+from amqp.serialization import dumps
 from kombu import Connection, Exchange, Queue
 from kombu.compression import compress
 
@@ -73,8 +74,8 @@ class DeadLetterer:
 
     def send(self, message: Received, reason_code: str, reason: str, event_type: str) -> None:
         """Publish ``message`` to the DLX and return once the bus confirmed it."""
-        headers = _original_headers(message)
-        headers.update(
+        headers = _copy_headers(
+            message,
             {
                 REASON_HEADER: reason[:REASON_MAX],
                 REASON_CODE_HEADER: reason_code or "unknown",
@@ -82,7 +83,7 @@ class DeadLetterer:
                 "x-original-exchange": message.delivery_info.get("exchange") or self.exchange,
                 "x-original-routing-key": message.delivery_info.get("routing_key") or "",
                 "x-dead-lettered-at": datetime.now(UTC).isoformat(),
-            }
+            },
         )
         backoff = 0.2
         while True:
@@ -145,19 +146,24 @@ class DeadLetterer:
         self._reset()
 
 
-def _original_headers(message: Received) -> dict[str, Any]:
-    """The headers the copy keeps: the original's, unless py-amqp could not read them or
-    they are too large to carry (``HEADERS_MAX``); then a header says why they are not
-    there (the body always travels)."""
+def _copy_headers(message: Received, ours: dict[str, Any]) -> dict[str, Any]:
+    """The copy's headers: the original's and ``ours``, without the original's if py-amqp
+    could not read them or the copy's would pass ``HEADERS_MAX`` (measured as py-amqp
+    writes them: a value may grow, a one-byte integer written back in four); a header
+    then says why they are not there. The body always travels."""
     if not isinstance(message, Delivery):
-        return dict(message.headers or {})  # the Redis bus: no frame size
-    headers = dict(message.headers)
+        return {**(message.headers or {}), **ours}  # the Redis bus: no frame size
+    headers = {**message.headers, **ours}  # parses the properties: ``unreadable`` is set
     if message.unreadable is not None:
-        return {HEADERS_DROPPED: f"unreadable: {message.unreadable}"}
+        return {HEADERS_DROPPED: f"unreadable: {message.unreadable}", **ours}
     frame_max = getattr(getattr(message.channel, "connection", None), "frame_max", 0)
     limit = min(HEADERS_MAX, frame_max // 2) if frame_max else HEADERS_MAX
-    if message.header_size > limit:
-        return {HEADERS_DROPPED: f"{message.header_size} bytes, over {limit}"}
+    try:
+        size = len(dumps("F", [headers]))
+    except Exception as exc:  # a value py-amqp read but cannot write back
+        return {HEADERS_DROPPED: f"unwritable: {type(exc).__name__}: {exc}"[:200], **ours}
+    if size > limit:
+        return {HEADERS_DROPPED: f"{size} bytes as copied, over {limit}", **ours}
     return headers
 
 

@@ -17,7 +17,7 @@ from amqp import spec
 from amqp.basic_message import Message as AmqpMessage
 from amqp.exceptions import UnexpectedFrame
 from amqp.method_framing import frame_handler
-from amqp.serialization import dumps
+from amqp.serialization import dumps, loads
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, Consumer, Exchange, Producer, Queue
@@ -25,11 +25,14 @@ from kombu.compression import compress, decompress
 
 from cellsight.indexer.amqp_deliveries import (
     BODY,
+    DELIVER,
+    DELIVER_ARGS,
     HEADER,
     HEARTBEAT,
     METHOD,
     Delivery,
     DeliveryRouter,
+    _deliver_args,
     bounded_decompress,
     routed_deliveries,
 )
@@ -335,3 +338,18 @@ def test_a_compression_bomb_is_refused_as_too_large_without_being_held(codec: st
     assert delivery.wire_body == packed
     outcomes, planned = plan([delivery.body])
     assert not planned and outcomes[0] is not None and outcomes[0].reason_code == "too_large"
+
+
+short = st.text(max_size=60)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ctag=short, tag=st.integers(0, 2**64 - 1), again=st.booleans(), ex=short, key=short)
+def test_deliver_arguments_read_as_py_amqp_reads_them(
+    ctag: str, tag: int, again: bool, ex: str, key: str
+) -> None:
+    """The fallback for names that are not UTF-8 reads valid ones as py-amqp does."""
+    method = DELIVER + dumps(DELIVER_ARGS, [ctag, tag, again, ex, key])
+    assert _deliver_args(method) == tuple(loads(DELIVER_ARGS, method, 4)[0])
+    broken = DELIVER + dumps(DELIVER_ARGS, [ctag, tag, again, ex, b"key.\xff"])
+    assert _deliver_args(broken)[4] == "key.\ufffd"

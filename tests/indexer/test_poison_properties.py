@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from amqp import serialization
 from kombu import Producer
 
 from cellsight.clients import build_bus
@@ -35,13 +36,12 @@ def publish(settings: Settings, messages: list[tuple[bytes, dict[str, Any]]]) ->
         exchange = queues.notifications_exchange(settings.exchange)
         queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
         for body, properties in messages:
-            defaults = {"content_type": "application/json", "content_encoding": "utf-8"}
-            producer.publish(
-                body,
-                exchange=exchange,
-                routing_key="versioned_notifications.info",
-                **(defaults | properties),
-            )
+            defaults = {
+                "routing_key": "versioned_notifications.info",
+                "content_type": "application/json",
+                "content_encoding": "utf-8",
+            }
+            producer.publish(body, exchange=exchange, **(defaults | properties))
 
 
 def dead_letter_headers(settings: Settings, count: int) -> list[dict[str, Any]]:
@@ -52,9 +52,26 @@ def dead_letter_headers(settings: Settings, count: int) -> list[dict[str, Any]]:
         return [dict(m.headers or {}, body=m.body) for m in letters]
 
 
+class Raw(bytes):
+    """A header value written as given (its type octet, then its payload), as another
+    client library may write it where py-amqp would choose another type."""
+
+
+@pytest.fixture
+def raw_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = serialization._write_item
+
+    def write_item(value: Any, write: Any, bits: Any) -> Any:
+        if isinstance(value, Raw):
+            return write(bytes(value))
+        return original(value, write, bits)
+
+    monkeypatch.setattr(serialization, "_write_item", write_item)
+
+
 @pytest.mark.parametrize("pipeline", PIPELINES)
 def test_unreadable_and_oversized_properties(
-    pipeline: str, rabbitmq_url: str, tmp_path: Path
+    pipeline: str, rabbitmq_url: str, tmp_path: Path, raw_values: None
 ) -> None:
     settings = bus_settings(tmp_path / "data", "rabbitmq")
     engine = EmbeddedEngine(tmp_path / "index.db")
@@ -67,22 +84,28 @@ def test_unreadable_and_oversized_properties(
             # A header whose name holds "compression" makes the receive read the headers.
             (novagen.body(goods[0]), {"message_id": NOT_UTF_8, "headers": {"x-compression": 1}}),
             (POISON + b" ", {"headers": {"pad": "x" * 130_700}}),
+            # One-byte integers py-amqp writes back in five: 60 KB in, 150 KB copied.
+            (POISON + b"  ", {"headers": {"pad": [Raw(b"b\x01")] * 30_000}}),
+            # The broker routes a key's bytes; py-amqp reads it as strict UTF-8.
+            (POISON + b"   ", {"routing_key": b"versioned_notifications.\xff"}),
             (novagen.body(goods[1]), {"correlation_id": NOT_UTF_8}),
             (novagen.body(goods[2]), {}),
         ],
     )
     with running_indexer(settings, engine, pipeline) as consumer:
-        wait_for(lambda: sum(consumer.totals.values()) >= 5, 60, "all five messages")
-    assert consumer.totals["indexed"] == 3 and consumer.totals["dead"] == 2
+        wait_for(lambda: sum(consumer.totals.values()) >= 7, 60, "all seven messages")
+    assert consumer.totals["indexed"] == 3 and consumer.totals["dead"] == 4
     for good in goods:
         assert engine.get("instance", poison.data(good)["uuid"]) is not None
-    letters = dead_letter_headers(settings, 2)
-    assert [letter["body"] for letter in letters] == [POISON, POISON + b" "]
-    assert [letter[REASON_CODE_HEADER] for letter in letters] == ["invalid_envelope"] * 2
-    unreadable, oversized = (letter[HEADERS_DROPPED] for letter in letters)
-    assert unreadable.startswith("unreadable: UnicodeDecodeError")
-    assert oversized.endswith("bytes, over 65536")
-    assert "pad" not in letters[1]
+    letters = dead_letter_headers(settings, 4)
+    assert [letter["body"] for letter in letters] == [POISON + b" " * i for i in range(4)]
+    assert [letter[REASON_CODE_HEADER] for letter in letters] == ["invalid_envelope"] * 4
+    dropped = [letter.get(HEADERS_DROPPED, "") for letter in letters]
+    assert dropped[0].startswith("unreadable: UnicodeDecodeError")
+    assert dropped[1].endswith("bytes as copied, over 65536") and "pad" not in letters[1]
+    assert dropped[2].endswith("bytes as copied, over 65536") and "pad" not in letters[2]
+    assert dropped[3] == ""
+    assert letters[3]["x-original-routing-key"] == "versioned_notifications.\ufffd"
     engine.close()
 
 
