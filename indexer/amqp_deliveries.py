@@ -187,8 +187,20 @@ def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
     adversarial probe's eight such messages took the indexer to 4.2 GB). A body past
     the limit comes back cut one byte past it, which the decoder refuses as too large;
     an unknown codec or a stream cut short raises, as kombu's does."""
-    stream = _DECOMPRESSORS[codec]()
+    make = _DECOMPRESSORS[codec]
+    stream = make()
     out: bytes = stream.decompress(body, limit + 1)
+    # bz2 and lzma read streams written one after another, as their own functions do
+    # (pbzip2 writes them); zlib, like ``zlib.decompress``, ignores what follows its end.
+    while len(out) <= limit and stream.eof and make is not zlib.decompressobj:
+        rest = stream.unused_data
+        if not rest:
+            return out
+        stream = make()
+        try:
+            out += stream.decompress(rest, limit + 1 - len(out))
+        except (OSError, lzma.LZMAError):
+            return out  # not another stream: ignored, as bz2's and lzma's functions do
     if len(out) <= limit and not stream.eof:
         raise ValueError(f"{codec} stream ends early")
     return out

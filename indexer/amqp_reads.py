@@ -124,10 +124,12 @@ class FrameReader:
 
 def py_amqp(connection: Connection) -> Any | None:
     """The py-amqp connection under ``connection``, or None for another transport (the
-    embedded bus's Redis)."""
-    if connection.transport.driver_type != "amqp":
-        return None
-    return connection.connection
+    embedded bus's Redis, librabbitmq)."""
+    from amqp import Connection as AmqpConnection
+
+    amqp_connection = connection.connection if connection.transport.driver_type == "amqp" else None
+    # librabbitmq's transport is "amqp" too, without py-amqp's frame handler.
+    return amqp_connection if isinstance(amqp_connection, AmqpConnection) else None
 
 
 def tcp_connection(connection: Connection) -> Any | None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from kombu import Connection, Message, Queue
 
+from cellsight.indexer.amqp_deliveries import bounded_decompress
 from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER, wire_bytes
 from cellsight.notifications import queues
 from cellsight.notifications.confirm import (
@@ -16,6 +18,7 @@ from cellsight.notifications.confirm import (
     publish_confirmed,
 )
 from cellsight.notifications.errors import PublishError
+from cellsight.notifications.limits import MAX_BODY_BYTES
 
 
 @dataclass(frozen=True)
@@ -43,19 +46,38 @@ class DeadLetter:
 
 
 def get_as_stored(bound: Queue) -> Message | None:
-    """The next dead letter, unacked, as ``Queue.get`` gives it, but with its body's bytes
-    as stored, and one kombu could not prepare (a body its ``compression`` header says is
-    compressed and is not) comes as it is stored: ``Queue.get`` raises that error, and so
-    one poison would stop every reader of the queue at it."""
-    channel = bound.channel
-    # py-amqp would decode a body to text with its content encoding, and one that does
-    # not encode back the same (a BOM added or turned, an escape undone) would change.
-    if hasattr(channel, "auto_decode"):  # py-amqp's channel; the Redis bus's keeps bytes
+    """The next dead letter, unacked, as ``Queue.get`` gives it, but read as stored: its
+    body's bytes as they are (py-amqp would decode text with the content encoding, and
+    one that does not encode back the same, a BOM added or turned, an escape undone,
+    would change); a compressed body decompressed no further than the decoder's limit
+    (kombu would hold a compression bomb whole; past the limit the stored bytes stay);
+    and one that does not decompress, or that kombu could not prepare, as stored with
+    the error in ``errors`` (``Queue.get`` raises it, and one such letter would stop
+    every reader of the queue at it)."""
+    channel: Any = bound.channel
+    decoding = getattr(channel, "auto_decode", None)  # py-amqp's; the Redis bus's is bytes
+    if decoding is not None:
         channel.auto_decode = False
-    message = channel.basic_get(queue=bound.name, no_ack=False)
+    try:
+        message = channel.basic_get(queue=bound.name, no_ack=False)
+    finally:
+        if decoding is not None:
+            channel.auto_decode = decoding
     to_python = getattr(channel, "message_to_python", None)
-    if message is not None and to_python is not None:
-        message = to_python(message)
+    if message is None or to_python is None:
+        return message
+    headers = getattr(message, "properties", {}).get("application_headers")
+    codec = headers.pop("compression", None) if isinstance(headers, dict) else None
+    message = to_python(message)
+    if codec:
+        message.headers["compression"] = codec
+        try:
+            body = bounded_decompress(message.body, codec, MAX_BODY_BYTES)
+        except Exception:
+            message.errors.append(sys.exc_info())
+        else:
+            if len(body) <= MAX_BODY_BYTES:
+                message.body = body
     return message
 
 

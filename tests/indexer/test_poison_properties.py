@@ -10,6 +10,7 @@ tested in ``tests/notifications``)."""
 
 from __future__ import annotations
 
+import bz2
 from pathlib import Path
 from typing import Any
 
@@ -144,4 +145,25 @@ def test_dead_letters_are_read_and_replayed_byte_for_byte(
             bound = queue(channel)
             again = [m.body for _ in odd if (m := get_as_stored(bound)) is not None]
     assert again == bodies
+    engine.close()
+
+
+def test_a_compression_bomb_is_dead_lettered_and_listed_as_stored(
+    rabbitmq_url: str, tmp_path: Path
+) -> None:
+    """64 MiB of zeros in a few KB of bz2: dead-lettered as too large, and ``dlq list``
+    shows the stored bytes; kombu's own reading (``Queue.get``) would hold it whole."""
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    bomb = bz2.compress(bytes(64 << 20))
+    publish(settings, [(bomb, {"headers": {"compression": "application/x-bz2"}})])
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == 1, 60, "the bomb dead-lettered")
+    (letter,) = dead_letter_headers(settings, 1)
+    assert letter[REASON_CODE_HEADER] == "too_large"
+    assert letter["body"] == bomb and letter["compression"] == "application/x-bz2"
+    with build_bus(settings) as b, b.connection() as conn:
+        (listed,) = peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 10)
+    assert listed.body == bomb
     engine.close()
