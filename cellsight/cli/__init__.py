@@ -33,13 +33,11 @@ class BoundaryGroup(TyperGroup):
             state = ctx.obj
             if isinstance(state, State) and state.debug:
                 raise
-            from rich.markup import escape
-
             from cellsight.cli.errors import describe
 
             loaded = state.loaded if isinstance(state, State) else None
             code, message = describe(exc, loaded.bus_url if loaded else None)
-            fail(escape(message), code=code)
+            fail(message, code=code)
 
 
 app = typer.Typer(

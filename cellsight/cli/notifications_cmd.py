@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from cellsight.cli.context import fail, settings_of
 
@@ -67,7 +66,7 @@ def schema(
     try:
         written = write_schemas(out)
     except OSError as exc:
-        fail(escape(f"--out {out}: {exc.strerror or exc}"))
+        fail(f"--out {out}: {exc.strerror or exc}")
     for path in written:
         typer.echo(str(path))
     typer.echo(f"wrote {len(written)} schema files to {out}")
@@ -114,7 +113,7 @@ def publish(
         try:
             notifications.append(_read(path))
         except (NotificationError, OSError, UnexpectedDecodeError) as exc:
-            fail(escape(f"{path}: {_describe_error(exc)} (nothing published)"))
+            fail(f"{path}: {_describe_error(exc)} (nothing published)")
     settings = settings_of(ctx)
     # a bus that is down or refuses is reported by the CLI boundary (exit 1)
     with build_notifier(settings, declare_indexer_queue=declare_indexer_queue) as notifier:

@@ -288,3 +288,12 @@ def test_an_idle_indexer_whose_writer_dies_exits_with_one_line(tmp_path: Path) -
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: writer process exited"), err
     assert "Traceback" not in err
+
+
+def test_a_value_that_reads_as_markup_is_named_as_given(tmp_path: Path) -> None:
+    """An error names the bad value as typed: a path with "[x]" in it, once escaped twice
+    (printed as "\\[x]"), and a bare "[x]" would have been swallowed as a markup tag."""
+    missing = tmp_path / "[x]" / "n.json"
+    result = cellsight(tmp_path / "d", "notifications", "publish", str(missing))
+    err = assert_one_line_error(result, USAGE, f"{missing}:")
+    assert "\\[" not in err
