@@ -186,7 +186,15 @@ def check_regex(param: str, pattern: str) -> str:
 
 def _one(param: str, values: list[str]) -> str:
     # Like Nova (webob's MultiDict), the last of a repeated single-valued parameter wins.
-    value = values[-1]
+    return _checked(param, values[-1])
+
+
+def _each(param: str, values: list[str]) -> tuple[str, ...]:
+    """Every value of a repeated (multi-valued) parameter, stripped, each checked."""
+    return tuple(dict.fromkeys(_checked(param, v).strip() for v in values))
+
+
+def _checked(param: str, value: str) -> str:
     if len(value) > MAX_VALUE_LENGTH and param not in REGEX_FILTERS:
         raise _bad(param, value, f"At most {MAX_VALUE_LENGTH} characters.")
     if "\x00" in value:
@@ -282,7 +290,7 @@ def parse_list_query(
         clauses.append(Compare("image_uuid", Op.EQ, image))
     deleted: bool | None = None
     if "vm_state" in params:
-        states = tuple(dict.fromkeys(v.strip() for v in params["vm_state"]))
+        states = _each("vm_state", params["vm_state"])
         if states == ("deleted",):
             # Nova: listing the deleted state lists deleted servers, admins only.
             if not admin:
@@ -290,7 +298,7 @@ def parse_list_query(
             deleted = True
         clauses.append(In("state", states))
     if "task_state" in params:
-        clauses.append(In("task_state", tuple(v.strip() for v in params["task_state"])))
+        clauses.append(In("task_state", _each("task_state", params["task_state"])))
     if "power_state" in params:
         clauses.append(_power_states(params["power_state"]))
     if "locked" in params:

@@ -232,6 +232,7 @@ class _Parser:
             raise MalformedFilter(f"filter: =~ needs a text field; {field.name!r} is not one")
         if not isinstance(pattern, str):
             raise WrongValueKind(field.name, "=~", pattern, "a regex string")
+        _storable(field, "=~", pattern)  # the pattern goes to the engine or database too
         try:
             validate(pattern)
         except InvalidRegex as exc:

@@ -110,12 +110,26 @@ def check_fields(fields: list[str]) -> None:
             f"'fields' names at most {MAX_FIELDS} fields (got {len(fields)})", parameter="fields"
         )
     for name in fields:
+        if not _encodable(name):
+            raise BadRequest(
+                "'fields': a field name must be valid Unicode (no lone surrogates)",
+                parameter="fields",
+            )
         if len(name) > MAX_FIELD_NAME:
             raise BadRequest(
                 f"'fields': a field name is at most {MAX_FIELD_NAME} characters "
                 f"({name[:40]!r}... has {len(name)})",
                 parameter="fields",
             )
+
+
+def _encodable(name: str) -> bool:
+    """UTF-8 can hold it (a lone surrogate arrives as JSON's ``\\ud800`` escape)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_filter_size(tree: Any) -> None:
