@@ -36,8 +36,9 @@ SERVER_GROUPS_VERSION = "2.71"
 def _context(request: Request, principal: Principal, project_id: str | None) -> LinkContext:
     version = microversion.requested(request)
     if project_id is not None and project_id != principal.project_id:
+        shown = project_id if len(project_id) <= 80 else project_id[:77] + "..."
         raise BadRequest(
-            f"Malformed request URL: URL's project_id '{project_id}' doesn't match "
+            f"Malformed request URL: URL's project_id '{shown}' doesn't match "
             f"Context's project_id '{principal.project_id}'"
         )
     base = str(request.base_url).rstrip("/")

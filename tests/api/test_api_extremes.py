@@ -326,3 +326,10 @@ def test_database_failures_never_leak_driver_text(tmp_path: Path) -> None:
             assert not any(t in text for t in DB_TEXT), (url, response.text)
             assert response.headers[REQUEST_ID_HEADER] in response.text
     world.registry.close()
+
+
+def test_a_long_project_in_the_url_is_not_echoed_whole(client: TestClient) -> None:
+    """A 60,000-character project id in the URL came back whole in the 400's message."""
+    response = client.get("/v2.1/" + "p" * 60_000 + "/servers", headers=MEMBER)
+    assert response.status_code == 400
+    assert len(response.content) < 1_000 and "doesn't match" in response.text
