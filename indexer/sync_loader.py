@@ -38,6 +38,7 @@ from cellsight.indexer.sync_request import peak_rss_mb
 # Below this many rows, starting worker processes costs more than it saves.
 PROCESS_MIN_ROWS = 50_000
 RETRY_ROUNDS = 6
+EXITED_GRACE = 5.0  # seconds to wait for what workers that all exited sent last
 Message = tuple[Any, ...]
 
 
@@ -277,11 +278,17 @@ class _Workers:
                 message: Message = self.out.get(timeout=1.0)
             except queuelib.Empty:
                 self.loader.check()
-                if self.loader.processes and all(p.exitcode is not None for p in self.procs):
+                if not self.loader.processes or any(p.exitcode is None for p in self.procs):
+                    continue
+                try:
+                    # Every worker has exited, but what they sent last may still be on its
+                    # way: the wait above can give up just before it arrives (seen once in
+                    # CI on a loaded machine, the workers' exit codes all 0).
+                    message = self.out.get(timeout=EXITED_GRACE)
+                except queuelib.Empty:
                     codes = sorted({p.exitcode for p in self.procs})
                     why = f"worker processes ended unexpectedly (exit codes {codes})"
                     raise LoadError(why) from None
-                continue
             if message[0] == "exit":
                 self.alive -= 1
                 self.peak_rss_mb = max(self.peak_rss_mb, message[2])
