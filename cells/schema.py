@@ -48,8 +48,12 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
             return value.astimezone(UTC).replace(tzinfo=None)
         return value
 
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else value.replace(tzinfo=UTC)
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        # MySQL's zero date ('0000-00-00 00:00:00', old rows written without strict mode)
+        # is no datetime: the driver hands it over as text, and it means "no date".
+        if not isinstance(value, datetime):
+            return None
+        return value.replace(tzinfo=UTC)
 
 
 def Str(length: int) -> sa.types.TypeEngine[str]:

@@ -5,6 +5,7 @@ on SQLite, PostgreSQL and MariaDB (see ``test_cells_contract.py``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
@@ -23,9 +24,10 @@ from cellsight.cells.instances import Actor
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.cells.rows import payload_to_row
-from cellsight.cells.schema import instances
+from cellsight.cells.schema import UTCDateTime, instances
 from tests.support.cell_contract import boot, full_payload, node_usage, row_of
 from tests.support.publishers import CollectingPublisher
+from tests.support.services import DatabaseFactory
 
 
 def _fail_on(action: str) -> Callable[[str, sa.Connection], None]:
@@ -127,3 +129,26 @@ def test_invalid_requests_are_named(ops: Operations, publisher: CollectingPublis
     with pytest.raises(UnknownCell, match=r"'atlantis'.*cell1"):
         boot(ops, cell="atlantis")
     assert publisher.sent == []
+
+
+@pytest.mark.services
+def test_a_mysql_zero_date_reads_as_no_date(make_database: DatabaseFactory) -> None:
+    """Old MariaDB/MySQL rows written without strict mode may hold the zero date, which
+    the driver returns as text: it failed every read of its row (sync, verify and the
+    fan-out, a 500), as an adversarial probe found. It reads as no date."""
+    engine = sa.create_engine(make_database("mariadb"))
+    table = sa.Table(
+        "zero_dates",
+        sa.MetaData(),
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("at", UTCDateTime()),
+    )
+    table.create(engine)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("SET SESSION sql_mode=''")
+        conn.exec_driver_sql("INSERT INTO zero_dates VALUES (1, '0000-00-00 00:00:00')")
+        conn.exec_driver_sql("INSERT INTO zero_dates VALUES (2, '2026-01-02 03:04:05.000006')")
+    with engine.connect() as conn:
+        read = dict(conn.execute(sa.select(table.c.id, table.c.at)).tuples().all())
+    engine.dispose()
+    assert read == {1: None, 2: datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)}
