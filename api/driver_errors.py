@@ -22,7 +22,7 @@ import sqlite3
 
 import sqlalchemy as sa
 
-from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.errors import DatabaseUnavailable, UnreadableRow
 
 _SQLITE_TIMEOUTS = frozenset({sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _MYSQL_TIMEOUTS = frozenset({1969, 3024, 2013, 1205})
@@ -61,6 +61,7 @@ CELL_FAILURES: tuple[type[BaseException], ...] = (
     sa.exc.DBAPIError,
     sa.exc.TimeoutError,
     DatabaseUnavailable,
+    UnreadableRow,
     OSError,
 )
 

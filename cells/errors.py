@@ -130,3 +130,16 @@ class DuplicateInstance(CellsError):
     def __init__(self, uuid: str) -> None:
         super().__init__(f"instance {uuid!r} already exists")
         self.uuid = uuid
+
+
+class UnreadableRow(CellsError):
+    """A cell row that does not read as an instance (a value the payload model refuses,
+    JSON that does not parse, a date that is not one): written by something other than
+    Cellsight's operations. Named by its uuid; the cell's other rows are not at fault."""
+
+    reason = "unreadable_row"
+
+    def __init__(self, uuid: object, why: str) -> None:
+        super().__init__(f"instance row {str(uuid)[:80]!r} does not read as an instance: {why}")
+        self.uuid = uuid
+        self.why = why
