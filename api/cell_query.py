@@ -15,7 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.api.cell_columns import CellColumns
-from cellsight.cells.errors import UnreadableRow
+from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
 from cellsight.cells.rows import row_to_payload
 from cellsight.cells.schema import instances
 from cellsight.indexer.documents import instance_document
@@ -49,12 +49,6 @@ def select_instances(
     )
 
 
-# What reading a row that something else wrote may raise: the model's refusal
-# (pydantic's ValidationError is a ValueError), JSON or a date that does not parse, a
-# value of the wrong type, JSON nested past the recursion limit.
-ROW_FAULTS = (ValueError, TypeError, RecursionError)
-
-
 def row_document(row: Mapping[Any, Any], cell_uuid: str | None) -> StoredDocument:
     """A result row as the index's document for it, versioned by its ``revision``."""
     # The update payload, as bulk sync builds it (cellsight.indexer.row_documents): a NULL
@@ -66,12 +60,8 @@ def row_document(row: Mapping[Any, Any], cell_uuid: str | None) -> StoredDocumen
         document = instance_document(payload, FANOUT_EVENT_TYPE, version, cell_uuid=cell_uuid)
     except ROW_FAULTS as exc:
         # The cell is skipped and named, as for a cell that fails: not a 500.
-        raise UnreadableRow(row.get("uuid", "?"), _why(exc)) from exc
+        raise UnreadableRow.of(row.get("uuid", "?"), exc) from exc
     return StoredDocument(str(row["uuid"]), version, document)
-
-
-def _why(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
 def search_cell(
@@ -84,5 +74,5 @@ def search_cell(
         # does not convert fails here, before its uuid can be read.
         rows = conn.execute(query).mappings().all()
     except ROW_FAULTS as exc:
-        raise UnreadableRow("?", _why(exc)) from exc
+        raise UnreadableRow.of("?", exc) from exc
     return [row_document(row, cell_uuid) for row in rows]

@@ -143,3 +143,13 @@ class UnreadableRow(CellsError):
         super().__init__(f"instance row {str(uuid)[:80]!r} does not read as an instance: {why}")
         self.uuid = uuid
         self.why = why
+
+    @classmethod
+    def of(cls, uuid: object, exc: BaseException) -> UnreadableRow:
+        return cls(uuid, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+
+
+# What reading a row that something else wrote may raise: the model's refusal
+# (pydantic's ValidationError is a ValueError), JSON or a date that does not parse, a
+# value of the wrong type, JSON nested past the recursion limit.
+ROW_FAULTS: tuple[type[Exception], ...] = (ValueError, TypeError, RecursionError)

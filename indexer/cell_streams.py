@@ -20,6 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
 from cellsight.cells.reads import get_instance
 from cellsight.cells.schema import compute_nodes, instances
 from cellsight.indexer.engines.base import SearchEngine, WriteOp
@@ -190,6 +191,11 @@ class CellDocs:
         self.fallbacks += 1
         try:
             row = get_instance(conn, uuid)
+            if row is None:
+                return None
+            return reference_document(row, self.cell_uuid, self.event_type)
+        except ROW_FAULTS as exc:
+            # A row written by other means: the sync fails naming it, not only its error.
+            raise UnreadableRow.of(uuid, exc) from exc
         finally:
             conn.rollback()
-        return None if row is None else reference_document(row, self.cell_uuid, self.event_type)

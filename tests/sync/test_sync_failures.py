@@ -170,3 +170,31 @@ def test_a_sync_killed_at_a_random_point_leaves_the_old_index_serving(tmp_path: 
     world.assert_index_equals_cells()
     engine.close()
     registry.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"), [("metadata", '{"a": 1}'), ("tags", "[1, 2]"), ("progress", 1.5)]
+)
+def test_a_row_that_does_not_read_fails_the_sync_naming_it(
+    make_world: Any, column: str, value: object
+) -> None:
+    """A cell row written by other means that the payload model refuses (an adversarial
+    probe wrote them with plain SQL): the sync fails, the old index still serves, and
+    the error names the row, where it named only the model's complaint."""
+    import sqlalchemy as sa
+
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    before = _serving(world)
+    cell = world.registry.list_cells()[0]
+    victim = next(iter(world.revisions(cell)))
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE instances SET {column} = :value WHERE uuid = :uuid"),
+            {"value": value, "uuid": victim},
+        )
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions())
+    assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
+    assert f"{before[0]} still serves" in str(failed.value)
+    assert _serving(world) == before
