@@ -142,19 +142,20 @@ def _properties(header: bytes) -> dict[str, Any]:
     return dict(content.properties)
 
 
+def _short_string(data: bytes, at: int) -> tuple[str, int]:
+    """The AMQP short string at ``at`` (decoded with replacement) and the offset after it."""
+    end = at + 1 + data[at]
+    return data[at + 1 : end].decode("utf-8", "replace"), end
+
+
 def _deliver_args(method: bytes) -> tuple[str, int, bool, str, str]:
     """``basic.deliver``'s arguments, its short strings decoded with replacement."""
-    at = 4  # after the class and method ids
-    texts: list[str] = []
-    for _ in range(3):
-        size = method[at]
-        texts.append(method[at + 1 : at + 1 + size].decode("utf-8", "replace"))
-        at += 1 + size
-        if len(texts) == 1:  # the delivery tag and the redelivered bit follow the first
-            tag = _TAG.unpack_from(method, at)[0]
-            redelivered = bool(method[at + 8] & 1)
-            at += 9
-    return texts[0], tag, redelivered, texts[1], texts[2]
+    consumer_tag, at = _short_string(method, 4)  # after the class and method ids
+    tag = _TAG.unpack_from(method, at)[0]
+    redelivered = bool(method[at + 8] & 1)
+    exchange, at = _short_string(method, at + 9)
+    routing_key, _ = _short_string(method, at)
+    return consumer_tag, tag, redelivered, exchange, routing_key
 
 
 def _encoding(delivery: Delivery) -> str | None:
@@ -169,8 +170,8 @@ def _encoding(delivery: Delivery) -> str | None:
         return encoding
     at = _HEADER.size
     if flags & CONTENT_TYPE:
-        at += 1 + header[at]
-    return header[at + 1 : at + 1 + header[at]].decode("utf-8", "replace")
+        _, at = _short_string(header, at)
+    return _short_string(header, at)[0]
 
 
 # kombu's codecs, by the names its ``compression`` header may carry.

@@ -238,9 +238,10 @@ class IndexerConsumer:
     def _on_undecodable(self, message: Received, exc: Exception) -> None:
         """A message kombu could not prepare (a body its ``compression`` header says is
         compressed and is not): without this kombu raises out of the receive, and the
-        indexer would stop on it, and again on its redelivery. Its body stays as it came,
-        which the decode refuses, so it is dead-lettered like any other poison."""
-        log.warning("undecodable message (%s: %s): dead-lettered", type(exc).__name__, exc)
+        indexer would stop on it, and again on its redelivery. Its body stays as it came
+        and goes to the decoder like any other (a poison is dead-lettered)."""
+        log.warning("message kombu could not prepare (%s: %s): read as it came",
+                    type(exc).__name__, exc)  # fmt: skip
         self._on_message(message)
 
     def _plan(self) -> Any:

@@ -38,10 +38,10 @@ REASON_HEADER = "x-cellsight-reason"
 REASON_CODE_HEADER = "x-cellsight-reason-code"
 REASON_MAX = 1000
 HEADERS_DROPPED = "x-cellsight-headers-dropped"
-# The original's properties a dead letter copies at most, in bytes as they came (or half
-# the connection's frame size, if less): a copy past RabbitMQ's frame size (128 KiB by
-# default; the properties go in one frame) makes the broker close the connection, and
-# every retry would meet the same.
+# The copy's headers at most, in bytes as py-amqp writes them (or half the connection's
+# frame size, if less): a copy past RabbitMQ's frame size (128 KiB by default; the
+# properties go in one frame) makes the broker close the connection, and every retry
+# would meet the same.
 HEADERS_MAX = 64 * 1024
 
 
@@ -74,14 +74,15 @@ class DeadLetterer:
 
     def send(self, message: Received, reason_code: str, reason: str, event_type: str) -> None:
         """Publish ``message`` to the DLX and return once the bus confirmed it."""
+        info = message.delivery_info  # a routed delivery parses it on each read
         headers = _copy_headers(
             message,
             {
                 REASON_HEADER: reason[:REASON_MAX],
                 REASON_CODE_HEADER: reason_code or "unknown",
                 "x-cellsight-event-type": event_type,
-                "x-original-exchange": message.delivery_info.get("exchange") or self.exchange,
-                "x-original-routing-key": message.delivery_info.get("routing_key") or "",
+                "x-original-exchange": info.get("exchange") or self.exchange,
+                "x-original-routing-key": info.get("routing_key") or "",
                 "x-dead-lettered-at": datetime.now(UTC).isoformat(),
             },
         )
@@ -149,7 +150,7 @@ class DeadLetterer:
 def _copy_headers(message: Received, ours: dict[str, Any]) -> dict[str, Any]:
     """The copy's headers: the original's and ``ours``, without the original's if py-amqp
     could not read them or the copy's would pass ``HEADERS_MAX`` (measured as py-amqp
-    writes them: a value may grow, a one-byte integer written back in four); a header
+    writes them: a value may grow, a one-byte integer is written back in five); a header
     then says why they are not there. The body always travels."""
     if not isinstance(message, Delivery):
         return {**(message.headers or {}), **ours}  # the Redis bus: no frame size
