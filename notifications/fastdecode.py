@@ -3,7 +3,7 @@
 The msgspec Structs here are generated from the pydantic payload models (their fields,
 types, defaults and ``ge`` constraints) and from :mod:`cellsight.notifications.limits`, so the
 models stay the one source of truth. The ``nova_object`` wrappers are Structs too
-(nested names as ``Literal``, versions as a ``major.minor`` pattern of the known major),
+(nested names as ``Literal``, versions as a ``Literal`` of the known major's minors),
 so no Python runs per nested object; the top-level class is chosen by msgspec's tagged
 union on ``nova_object.name``. Nova's other instance payload classes
 (``NOVA_INSTANCE_SUBCLASSES``: ``instance.exists``, volume, snapshot, rebuild ...) are read
@@ -154,9 +154,16 @@ def data_struct(
     return msgspec.defstruct(f"{model.__name__}{suffix}", fields, kw_only=True)
 
 
+# Minors of a nested object's known major that the fast path reads; any other version
+# declines (the reference decides). A Literal is one dict lookup in C where the pattern
+# it replaced called Python's ``re`` for every nested object: 8,500 instructions a
+# notification of the benchmark's kind (callgrind), 7% of its typed decode.
+NESTED_MINORS = 100
+
+
 def _version_type(model: type[VersionedObject]) -> Any:
     major = model.OBJ_VERSION.split(".")[0]
-    return Annotated[str, Meta(pattern=rf"^{major}\.[0-9]+\Z", max_length=limits.ENVELOPE_LENGTH)]
+    return Literal[tuple(f"{major}.{minor}" for minor in range(NESTED_MINORS))]
 
 
 def wire_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> Any:

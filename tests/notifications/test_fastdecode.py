@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cellsight.indexer.outcomes import Outcome, Verdict
-from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan_fast
+from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
 from cellsight.notifications import fastdecode, limits
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.errors import NotificationError
@@ -109,6 +109,39 @@ def test_any_major_version_is_read_by_shape_as_the_registry_does() -> None:
     body["payload"]["nova_object.version"] = "7"
     assert plan_fast(0, novagen.body(body)) is None  # the reference names the error
     assert _code(_reference(novagen.body(body))) == "malformed"
+
+
+def _same_verdict(got: Planned | Outcome | None, reference: Planned | Outcome) -> None:
+    if isinstance(reference, Planned):
+        assert isinstance(got, Planned)
+        _same_plan(got, reference)
+    else:
+        assert isinstance(got, Outcome) and got.reason_code == reference.reason_code
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    version=st.one_of(
+        st.builds("1.{}".format, st.integers(0, fastdecode.NESTED_MINORS + 50)),
+        st.sampled_from(
+            ["1.07", "1.4 ", "01.4", "1", "2.0", "0.9", "1.-1", "1.4.1", "\u0661.\u0664"]
+        ),
+        st.text(max_size=8),
+    )
+)
+def test_a_nested_objects_version_decides_as_the_reference_does(version: str) -> None:
+    """Minors of the known major up to ``NESTED_MINORS`` take the compiled path; any
+    other version declines, and the reference's verdict stands (the indexer's planner too)."""
+    body = novagen.notification("instance.update", seed=11)
+    body["payload"]["nova_object.data"]["flavor"]["nova_object.version"] = version
+    raw = novagen.body(body)
+    fast = plan_fast(0, raw)
+    if version in {f"1.{minor}" for minor in range(fastdecode.NESTED_MINORS)}:
+        assert isinstance(fast, Planned)
+    elif fast is not None:
+        raise AssertionError(f"the compiled path decided version {version!r}")
+    outcomes, planned = plan([raw])
+    _same_verdict(planned[0] if planned else outcomes[0], _reference(raw))
 
 
 @settings(max_examples=150, deadline=None)
