@@ -18,6 +18,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import msgspec
+
 if TYPE_CHECKING:
     from cellsight.query.tree import SearchRequest
 
@@ -68,14 +70,15 @@ class WriteOp(NamedTuple):
     document: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class WriteResult:
+class WriteResult(msgspec.Struct, frozen=True):
+    """Structs, like ``WriteOp``'s named tuple: engines make one per document, and a
+    frozen dataclass's ``__init__`` costs several times a Struct's."""
+
     status: WriteStatus
     reason: str | None = None
 
 
-@dataclass(frozen=True)
-class StoredDocument:
+class StoredDocument(msgspec.Struct, frozen=True):
     id: str
     version: int
     document: dict[str, Any]
