@@ -73,3 +73,48 @@ def test_a_file_that_stays_locked_is_the_engine_unavailable(
     holder.execute("ROLLBACK")
     holder.close()
     engine.close()
+
+
+BOUND = [
+    (None, ("null", None)),
+    (True, ("integer", 1)),
+    (False, ("integer", 0)),
+    (7, ("integer", 7)),
+]
+
+
+@pytest.mark.parametrize("value, stored", BOUND)
+def test_the_registered_adapters_bind_what_sqlite3_bound_without_them(
+    value: object, stored: tuple[str, object]
+) -> None:
+    """The module's adapters for None and bool (a speedup) change no stored value, in any
+    connection of the process."""
+    if value is not None and type(value) is not bool:
+        assert (type(value), sqlite3.PrepareProtocol) not in sqlite3.adapters
+    else:
+        assert (type(value), sqlite3.PrepareProtocol) in sqlite3.adapters
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (v)")
+    conn.execute("INSERT INTO t VALUES (?)", (value,))
+    assert conn.execute("SELECT typeof(v), v FROM t").fetchone() == stored
+    conn.close()
+
+
+def test_a_document_s_booleans_and_nulls_are_stored_as_before(tmp_path: Path) -> None:
+    from cellsight.indexer.engines.base import WriteOp, WriteStatus
+
+    engine = EmbeddedEngine(tmp_path / "index.db", prefix="t")
+    engine.ensure_ready("instance")
+    doc = {"uuid": "u-1", "locked": True, "deleted": False, "host": None}
+    assert engine.bulk([WriteOp("instance", "u-1", 1, doc)])[0].status is WriteStatus.OK
+    conn = engine._conn()
+    (table,) = conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 't-instance%' "
+        "AND name NOT LIKE '%#%'"
+    ).fetchone()
+    row = conn.execute(
+        f'SELECT typeof("locked"), "locked", typeof("deleted"), "deleted", typeof("host") '
+        f'FROM "{table}"'
+    )
+    assert row.fetchone() == ("integer", 1, "integer", 0, "null")
+    engine.close()
