@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import cast
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
@@ -41,7 +42,7 @@ PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file lo
 # adapter found in the registry is called at once instead. Both bind what they bound
 # before (NULL; 0 or 1), so registering them for the whole process changes no value, in
 # the cells' SQLite either. ``{}.get`` answers None for any key, without a Python frame.
-sqlite3.register_adapter(type(None), {}.get)
+sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 sqlite3.register_adapter(bool, int)
 
 
