@@ -35,13 +35,14 @@ SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file locked
 
-# The sqlite3 module binds an exact int, float, str or bytes directly, but runs its
+# The sqlite3 module binds an exact int, float, str or bytearray directly, but runs its
 # adaptation protocol for anything else, None and bool included: a registry miss, then a
 # ``__adapt__`` lookup on its protocol type that fails with a formatted AttributeError,
 # about 2,000 instructions a value (callgrind); a row of the index carries a dozen. An
 # adapter found in the registry is called at once instead. Both bind what they bound
 # before (NULL; 0 or 1), so registering them for the whole process changes no value, in
 # the cells' SQLite either. ``{}.get`` answers None for any key, without a Python frame.
+# (``sqlite3.adapt`` now answers None and 1 for them where it raised; nothing calls it.)
 sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 sqlite3.register_adapter(bool, int)
 
