@@ -227,8 +227,10 @@ class Soak(Load, Faults):
                     break
             time.sleep(1.0)
         # The embedded bus is kombu's Redis transport, which BRPOPs a message and only
-        # then records it as unacked: an indexer SIGKILLed between the two loses that one
-        # message (at most one per kill; RabbitMQ has no such window). The index is then
+        # then records it as unacked: an indexer SIGKILLed between the two, or a server
+        # that stops between them (the record then fails on the closed connection), loses
+        # that one message (at most one per kill or restart; RabbitMQ has no such window).
+        # The index is then
         # behind its cell, which anti-entropy exists to repair: check that every
         # difference is of that kind and bounded by the kills, and that verify --repair
         # closes it.
@@ -262,6 +264,7 @@ class Soak(Load, Faults):
             "repaired_by_verify": repaired,
             "index_differences_after_verify": len(after or {}),
             "indexer_sigkills": sum(1 for f in self.faults if f["fault"] == "indexer SIGKILL"),
+            "bus_restarts": sum(1 for f in self.faults if f["fault"] == "bus restart"),
             "instances": instances,
             "dead_letters": len(letters),
             "dead_letters_unexpected": len([b for b in letters if b not in self.poison]),

@@ -201,12 +201,13 @@ def verdict(summary: dict[str, Any], rss_limit: float) -> dict[str, bool]:
     lists = {k: v for k, v in summary["responses"].items() if k.startswith(("list", "query"))}
     return {
         # Equal once anti-entropy ran, and before it only behind by what the embedded
-        # bus can lose to a SIGKILL (one message per kill); ahead or garbled never.
+        # bus can lose to an indexer SIGKILL or a restart of its server (one message
+        # each); ahead or garbled never.
         "index_equals_cells": summary["index_checked"]
         and summary["outbox_left"] == 0
         and summary["index_differences_after_verify"] == 0
         and summary["index_behind"] == summary["index_differences"]
-        and summary["index_differences"] <= summary["indexer_sigkills"],
+        and summary["index_differences"] <= summary["indexer_sigkills"] + summary["bus_restarts"],
         "every_response_200": all(
             k.split()[1] == "200" and k.split()[2] in ("index", "fanout") for k in lists
         )
