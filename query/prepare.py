@@ -60,6 +60,16 @@ def _field(fields: Mapping[str, DocField], name: str) -> DocField:
     return f
 
 
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can hold ``text``: JSON's ``\\ud800`` escape makes a lone surrogate,
+    which no database or engine can store (each layer refuses it with its own error)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def coerce(f: DocField, value: Scalar) -> Scalar:
     """``value`` in the canonical form of ``f``'s kind, or ``QueryError``."""
     kind = f.kind
@@ -69,10 +79,8 @@ def coerce(f: DocField, value: Scalar) -> Scalar:
         if isinstance(value, str):
             if "\x00" in value:
                 raise QueryError(f"field {f.name!r}: a value cannot contain NUL")
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                raise QueryError(f"field {f.name!r}: a value is not valid Unicode") from None
+            if not encodable(value):
+                raise QueryError(f"field {f.name!r}: a value is not valid Unicode")
             return value
     elif kind is Kind.DATE:
         if isinstance(value, str):

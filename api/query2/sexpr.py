@@ -32,7 +32,7 @@ from cellsight.api.query2.fields import COMPUTED, REGISTRY, FieldDef, QKind
 from cellsight.api.status import status_filter
 from cellsight.indexer.fields import Kind, field_map
 from cellsight.query.fields import DocField
-from cellsight.query.prepare import QueryError, prepare_filter
+from cellsight.query.prepare import QueryError, encodable, prepare_filter
 from cellsight.query.regex import InvalidRegex, validate
 from cellsight.query.tree import (
     Compare,
@@ -294,10 +294,8 @@ def _storable(field: FieldDef, op: str, value: str) -> str:
     # JSON can carry both, and no database or engine can hold either.
     if "\x00" in value:
         raise WrongValueKind(field.name, op, value, "a string without NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise WrongValueKind(field.name, op, value, "valid Unicode (no lone surrogates)") from None
+    if not encodable(value):
+        raise WrongValueKind(field.name, op, value, "valid Unicode (no lone surrogates)")
     return value
 
 

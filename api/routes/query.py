@@ -45,6 +45,7 @@ from cellsight.api.query2.instances import MAPPING_FIELDS, query_instances
 from cellsight.api.query2.rows import INSTANCE_LIVE, NODE_LIVE, Item, render
 from cellsight.api.query2.sexpr import FilterError, ParsedFilter, parse
 from cellsight.api.query2.text import parse_text
+from cellsight.query.prepare import encodable
 from cellsight.query.tree import Node
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ def check_fields(fields: list[str]) -> None:
             f"'fields' names at most {MAX_FIELDS} fields (got {len(fields)})", parameter="fields"
         )
     for name in fields:
-        if not _encodable(name):
+        if not encodable(name):
             raise BadRequest(
                 "'fields': a field name must be valid Unicode (no lone surrogates)",
                 parameter="fields",
@@ -121,15 +122,6 @@ def check_fields(fields: list[str]) -> None:
                 f"({name[:40]!r}... has {len(name)})",
                 parameter="fields",
             )
-
-
-def _encodable(name: str) -> bool:
-    """UTF-8 can hold it (a lone surrogate arrives as JSON's ``\\ud800`` escape)."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_filter_size(tree: Any) -> None:
