@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cellsight.indexer.engines import sqlite_connections
-from cellsight.indexer.engines.base import EngineUnavailable
+from cellsight.indexer.engines.base import EngineUnavailable, WriteOp, WriteStatus
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 
 
@@ -101,8 +101,6 @@ def test_the_registered_adapters_bind_what_sqlite3_bound_without_them(
 
 
 def test_a_document_s_booleans_and_nulls_are_stored_as_before(tmp_path: Path) -> None:
-    from cellsight.indexer.engines.base import WriteOp, WriteStatus
-
     engine = EmbeddedEngine(tmp_path / "index.db", prefix="t")
     engine.ensure_ready("instance")
     doc = {"uuid": "u-1", "locked": True, "deleted": False, "host": None}
