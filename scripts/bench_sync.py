@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.floor import sqlite_floor
+from bench.targets import summary, target
 
 from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellRegistry
@@ -46,6 +47,8 @@ from cellsight.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "from cellsight.cli import main; main()"]
+TARGET_SYNC_DOCS_PER_S = 40_000  # issue 11: 1,000,000 instances in 20 cells → embedded
+TARGET_RSS_MB = 300.0
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -179,6 +182,22 @@ def bench_engine(settings: Settings, args: argparse.Namespace, instances: int) -
         out["sync"]["ratio_to_sqlite_floor"] = round(
             report["docs_per_s"] / floor["docs_per_s_with_finish"], 2
         )
+    if settings.search_url is None:  # issue 11's targets are the embedded engine's
+        rss = report["peak_rss_mb"]
+        out["targets"] = [
+            target(
+                "sync_docs_per_s",
+                report["docs_per_s"],
+                TARGET_SYNC_DOCS_PER_S,
+                # The same rows through the same SQL with nothing else, and the index build.
+                limit=(
+                    (floor["docs_per_s_with_finish"], "sqlite floor with the index build")
+                    if floor
+                    else None
+                ),
+            ),
+            target("sync_peak_rss_mb", max(rss["sync"], rss["workers"]), TARGET_RSS_MB, "<="),
+        ]
     if settings.search_url is None and args.drift > 0:
         made = run_step(settings, "drift", str(args.drift))
         found, seconds = run_cli(settings, "verify", "--type", "instance")
@@ -257,6 +276,8 @@ def main() -> None:
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     result["load_average_at_end"] = round(os.getloadavg()[0], 1)
+    result["targets"] = result.get("embedded", {}).get("targets", [])
+    result.update(summary(result["targets"]))
     print(json.dumps(result, indent=2))
 
 

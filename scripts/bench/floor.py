@@ -15,7 +15,7 @@ from typing import Any
 
 from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from cellsight.indexer.engines.sqlite_rows import RowBuilder
+from cellsight.indexer.engines.sqlite_rows import Prepared, RowBuilder
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS, doc_table, side_table
 
 
@@ -38,6 +38,65 @@ class Clock:
         }
 
 
+class FloorWriter:
+    """The engine's own connection and pragmas, and only the statements its writer runs
+    for new documents: one transaction per batch, rids continuing from batch to batch,
+    no version reads, no checks. With ``checkpoint_thread`` each commit hands the
+    engine's checkpoint thread its checkpoint, as the engine's transactions do (without
+    that the WAL grew past 800 MB in 100,000 documents, which the engine's never does);
+    without it the committing connection checkpoints as SQLite does by default (every
+    1,000 WAL pages), which is what the engine did before ``sqlite_checkpoint``."""
+
+    def __init__(self, path: Path, *, checkpoint_thread: bool = True, bulk_load: bool = False):
+        self.engine = EmbeddedEngine(path, prefix="floor")
+        if bulk_load:
+            self.index = "floor-instance-load"
+            self.engine.create_index("instance", self.index, bulk_load=True)
+        else:
+            self.engine.ensure_ready("instance")
+            (info,) = self.engine.indexes("instance")
+            self.index = info.name
+        self.checkpoint_thread = checkpoint_thread
+        if not checkpoint_thread:
+            self.engine._connections.checkpointer.close()
+            self.engine._conn().execute("PRAGMA wal_autocheckpoint=1000")
+        schema = SCHEMAS["instance"]
+        self.builder = RowBuilder(schema)
+        self.conn = self.engine._conn()  # the engine's own connection: same pragmas
+        self.insert = schema.insert_sql(self.index)
+        self.docs_sql = f"INSERT INTO {doc_table(self.index)} VALUES (?, ?)"
+        self.side_sql = f"INSERT INTO {side_table(self.index)} VALUES (?, ?, ?)"
+        self.rid = 0
+
+    def prepare(self, ops: list[WriteOp]) -> list[Prepared]:
+        """The rows (before the clock)."""
+        return [self.builder.prepare(op) for op in ops]
+
+    def write(self, prepared: list[Prepared], batch: int | None = None) -> int:
+        """Returns how many rows it wrote (all)."""
+        conn, batch = self.conn, batch or len(prepared) or 1
+        for k in range(0, len(prepared), batch):
+            chunk, first = prepared[k : k + batch], self.rid + 1
+            self.rid += len(chunk)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(self.insert, [(first + n, *p.row) for n, p in enumerate(chunk)])
+            conn.executemany(self.docs_sql, [(first + n, p.doc) for n, p in enumerate(chunk)])
+            conn.executemany(
+                self.side_sql,
+                [(first + n, f, v) for n, p in enumerate(chunk) for f, v in p.side],
+            )
+            conn.execute("COMMIT")
+            if self.checkpoint_thread:
+                self.engine._connections.checkpointer.committed()
+        return len(prepared)
+
+    def finish(self) -> None:
+        self.engine.finish_bulk_load(self.index)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
 def sqlite_floor(
     path: Path,
     ops: list[WriteOp],
@@ -46,49 +105,20 @@ def sqlite_floor(
     checkpoint_thread: bool = True,
     bulk_load: bool = False,
 ) -> dict[str, Any]:
-    """With ``checkpoint_thread`` each commit hands the engine's checkpoint thread its
-    checkpoint, as the engine's transactions do (without that the WAL grew past 800 MB
-    in 100,000 documents, which the engine's never does); without it the committing
-    connection checkpoints as SQLite does by default (every 1,000 WAL pages), which is
-    what the engine did before ``sqlite_checkpoint``. With ``bulk_load`` the figures
-    add ``finish_seconds`` and ``docs_per_s_with_finish``, as a sync's."""
-    engine = EmbeddedEngine(path, prefix="floor")
-    schema = SCHEMAS["instance"]
+    """The floor of a whole load (``FloorWriter``). With ``bulk_load`` the rows go in id
+    order, as a sync reads its cells, and the figures add ``finish_seconds`` and
+    ``docs_per_s_with_finish``, as a sync's."""
+    floor = FloorWriter(path, checkpoint_thread=checkpoint_thread, bulk_load=bulk_load)
     if bulk_load:
-        index = "floor-instance-load"
-        engine.create_index("instance", index, bulk_load=True)
-        ops = sorted(ops, key=lambda op: op.id)  # as a sync reads its cells
-    else:
-        engine.ensure_ready("instance")
-        (info,) = engine.indexes("instance")
-        index = info.name
-    if not checkpoint_thread:
-        engine._connections.checkpointer.close()
-        engine._conn().execute("PRAGMA wal_autocheckpoint=1000")
-    builder = RowBuilder(schema)
-    prepared = [builder.prepare(op) for op in ops]
-    conn = engine._conn()  # the engine's own connection: same pragmas
-    insert = schema.insert_sql(index)
-    docs_sql = f"INSERT INTO {doc_table(index)} VALUES (?, ?)"
-    side_sql = f"INSERT INTO {side_table(index)} VALUES (?, ?, ?)"
+        ops = sorted(ops, key=lambda op: op.id)
+    prepared = floor.prepare(ops)
     with Clock() as clock:
-        for k in range(0, len(prepared), batch):
-            chunk = prepared[k : k + batch]
-            conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(insert, [(k + n + 1, *p.row) for n, p in enumerate(chunk)])
-            conn.executemany(docs_sql, [(k + n + 1, p.doc) for n, p in enumerate(chunk)])
-            conn.executemany(
-                side_sql,
-                [(k + n + 1, f, v) for n, p in enumerate(chunk) for f, v in p.side],
-            )
-            conn.execute("COMMIT")
-            if checkpoint_thread:
-                engine._connections.checkpointer.committed()
+        floor.write(prepared, batch)
     figures: dict[str, Any] = clock.figures(len(ops))
     if bulk_load:
         with Clock() as finish:
-            engine.finish_bulk_load(index)
+            floor.finish()
         figures["finish_seconds"] = round(finish.wall, 3)
         figures["docs_per_s_with_finish"] = round(len(ops) / (clock.wall + finish.wall))
-    engine.close()
+    floor.close()
     return figures

@@ -7,6 +7,8 @@
 * **plain**: a kombu consumer that only receives and acks (``basic.ack`` with
   ``multiple`` every 500) the same kind of queue: the bus's own pace.
 * **ceiling**: ``engine.bulk`` of the same documents, mapped before the clock starts.
+* **floor** (embedded engine): the same documents' rows, built before the clock starts,
+  through the same SQL with nothing else (``bench/floor.py``): what the ceiling cannot beat.
 * **one_by_one**: decode, write one document, ack, message by message.
 """
 
@@ -25,12 +27,14 @@ from typing import Any
 from kombu import Connection, Consumer
 
 from bench.bus import Topology, prepublish
+from bench.ceiling import bulk_writer, ceiling_chunk
+from bench.floor import FloorWriter
 from bench.measure import MACHINE, Instrumented, Stages, Tally, cpu_seconds, documents_in, say
-from bench.sites import EngineSite
+from bench.sites import EmbeddedSite, EngineSite
 from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
 from cellsight.indexer.write_process import WriterFactory, reopened
-from cellsight.indexer.writer import merge_tags, plan
+from cellsight.indexer.writer import plan
 from cellsight.notifications import queues
 
 PLAIN_ACK_EVERY = 500
@@ -96,25 +100,6 @@ def run_indexer(
     if prof is not None and profile is not None:
         prof.dump_stats(str(profile))
     return consumer, elapsed, cpu, writer_cpu
-
-
-def ceiling_chunk(engine: SearchEngine, bodies: Sequence[bytes], batch: int, tally: Tally) -> int:
-    """engine.bulk of these notifications' documents, mapped before the clock starts,
-    in batches of the consumer's size. Returns how many the engine took."""
-    spent = cpu = 0.0
-    written = 0
-    for start in range(0, len(bodies), batch):
-        _, planned = plan(bodies[start : start + batch])
-        merge_tags(planned, {})  # what the indexer stores for new tag-less payloads
-        ops = [p.op for p in planned]
-        del planned
-        t, c = time.perf_counter(), time.thread_time()
-        results = engine.bulk(ops)
-        spent += time.perf_counter() - t
-        cpu += time.thread_time() - c
-        written += sum(r.status is WriteStatus.OK for r in results)
-    tally.add(len(bodies), spent, cpu)
-    return written
 
 
 def indexer_chunk(
@@ -271,6 +256,8 @@ def throughput(
     from a queue of its own."""
     rounds = max(1, min(args.rounds, len(bodies), len(one_bodies) or args.rounds))
     ceiling_engine = site.fresh("ceiling")
+    # The embedded engine's floor: the same rows through the same SQL, nothing else.
+    floor = FloorWriter(site.root / "floor.db") if isinstance(site, EmbeddedSite) else None
     indexer_engine = site.fresh("indexer")
     wp_engine = site.fresh("indexer_wp")
     stages = Stages()
@@ -278,10 +265,11 @@ def throughput(
     wp_stages = Instrumented(wp_engine, Stages())  # the child's stages are not seen here
     topos = {p: Topology.fresh(p) for p in ("indexer", "indexer_wp", "onebyone", "plain")}
     names = ["ceiling", "indexer", "indexer_wp", "one_by_one", "plain"]
+    names += ["floor"] if floor is not None else []
     tallies = {name: Tally() for name in names}
     totals: dict[str, int] = {}
     wp_totals: dict[str, int] = {}
-    took = failed = 0
+    took = failed = floored = 0
     prefetch = config.prefetch_for(config.in_flight_for(indexer_engine))
     prof = Path(args.profile_dir) / f"indexer-{site.name}" if args.profile_dir else None
     try:
@@ -290,7 +278,13 @@ def throughput(
             order = names[r % len(names) :] + names[: r % len(names)]
             for phase in order if r % 2 == 0 else reversed(order):
                 if phase == "ceiling":
-                    took += ceiling_chunk(ceiling_engine, chunk, config.batch_count, tallies[phase])
+                    took += ceiling_chunk(
+                        bulk_writer(ceiling_engine), chunk, config.batch_count, tallies[phase]
+                    )
+                elif phase == "floor" and floor is not None:
+                    floored += ceiling_chunk(
+                        floor.write, chunk, config.batch_count, tallies[phase], floor.prepare
+                    )
                 elif phase == "indexer":
                     where = prof.with_name(f"{prof.name}-{r}.prof") if prof else None
                     indexer_chunk(
@@ -340,6 +334,8 @@ def throughput(
         wp_docs = documents_in(wp_engine)
     finally:
         site.release(ceiling_engine)
+        if floor is not None:
+            floor.close()
         site.release(indexer_engine)
         site.release(wp_engine)
         for topo in topos.values():
@@ -353,6 +349,9 @@ def throughput(
             "taken": took,
             "documents_after": ceiling_docs,
         },
+        "floor": (
+            {**tallies["floor"].summary("docs"), "written": floored} if floor is not None else {}
+        ),
         "indexer": {
             **ind.summary("notifications"),
             "cpu_us_per_notification_by_stage": stages.breakdown(ind.cpu, ind.count),
