@@ -17,9 +17,14 @@ JSON on stdout, progress on stderr. Per engine, in one run (``scripts/bench/``):
   (``multiple`` every 500) the same notifications from a queue of its own.
 * **ceiling**: the same documents mapped before the clock starts, then only
   ``engine.bulk`` in batches of the consumer's size, into an engine of its own.
+* **floor** (the embedded engine): the same documents' rows, also built before the
+  clock, through the same SQL with nothing else (``bench/floor.py``): the ceiling
+  target's limit.
 * **one by one** (how the previous generation worked): decode, write one document, ack.
-* These five are interleaved in ``--rounds`` rounds (rotated order) so that on a busy
-  machine they see the same load; ratios come from the totals.
+* These five (six with the floor) are interleaved in ``--rounds`` rounds (rotated order)
+  so that on a busy machine they see the same load; ratios come from the totals.
+* Every target is reported with its value, threshold and ``status``
+  (``bench/targets.py``): ``met``, ``beyond_limit`` or ``missed``.
 * **whole drains**: the indexer (writer process) and the plain consumer each drain all
   ``--count`` in one go, ``--drains`` times alternating (``bench/drains.py``): the same
   ratio over 20 batches instead of the rounds' four.
@@ -218,8 +223,8 @@ def bench_engine(
         problems.append("dead letters, leftover messages or failed one-by-one writes")
     if ceil["documents_after"] != count or ceil["taken"] != count:
         problems.append(f"ceiling engine holds {ceil['documents_after']} documents")
-    if tp["floor"] and tp["floor"]["written"] != count:
-        problems.append(f"the floor wrote {tp['floor']['written']} rows")
+    if tp["floor"] and tp["floor"]["documents_after"] != count:
+        problems.append(f"the floor's index holds {tp['floor']['documents_after']} documents")
     if lag and (lag["missing"] or lag["indexed"] != lag["published"]):
         problems.append(f"lag: {lag['missing']} published notifications never written")
     if workers and any(workers[f"workers_{n}"]["exit_code"] != 0 for n in (1, 2)):
@@ -296,7 +301,7 @@ def main() -> None:
         "--rounds",
         type=int,
         default=5,
-        help="interleave ceiling, indexer and one-by-one in this many rounds",
+        help="interleave the phases (ceiling, floor, indexers, one-by-one, plain) in N rounds",
     )
     defaults = ConsumerConfig()
     p.add_argument("--batch-count", type=int, default=defaults.batch_count)

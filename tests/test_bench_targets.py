@@ -4,6 +4,8 @@ short of the threshold."""
 
 from __future__ import annotations
 
+import pytest
+
 from scripts.bench.targets import summary, target
 
 
@@ -52,3 +54,19 @@ def test_summary_groups_names_by_status() -> None:
         },
     }
     assert summary([target("rate", 7000, 6500)])["all_pass"] is True
+
+
+def test_a_limit_the_value_passed_did_not_bind() -> None:
+    # The code outran its "limit": that limit did not stop it, so the miss is a miss.
+    t = target("ceiling", 20_000, 25_000, limit=(18_000, "floor"))
+    assert (t["status"], t["limit"]["threshold_beyond_limit"]) == ("missed", True)
+    assert target("rss", 310, 300, "<=", limit=(320, "x"))["status"] == "missed"
+
+
+def test_only_the_two_comparisons() -> None:
+    with pytest.raises(ValueError, match="op must be"):
+        target("x", 1, 2, ">")
+
+
+def test_no_targets_is_not_a_pass() -> None:
+    assert summary([])["all_pass"] is False

@@ -12,21 +12,23 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bench.measure import Tally
-from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus
 from cellsight.indexer.writer import merge_tags, plan
 
 
 def ceiling_chunk(
-    write: Callable[[Any], int],
+    write: Callable[[Any], Any],
     bodies: Sequence[bytes],
     batch: int,
     tally: Tally,
     prepare: Callable[[list[WriteOp]], Any] = list,
+    count: Callable[[Any], int] = int,
 ) -> int:
     """``write`` of these notifications' documents in batches of the consumer's size:
     ``engine.bulk`` for the ceiling, the floor's SQL for the floor. What it writes is
-    mapped (and, by ``prepare``, made rows) before the clock starts. Returns how many
-    were written."""
+    mapped (and, by ``prepare``, made rows) before the clock starts, and what it returns
+    is counted (``count``: how many it wrote) after the clock. Returns how many were
+    written."""
     spent = cpu = 0.0
     written = 0
     for start in range(0, len(bodies), batch):
@@ -35,15 +37,14 @@ def ceiling_chunk(
         items = prepare([p.op for p in planned])
         del planned
         t, c = time.perf_counter(), time.thread_time()
-        written += write(items)
+        done = write(items)
         spent += time.perf_counter() - t
         cpu += time.thread_time() - c
+        written += count(done)
     tally.add(len(bodies), spent, cpu)
     return written
 
 
-def bulk_writer(engine: SearchEngine) -> Callable[[list[WriteOp]], int]:
-    def write(ops: list[WriteOp]) -> int:
-        return sum(r.status is WriteStatus.OK for r in engine.bulk(ops))
-
-    return write
+def taken(results: list[WriteResult]) -> int:
+    """How many of ``engine.bulk``'s results were written."""
+    return sum(r.status is WriteStatus.OK for r in results)

@@ -27,7 +27,7 @@ from typing import Any
 from kombu import Connection, Consumer
 
 from bench.bus import Topology, prepublish
-from bench.ceiling import bulk_writer, ceiling_chunk
+from bench.ceiling import ceiling_chunk, taken
 from bench.floor import FloorWriter
 from bench.measure import MACHINE, Instrumented, Stages, Tally, cpu_seconds, documents_in, say
 from bench.sites import EmbeddedSite, EngineSite
@@ -279,7 +279,7 @@ def throughput(
             for phase in order if r % 2 == 0 else reversed(order):
                 if phase == "ceiling":
                     took += ceiling_chunk(
-                        bulk_writer(ceiling_engine), chunk, config.batch_count, tallies[phase]
+                        ceiling_engine.bulk, chunk, config.batch_count, tallies[phase], count=taken
                     )
                 elif phase == "floor" and floor is not None:
                     floored += ceiling_chunk(
@@ -330,12 +330,13 @@ def throughput(
             dead = topos["indexer"].dead_letters(conn)
             wp_dead = topos["indexer_wp"].dead_letters(conn)
         ceiling_docs = documents_in(ceiling_engine)
+        floor_docs = documents_in(floor.engine) if floor is not None else 0
         indexer_docs = documents_in(indexer_engine)
         wp_docs = documents_in(wp_engine)
     finally:
         site.release(ceiling_engine)
         if floor is not None:
-            floor.close()
+            site.release(floor.engine)  # closes it and removes its files
         site.release(indexer_engine)
         site.release(wp_engine)
         for topo in topos.values():
@@ -350,7 +351,9 @@ def throughput(
             "documents_after": ceiling_docs,
         },
         "floor": (
-            {**tallies["floor"].summary("docs"), "written": floored} if floor is not None else {}
+            {**tallies["floor"].summary("docs"), "written": floored, "documents_after": floor_docs}
+            if floor is not None
+            else {}
         ),
         "indexer": {
             **ind.summary("notifications"),

@@ -1,9 +1,10 @@
 """Issue 11's targets as the benchmarks report them: each with its verdict and, where
 something outside the code caps it, the limit measured in the same run.
 
-A target's ``status`` is ``met``; ``beyond_limit`` when it is missed and the limit
-measured beside it is itself short of the threshold (the machine, not the code, stops
-it in that run); or ``missed``.
+A target's ``status`` is ``met``; ``beyond_limit`` when it is missed, the limit
+measured beside it is itself short of the threshold, and the value did not pass that
+limit (so the limit bound it: the machine, not the code, stopped it in that run); or
+``missed``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ def target(
 ) -> dict[str, Any]:
     """A target's verdict; ``limit`` is (the best value this machine allows, what sets
     it), measured in the same run."""
+    if op not in (">=", "<="):
+        raise ValueError(f"op must be '>=' or '<=', not {op!r}")
     ok = value >= threshold if op == ">=" else value <= threshold
     out: dict[str, Any] = {
         "target": name,
@@ -38,16 +41,18 @@ def target(
             "threshold_beyond_limit": bool(beyond),
             "share_of_limit": round(value / best, 3) if best else None,
         }
-        if not ok and beyond:
+        binding = value <= best if op == ">=" else value >= best
+        if not ok and beyond and binding:
             out["status"] = "beyond_limit"
     return out
 
 
 def summary(targets: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    """``all_pass``, and the names of the targets by status."""
+    """``all_pass`` (false when there is no target to pass), and the names of the
+    targets by status."""
     found = list(targets)
     by_status: dict[str, list[str]] = {"met": [], "beyond_limit": [], "missed": []}
     for t in found:
         label = f"{t['engine']}: {t['target']}" if "engine" in t else t["target"]
         by_status[t["status"]].append(label)
-    return {"all_pass": all(t["pass"] for t in found), "by_status": by_status}
+    return {"all_pass": bool(found) and all(t["pass"] for t in found), "by_status": by_status}
