@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections.abc import Callable
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import msgspec
@@ -172,6 +173,18 @@ class RowBuilder:
         allowed.extend(_LIST for _ in self._many)
         allowed.append(_INT)
         self._allowed = tuple(allowed)
+        # A document the mapping built holds every field, so one C call takes the row's
+        # values (a KeyError falls back to ``get``: None for an absent field), and since
+        # the row and the extras name every field of the mapping (checked here), such a
+        # document with that many keys has no unknown one: a length, not 51 lookups.
+        # Measured under callgrind on the benchmark's documents: 120.0k → 100.9k
+        # instructions a document for ``prepare``.
+        self._take = _taker(self._names)
+        self._take_extra = _taker(self._extra)
+        if {*self._names, *self._extra} == self._known:
+            self._field_count = len(self._known)
+        else:
+            self._field_count = -1  # never equal: the unknown-field check always runs
         # Type signatures of rows that passed the per-kind check. Documents from the
         # mapping come in a handful of shapes (which fields are null), so checking a
         # signature once and then looking it up replaces ~50 type checks per document.
@@ -193,11 +206,20 @@ class RowBuilder:
         if type(op.version) is not int or not 0 <= op.version <= LONG_MAX:
             raise InvalidDocument(f"version {_short(op.version)} must be an integer in [0, 2^63)")
         doc = op.document
-        if not self._fast or not self._known.issuperset(doc):
+        if not self._fast or type(doc) is not dict:
             return self._checked(op)
         get = doc.get
-        row: list[Any] = [op.id, op.version, *map(get, self._names)]
-        extra = tuple(map(get, self._extra))
+        try:
+            row: list[Any] = [op.id, op.version, *self._take(doc)]
+            extra = self._take_extra(doc)
+            # It holds every field of the mapping; as many keys as those: no other.
+            known = len(doc) == self._field_count
+        except KeyError:
+            row = [op.id, op.version, *map(get, self._names)]
+            extra = tuple(map(get, self._extra))
+            known = False
+        if not known and not self._known.issuperset(doc):
+            return self._checked(op)
         signature = (*map(type, row), *map(type, extra))
         if signature not in self._good and not self._signature_ok(signature):
             return self._checked(op)
@@ -244,6 +266,16 @@ class RowBuilder:
             elif name in self._positions and name != "version":
                 row[self._positions[name]] = value
         return Prepared(op, tuple(row), _encode(op.document), side)
+
+
+def _taker(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """``itemgetter`` that always answers a tuple (it answers a bare value for one name)."""
+    if not names:
+        return lambda doc: ()
+    if len(names) == 1:
+        one = itemgetter(names[0])
+        return lambda doc: (one(doc),)
+    return itemgetter(*names)
 
 
 def _encode(doc: dict[str, Any]) -> str:

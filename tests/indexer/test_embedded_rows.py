@@ -101,6 +101,50 @@ def test_the_fast_path_decides_as_the_checked_path(batch: list[tuple[dict[str, A
         assert outcome(builder.prepare, op) == outcome(builder._checked, op)
 
 
+# Every field present, as the mapping builds documents: the row is taken in one call
+# then (``_take``), and a document missing any field falls back to ``get``.
+full_documents = st.fixed_dictionaries({f.name: value_for(f) for f in FIELDS})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.one_of(full_documents, documents), st.integers(0, 2**63 - 1)),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_whole_documents_decide_as_the_checked_path(
+    batch: list[tuple[dict[str, Any], int]],
+) -> None:
+    builder = RowBuilder(SCHEMA)
+    for doc, version in batch:
+        op = WriteOp("instance", "id-1", version, doc)
+        assert outcome(builder.prepare, op) == outcome(builder._checked, op)
+
+
+def test_a_whole_document_and_the_same_with_a_field_absent() -> None:
+    builder = RowBuilder(SCHEMA)
+    whole: dict[str, Any] = dict.fromkeys(f.name for f in FIELDS)
+    whole.update(uuid="a", host="h1", tags=["x"], flavor_memory_mb=512)
+    taken = builder.prepare(WriteOp("instance", "a", 1, whole))
+    assert taken == builder._checked(WriteOp("instance", "a", 1, whole))
+    for absent in ("host", "tags", "version"):
+        doc = {k: v for k, v in whole.items() if k != absent}
+        op = WriteOp("instance", "a", 1, doc)
+        assert builder.prepare(op) == builder._checked(op)
+    # Every field and one more: the unknown one is named, as on the checked path.
+    try:
+        builder.prepare(WriteOp("instance", "a", 1, {**whole, "hostname": "h"}))
+    except InvalidDocument as exc:
+        assert "unknown field [hostname]" in str(exc)
+    else:
+        raise AssertionError("an unknown field was accepted")
+    host = SCHEMA.row_names.index("host")
+    assert taken.row[host] == "h1"
+    assert builder.prepare(WriteOp("instance", "a", 1, {**whole, "host": None})).row[host] is None
+
+
 def test_a_remembered_shape_still_checks_values() -> None:
     builder = RowBuilder(SCHEMA)
     good = {"uuid": "a", "flavor_memory_mb": 512, "flavor_rxtx_factor": 1.0}
