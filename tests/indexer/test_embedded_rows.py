@@ -7,6 +7,7 @@ accepted must not let a bad value of that shape through.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -143,6 +144,21 @@ def test_a_whole_document_and_the_same_with_a_field_absent() -> None:
     host = SCHEMA.row_names.index("host")
     assert taken.row[host] == "h1"
     assert builder.prepare(WriteOp("instance", "a", 1, {**whole, "host": None})).row[host] is None
+
+
+def test_a_mapping_that_invents_values_is_read_as_it_holds_them() -> None:
+    # A defaultdict answers a missing key by inserting one: only an exact dict is read
+    # by ``itemgetter``; any other mapping takes the field-by-field path, unchanged.
+    builder = RowBuilder(SCHEMA)
+    whole: dict[str, Any] = dict.fromkeys(f.name for f in FIELDS)
+    whole.update(uuid="a", host="h1")
+    del whole["host"]
+    doc = defaultdict(lambda: "invented", whole)
+    prepared = builder.prepare(WriteOp("instance", "a", 1, doc))
+    assert "host" not in doc
+    assert prepared.row[SCHEMA.row_names.index("host")] is None
+    assert "invented" not in prepared.doc
+    assert prepared == builder._checked(WriteOp("instance", "a", 1, dict(whole)))
 
 
 def test_a_remembered_shape_still_checks_values() -> None:
