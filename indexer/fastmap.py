@@ -22,7 +22,7 @@ from cellsight.indexer.documents import (
     snapshot_time,
     version_of,
 )
-from cellsight.indexer.fields import NODE_FIELDS, DocField, Kind
+from cellsight.indexer.fields import NODE_FIELDS, DocField, Kind, values_of
 from cellsight.notifications.fastdecode import FastNotification
 from cellsight.notifications.objects import ComputeNodePayload
 
@@ -35,30 +35,21 @@ def _split(fields: list[DocField]) -> tuple[list[str], list[str], list[str]]:
     return plain, times, objects
 
 
-def _getter(names: list[str]) -> Any:
-    if not names:
-        return lambda obj: ()
-    if len(names) == 1:
-        get = attrgetter(names[0])
-        return lambda obj: (get(obj),)
-    return attrgetter(*names)
-
-
 _I_PLAIN, _I_TIMES, _I_OBJECTS = _split(_PAYLOAD_INSTANCE_FIELDS)
-_get_plain = _getter(_I_PLAIN)
+_get_plain = values_of(attrgetter, _I_PLAIN)
 _FLAVOR = [(f.name, f.name[len("flavor_") :]) for f in _FLAVOR_FIELDS]
-_get_flavor = _getter([attr for _, attr in _FLAVOR])
+_get_flavor = values_of(attrgetter, [attr for _, attr in _FLAVOR])
 _FLAVOR_NAMES = [name for name, _ in _FLAVOR]
 _FLAVOR_NONE = dict.fromkeys(_FLAVOR_NAMES)
 
 _N_PLAIN, _N_TIMES, _N_OBJECTS = _split(
     [f for f in NODE_FIELDS if f.name in ComputeNodePayload.model_fields]
 )
-_get_node_plain = _getter(_N_PLAIN)
+_get_node_plain = values_of(attrgetter, _N_PLAIN)
 
 
-_get_times = _getter(_I_TIMES)
-_get_node_times = _getter(_N_TIMES)
+_get_times = values_of(attrgetter, _I_TIMES)
+_get_node_times = values_of(attrgetter, _N_TIMES)
 
 
 _TEMPLATE: dict[str, Any] = dict.fromkeys(

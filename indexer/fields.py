@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -174,3 +174,17 @@ def search_mapping(resource: str) -> dict[str, Any]:
         else:
             props[f.name] = {"type": f.kind.value}
     return {"dynamic": "strict", "properties": props}
+
+
+def values_of(
+    getter: Callable[..., Callable[[Any], Any]], names: Sequence[str]
+) -> Callable[[Any], tuple[Any, ...]]:
+    """``getter(*names)`` (``attrgetter`` or ``itemgetter``: one C call for all of them)
+    answering a tuple for any number of names; those answer a bare value for one name
+    and cannot be made for none."""
+    if not names:
+        return lambda obj: ()
+    if len(names) == 1:
+        one = getter(names[0])
+        return lambda obj: (one(obj),)
+    return getter(*names)
