@@ -149,6 +149,6 @@ def test_a_mysql_zero_date_reads_as_no_date(make_database: DatabaseFactory) -> N
         conn.exec_driver_sql("INSERT INTO zero_dates VALUES (1, '0000-00-00 00:00:00')")
         conn.exec_driver_sql("INSERT INTO zero_dates VALUES (2, '2026-01-02 03:04:05.000006')")
     with engine.connect() as conn:
-        read = dict(conn.execute(sa.select(table.c.id, table.c.at)).tuples().all())
+        read = {row.id: row.at for row in conn.execute(sa.select(table.c.id, table.c.at))}
     engine.dispose()
     assert read == {1: None, 2: datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)}
