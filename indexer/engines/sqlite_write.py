@@ -39,7 +39,7 @@ class Writer:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self._builders = {resource: RowBuilder(schema) for resource, schema in SCHEMAS.items()}
-        self._statements: dict[str, _Statements] = {}
+        self._statements: dict[str, Statements] = {}
         self._updates: dict[tuple[str, tuple[int, ...]], str] = {}
         # (connection, index) -> the schema version at which its columns and secondary
         # indexes were found current. Any schema change moves the version, a rolled-back
@@ -165,7 +165,7 @@ class Writer:
         return took
 
     def _row_changes(
-        self, conn: sqlite3.Connection, sql: _Statements, replaced: dict[int, Prepared]
+        self, conn: sqlite3.Connection, sql: Statements, replaced: dict[int, Prepared]
     ) -> dict[tuple[int, ...], list[tuple[Any, ...]]]:
         """The replaced rows' UPDATE parameters, grouped by the columns that changed.
         SQLite rewrites the index entries of every column an UPDATE sets, even to the same
@@ -181,7 +181,7 @@ class Writer:
         return updates
 
     def _side_changes(
-        self, conn: sqlite3.Connection, sql: _Statements, replaced: dict[int, Prepared]
+        self, conn: sqlite3.Connection, sql: Statements, replaced: dict[int, Prepared]
     ) -> list[tuple[int, str, str]]:
         """The multi-valued rows to insert for replaced documents, after deleting the old
         ones of those whose values changed; unchanged ones (tags and addresses rarely
@@ -207,14 +207,14 @@ class Writer:
             )
         return sql
 
-    def _sql(self, schema: Schema, index: str) -> _Statements:
+    def _sql(self, schema: Schema, index: str) -> Statements:
         sql = self._statements.get(index)
         if sql is None:
-            sql = self._statements[index] = _Statements.of(schema, index)
+            sql = self._statements[index] = Statements.of(schema, index)
         return sql
 
 
-class _Statements(NamedTuple):
+class Statements(NamedTuple):
     """The write statements of one index, built once (sqlite3 caches them prepared)."""
 
     select_versions: str
@@ -227,7 +227,7 @@ class _Statements(NamedTuple):
     insert_side: str
 
     @classmethod
-    def of(cls, schema: Schema, index: str) -> _Statements:
+    def of(cls, schema: Schema, index: str) -> Statements:
         many = side_table(index)
         columns = ", ".join(quote(n) for n in schema.row_names)
         return cls(

@@ -16,7 +16,8 @@ from typing import Any
 from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.sqlite_rows import Prepared, RowBuilder
-from cellsight.indexer.engines.sqlite_schema import SCHEMAS, doc_table, side_table
+from cellsight.indexer.engines.sqlite_schema import SCHEMAS
+from cellsight.indexer.engines.sqlite_write import Statements
 
 
 class Clock:
@@ -63,9 +64,7 @@ class FloorWriter:
         schema = SCHEMAS["instance"]
         self.builder = RowBuilder(schema)
         self.conn = self.engine._conn()  # the engine's own connection: same pragmas
-        self.insert = schema.insert_sql(self.index)
-        self.docs_sql = f"INSERT INTO {doc_table(self.index)} VALUES (?, ?)"
-        self.side_sql = f"INSERT INTO {side_table(self.index)} VALUES (?, ?, ?)"
+        self.sql = Statements.of(schema, self.index)  # the writer's own statements
         self.rid = 0
 
     def prepare(self, ops: list[WriteOp]) -> list[Prepared]:
@@ -79,10 +78,10 @@ class FloorWriter:
             chunk, first = prepared[k : k + batch], self.rid + 1
             self.rid += len(chunk)
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(self.insert, [(first + n, *p.row) for n, p in enumerate(chunk)])
-            conn.executemany(self.docs_sql, [(first + n, p.doc) for n, p in enumerate(chunk)])
+            conn.executemany(self.sql.insert, [(first + n, *p.row) for n, p in enumerate(chunk)])
+            conn.executemany(self.sql.insert_doc, [(first + n, p.doc) for n, p in enumerate(chunk)])
             conn.executemany(
-                self.side_sql,
+                self.sql.insert_side,
                 [(first + n, f, v) for n, p in enumerate(chunk) for f, v in p.side],
             )
             conn.execute("COMMIT")
