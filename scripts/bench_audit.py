@@ -225,7 +225,7 @@ def main() -> None:
                     "engine": f"{args.engine}, --workers {n}",
                     **target(
                         "seconds_per_million",
-                        burst["seconds_per_million"],
+                        1_000_000 / rate,  # the verdict on the figure, not its rounding
                         TARGET_SECONDS_PER_MILLION,
                         "<=",
                     ),
