@@ -14,14 +14,13 @@ from fastapi.openapi.utils import get_openapi
 from cellsight.api import microversion
 from cellsight.api import status as st
 from cellsight.api.errors import FAULT_NAMES
-from cellsight.api.options import TAG_FILTERS
+from cellsight.api.options import TAG_FILTERS, UNSUPPORTED
 from cellsight.api.params import (
     ALIASES,
     EXACT_FILTERS,
     MAX_ANY_VALUE_LENGTH,
     MAX_REGEX_LENGTH,
     REGEX_FILTERS,
-    UNSUPPORTED,
 )
 from cellsight.api.sort_params import SORT_KEYS
 

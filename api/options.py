@@ -27,6 +27,24 @@ log = logging.getLogger(__name__)
 
 PAGING = frozenset({"limit", "marker", "sort_key", "sort_dir"})
 TAG_FILTERS = ("tags", "tags-any", "not-tags", "not-tags-any")
+# In Nova's query schema, but Cellsight holds no data to filter by (a 400 naming it).
+UNSUPPORTED = frozenset(
+    {
+        "launch_index",
+        "locked_by",
+        "root_device_name",
+        "config_drive",
+        "access_ip_v4",
+        "access_ip_v6",
+        "auto_disk_config",
+        "progress",
+        "launched_at",
+        "terminated_at",
+        "created_at",
+        "soft_deleted",
+        "page_reverse",
+    }
+)
 JOINED_TABLE = frozenset(
     {
         "block_device_mapping",

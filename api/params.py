@@ -16,7 +16,7 @@ from cellsight.api import status as st
 from cellsight.api.auth import Principal
 from cellsight.api.errors import BadRequest, Forbidden
 from cellsight.api.microversion import Version
-from cellsight.api.options import TAG_FILTERS, applicable
+from cellsight.api.options import TAG_FILTERS, UNSUPPORTED, applicable
 from cellsight.api.sort_params import parse_order
 from cellsight.query.regex import validate as validate_regex
 from cellsight.query.tree import (
@@ -51,24 +51,6 @@ REGEX_FILTERS = {  # parameter → document field; Nova matches these as regexes
 }
 # Nova's aliases (its schema: "should be removed in the future with microversion bump").
 ALIASES = {"display_name": "name", "image_ref": "image", "display_description": "description"}
-# In Nova's query schema, but Cellsight holds no data to filter by (a 400 naming it).
-UNSUPPORTED = frozenset(
-    {
-        "launch_index",
-        "locked_by",
-        "root_device_name",
-        "config_drive",
-        "access_ip_v4",
-        "access_ip_v6",
-        "auto_disk_config",
-        "progress",
-        "launched_at",
-        "terminated_at",
-        "created_at",
-        "soft_deleted",
-        "page_reverse",
-    }
-)
 # Bounds checked before any value is converted (a 400 naming the parameter).
 MAX_PARAMETERS = 200
 MAX_NAME_LENGTH = 64
