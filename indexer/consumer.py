@@ -52,6 +52,13 @@ RECEIVE_BURST = 32
 FRAMES_PER_MESSAGE = 3
 
 
+class ChannelLost(Exception):
+    """The broker closed the indexer's channel while it consumed. RabbitMQ does when a
+    delivery stays unacknowledged past its ``consumer_timeout`` (30 minutes by default),
+    as a batch does while its write retries through an engine outage. Like a lost
+    connection: the channel's unacked messages are redelivered on a new one."""
+
+
 @dataclass(frozen=True)
 class ConsumerConfig:
     exchange: str = "nova"
@@ -150,22 +157,28 @@ class IndexerConsumer:
                     self._consume(max_batches)
                     return
                 except self.connection.connection_errors as exc:
-                    # Unacked messages of the lost channel are redelivered by the broker;
-                    # writes in flight finish first so they cannot race their redelivery.
-                    self._batch.clear()
-                    self._bytes = 0
-                    self._ready = None
-                    self._flights.forget(grace=self.config.max_backoff)
-                    log.warning("bus connection lost (%s); reconnecting in %.1fs", exc, backoff)
-                    if self._collector is not None:  # no batch settles while the bus is down
-                        self._collector.idle()
-                    self.stop.wait(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    self._lost(f"bus connection lost ({exc})", backoff)
                     self.connection = self.connection.clone()
+                except ChannelLost as exc:
+                    # The connection is sound: new channels on it.
+                    self._lost(f"bus channel closed by the broker ({exc.__cause__})", backoff)
+                backoff = min(backoff * 2, 30.0)
         finally:
             self._flights.abort()
             self._flights.forget(grace=SHUTDOWN_GRACE)
             self._flights.close()
+
+    def _lost(self, what: str, backoff: float) -> None:
+        """Unacked messages of the lost channel are redelivered by the broker; writes in
+        flight finish first so they cannot race their redelivery."""
+        self._batch.clear()
+        self._bytes = 0
+        self._ready = None
+        self._flights.forget(grace=self.config.max_backoff)
+        log.warning("%s; reconnecting in %.1fs", what, backoff)
+        if self._collector is not None:  # no batch settles while the bus is down
+            self._collector.idle()
+        self.stop.wait(backoff)
 
     def _consume(self, max_batches: int | None) -> None:
         launched = 0
@@ -183,19 +196,24 @@ class IndexerConsumer:
             )
             with consumer, routed_deliveries(self.connection, channel, self._on_message):
                 frames = buffered_frames(self.connection)
-                while not self.stop.is_set():
-                    self._receive(frames)
-                    if self._flights.any_settled():
-                        self._settle()
-                    if self._ready is None and self._due():
-                        self._ready = self._plan()
-                    if self._ready is not None and self._flights.can_take(self._ready):
-                        self._flights.launch(self._ready)
-                        self._ready = None
-                        launched += 1
-                        if max_batches is not None and launched >= max_batches:
-                            break
-                self._finish(SHUTDOWN_GRACE if self.stop.is_set() else None)
+                try:
+                    while not self.stop.is_set():
+                        self._receive(frames)
+                        if self._flights.any_settled():
+                            self._settle()
+                        if self._ready is None and self._due():
+                            self._ready = self._plan()
+                        if self._ready is not None and self._flights.can_take(self._ready):
+                            self._flights.launch(self._ready)
+                            self._ready = None
+                            launched += 1
+                            if max_batches is not None and launched >= max_batches:
+                                break
+                    self._finish(SHUTDOWN_GRACE if self.stop.is_set() else None)
+                except self.connection.channel_errors as exc:
+                    # Only once consuming: a declaration the broker refuses (arguments
+                    # that differ from the queue's) is a setting to fix, not retried.
+                    raise ChannelLost from exc
 
     def _receive(self, frames: FrameReader | None) -> None:
         """A burst of messages already buffered (at most ``RECEIVE_BURST``, and no more
