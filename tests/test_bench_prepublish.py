@@ -31,6 +31,24 @@ def _drain(url: str, queue: str) -> list[bytes]:
     return bodies
 
 
+def _cut_connections(bus: Any, monkeypatch: pytest.MonkeyPatch, at: set[int]) -> list[int]:
+    """The publisher's connection lost right after its publish number in ``at`` (once
+    each): its socket shut down, as when the broker closed it, so py-amqp raises its own
+    error at the next read. Returns the publish numbers it was cut at."""
+    publish = bus.ConfirmingPublisher.publish
+    cut: list[int] = []
+
+    def publish_then_cut(self: Any, body: bytes) -> None:
+        publish(self, body)
+        if self.sent in at:
+            at.discard(self.sent)
+            cut.append(self.sent)
+            self.conn.connection.sock.shutdown(socket.SHUT_RDWR)
+
+    monkeypatch.setattr(bus.ConfirmingPublisher, "publish", publish_then_cut)
+    return cut
+
+
 def test_prepublish_resumes_after_a_lost_connection(
     rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -38,18 +56,7 @@ def test_prepublish_resumes_after_a_lost_connection(
     topo = bus.Topology.fresh("prepublish-test")
     rabbitmq_names(queues=[topo.queue, topo.dlq], exchanges=[topo.exchange, topo.dlx])
     bodies = [f'{{"n": {i}}}'.encode() for i in range(60)]
-    publish = bus.ConfirmingPublisher.publish
-    cut: list[int] = []
-
-    def publish_then_cut(self: Any, body: bytes) -> None:
-        publish(self, body)
-        if self.sent == 37 and not cut:
-            # A real connection lost under the publisher: its socket shut down, as when
-            # the broker closed it, so py-amqp raises its own error at the next read.
-            cut.append(self.sent)
-            self.conn.connection.sock.shutdown(socket.SHUT_RDWR)
-
-    monkeypatch.setattr(bus.ConfirmingPublisher, "publish", publish_then_cut)
+    cut = _cut_connections(bus, monkeypatch, {37})
     try:
         bus.prepublish(rabbitmq_url, topo, bodies, group=10)
         assert cut == [37]  # the connection was lost once, mid-way
@@ -64,15 +71,11 @@ def test_prepublish_gives_up_after_its_attempts(
     bus = _bench(monkeypatch)
     topo = bus.Topology.fresh("prepublish-test")
     rabbitmq_names(queues=[topo.queue, topo.dlq], exchanges=[topo.exchange, topo.dlx])
-    publish = bus.ConfirmingPublisher.publish
-
-    def publish_then_cut(self: Any, body: bytes) -> None:
-        publish(self, body)
-        self.conn.connection.sock.shutdown(socket.SHUT_RDWR)
-
-    monkeypatch.setattr(bus.ConfirmingPublisher, "publish", publish_then_cut)
+    # Each attempt loses its connection (the first after one publish, the second after two).
+    cut = _cut_connections(bus, monkeypatch, {1, 2})
     try:
         with pytest.raises(Connection(rabbitmq_url).connection_errors):
             bus.prepublish(rabbitmq_url, topo, [b"{}"] * 5, group=1, attempts=2)
+        assert cut == [1, 2]
     finally:
         topo.delete(rabbitmq_url)

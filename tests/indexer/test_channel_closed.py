@@ -6,7 +6,6 @@ still raised: that is a setting to fix."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,13 @@ from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen
-from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
+from tests.support.indexing import (
+    PIPELINES,
+    bus_settings,
+    running_indexer,
+    started,
+    wait_for,
+)
 
 pytestmark = pytest.mark.services
 
@@ -73,18 +78,9 @@ def test_a_declaration_the_broker_refuses_is_raised(tmp_path: Path, rabbitmq_url
     with Connection(rabbitmq_url) as conn, conn.channel() as channel:
         channel.queue_declare(settings.indexer_queue, durable=False, auto_delete=True)
     engine = EmbeddedEngine(tmp_path / "index.db")
-    failure: list[BaseException] = []
     with build_bus(settings) as bus, bus.connection() as connection:
         consumer = IndexerConsumer(connection, engine, build_consumer_config(settings))
-
-        def run() -> None:
-            try:
-                consumer.run()
-            except BaseException as exc:
-                failure.append(exc)
-
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
+        thread, failure = started(consumer)
         thread.join(30)
         stuck = thread.is_alive()
         consumer.stop.set()

@@ -41,7 +41,7 @@ from cellsight.indexer.writer import BatchWriter
 from cellsight.settings import Settings
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen, poison
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import bus_settings, running_indexer, started, wait_for
 
 # JSON-like values at their extremes: integers past 64 bits, non-finite floats, lone
 # surrogates, NUL, deep nesting, long strings.
@@ -172,16 +172,7 @@ def test_a_killed_writer_process_loses_nothing(each_bus: Settings, tmp_path: Pat
     # Held by the test: the child cannot commit, so the kill lands mid-write.
     lock = sqlite3.connect(tmp_path / "index.db", isolation_level=None)
     lock.execute("BEGIN IMMEDIATE")
-    failure: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            consumer.run()
-        except BaseException as exc:
-            failure.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, failure = started(consumer)
     publish(settings, [novagen.body(g) for g in goods])
     wait_for(lambda: consumer.received >= 20, what="a batch received")
     os.kill(child, signal.SIGKILL)

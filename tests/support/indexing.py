@@ -64,6 +64,21 @@ def running_indexer(
             yield consumer
 
 
+def started(consumer: IndexerConsumer) -> tuple[threading.Thread, list[BaseException]]:
+    """``consumer.run`` on a thread, started; what it raised, if it did, lands in the list."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            consumer.run()
+        except BaseException as exc:  # surfaced by the test
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, failure
+
+
 @contextmanager
 def consuming(consumer: IndexerConsumer) -> Iterator[IndexerConsumer]:
     """``consumer`` running on a thread; stopped (flush, ack, close) on exit."""
