@@ -199,6 +199,15 @@ class _Run:
         engine, resource, report = self.engine, self.resource, self.report
         scope = scope_of(engine, resource)
         cells = self._cells()
+        if not cells:
+            # Its index would hold nothing, swapped in and marked synced: every listing
+            # empty. The likely cause is the wrong API database (a setting left unset
+            # falls back to an empty one), not a cluster without cells.
+            raise SyncFailed(
+                f"{resource} sync refused: the API database has no cells registered, so "
+                "the new index would be empty; check api_db_url, or register cells first "
+                "(cellsight cells add)"
+            )
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
         current = layout(engine, resource)
@@ -299,6 +308,15 @@ class _Run:
         engine, resource, report = self.engine, self.resource, self.report
         scope = scope_of(engine, resource)
         cells = self._cells()
+        if not cells:
+            # Its index would hold nothing, swapped in and marked synced: every listing
+            # empty. The likely cause is the wrong API database (a setting left unset
+            # falls back to an empty one), not a cluster without cells.
+            raise SyncFailed(
+                f"{resource} sync refused: the API database has no cells registered, so "
+                "the new index would be empty; check api_db_url, or register cells first "
+                "(cellsight cells add)"
+            )
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
         serving = layout(engine, resource).serving

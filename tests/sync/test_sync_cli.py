@@ -133,3 +133,23 @@ def test_errors_are_one_line_not_tracebacks(seeded: Settings, monkeypatch: Any) 
         result = cli(seeded, *args)
         assert result.exit_code == 1 and "unreachable" in result.stderr, result.output
         assert "Traceback" not in result.output
+
+
+def test_a_sync_that_finds_no_cells_is_refused_and_the_index_keeps_serving(
+    seeded: Settings, tmp_path: Path, monkeypatch: Any
+) -> None:
+    done = cli(seeded, "sync", "--json")
+    assert done.exit_code == 0, done.output
+    serving = json.loads(done.stdout)["index"]
+    # The API database setting pointing at one without cells (a typo, or left unset):
+    # the new index would be empty, swapped in and marked synced.
+    monkeypatch.setenv("CELLSIGHT_API_DB_URL", f"sqlite:///{tmp_path / 'empty-api.db'}")
+    refused = cli(seeded, "sync")
+    assert refused.exit_code == 1, refused.output
+    assert "no cells registered" in refused.stderr and "api_db_url" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.output
+    monkeypatch.delenv("CELLSIGHT_API_DB_URL")
+    status = cli(seeded, "status", "--json")
+    instance = {s["resource"]: s for s in json.loads(status.stdout)}["instance"]
+    assert instance["synced"] and instance["marker"]["index"] == serving
+    assert instance["marker"]["documents"] == 80
