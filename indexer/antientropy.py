@@ -39,7 +39,9 @@ def verify_resource(
     ``LockHeld`` while a sync or another verify of the resource runs."""
     with MaintenanceLock(engine, resource, "verify"):
         engine.ensure_ready(resource)
-        chosen = [registry.get_cell(ref) for ref in cells] if cells else registry.list_cells()
+        # A cell named twice (by name and by uuid, say) is checked once.
+        named = {c.uuid: c for c in (registry.get_cell(ref) for ref in cells)}
+        chosen = list(named.values()) if cells else registry.list_cells()
         on_start([(c.uuid, c.name) for c in chosen])
         verifier = Verifier(
             engine,

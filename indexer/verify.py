@@ -54,6 +54,11 @@ MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 SAMPLES = 5
 
 
+def _brief(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no detail'}"
+
+
 def diff(
     rows: Iterator[tuple[str, int]], docs: Iterator[tuple[str, int]]
 ) -> Iterator[tuple[str, str, int]]:
@@ -188,8 +193,11 @@ class Verifier:
         try:
             with connect(self.registry.cell_engine(cell)) as conn:
                 self._compare(conn, cell, drift)
+        except sa.exc.DBAPIError as exc:
+            # The driver's own words: SQLAlchemy's add the statement and its parameters.
+            drift.errors.append(_brief(exc.orig if exc.orig is not None else exc))
         except Exception as exc:  # one cell's failure must not hide the others' drift
-            drift.errors.append(f"{type(exc).__name__}: {exc}")
+            drift.errors.append(_brief(exc))
         return drift
 
     def _compare(self, conn: sa.Connection, cell: CellMapping, drift: CellDrift) -> None:

@@ -153,3 +153,24 @@ def test_a_sync_that_finds_no_cells_is_refused_and_the_index_keeps_serving(
     instance = {s["resource"]: s for s in json.loads(status.stdout)}["instance"]
     assert instance["synced"] and instance["marker"]["index"] == serving
     assert instance["marker"]["documents"] == 80
+
+
+def test_verify_checks_a_cell_named_twice_once_and_names_a_broken_one_briefly(
+    seeded: Settings,
+) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    registry = CellRegistry.from_settings(seeded)
+    cell1 = registry.get_cell("cell1")
+    cell2 = registry.get_cell("cell2")
+    twice = cli(seeded, "verify", "--type", "instance", "--cell", "cell1", "--cell", cell1.uuid,
+                "--json")  # fmt: skip
+    assert twice.exit_code == 0, twice.output
+    assert [c["name"] for c in json.loads(twice.stdout)["reports"][0]["cells"]] == ["cell1"]
+    # A cell database without its tables: one line naming the driver's error, no SQL.
+    with registry.cell_engine(cell2).begin() as conn:
+        conn.exec_driver_sql("DROP TABLE instances")
+    registry.close()
+    broken = cli(seeded, "verify", "--type", "instance", "--json")
+    assert broken.exit_code != 0
+    errors = [e for c in json.loads(broken.stdout)["reports"][0]["cells"] for e in c["errors"]]
+    assert errors == ["OperationalError: no such table: instances"], errors
