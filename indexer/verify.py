@@ -29,6 +29,7 @@ verify writes it).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +53,10 @@ from cellsight.indexer.row_documents import REPAIR_EVENT, now_stamp
 
 MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 SAMPLES = 5
+
+
+class VerifyStopped(Exception):
+    """The run was interrupted while this cell was compared."""
 
 
 def _brief(exc: BaseException) -> str:
@@ -166,6 +171,9 @@ class Verifier:
         self.workers = max(1, workers)
         self.on_progress = on_progress
         self.scope: Scope = scope_of(engine, resource)
+        # Set when the run is interrupted: the cells' threads stop at their next chunk
+        # instead of finishing their comparison and repairs first.
+        self._stop = threading.Event()
 
     def run(self, cells: Sequence[CellMapping], *, whole: bool = False) -> VerifyReport:
         """``whole``: the cells are all the registered ones, so documents outside them
@@ -176,7 +184,11 @@ class Verifier:
             self.resource, target, self.repair, datetime.now(UTC).isoformat(timespec="seconds")
         )
         with ThreadPoolExecutor(min(self.workers, max(1, len(cells)))) as pool:
-            report.cells = list(pool.map(self._cell, cells))
+            try:
+                report.cells = list(pool.map(self._cell, cells))
+            except BaseException:  # Ctrl-C or SIGTERM in the caller's thread
+                self._stop.set()
+                raise
         if whole and self.index is None:
             total = self.engine.count(self.resource)
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
@@ -209,6 +221,8 @@ class Verifier:
         orphans: list[str] = []
         reported = 0
         for kind, uuid, _version in diff(rows, stored):
+            if self._stop.is_set():
+                raise VerifyStopped(cell.name)
             if kind == ORPHANED:
                 orphans.append(uuid)
             else:

@@ -39,7 +39,8 @@ def _progress(as_json: bool) -> AbstractContextManager[RichProgress | PlainProgr
 
 @contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM cleans up like Ctrl-C: the half-built index goes, the aliases come back."""
+    """SIGTERM cleans up like Ctrl-C: a sync's half-built index goes and the aliases
+    come back; a verify stops its cells and releases its lock."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
@@ -141,7 +142,7 @@ def index_verify(
     with clients(settings_of(ctx)) as (engine, registry):
         try:
             for name in resources:
-                with _progress(as_json) as progress:
+                with _terminate_as_interrupt(), _progress(as_json) as progress:
                     report = verify_resource(
                         engine,
                         registry,
