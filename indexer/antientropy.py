@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.base import RESOURCES, SearchEngine
-from cellsight.indexer.index_roles import LAST_VERIFY
+from cellsight.indexer.index_roles import LAST_VERIFY, clean_up
 from cellsight.indexer.lock import LockHeld, MaintenanceLock
 from cellsight.indexer.verify import Verifier, VerifyReport
 
@@ -39,6 +39,11 @@ def verify_resource(
     ``LockHeld`` while a sync or another verify of the resource runs."""
     with MaintenanceLock(engine, resource, "verify"):
         engine.ensure_ready(resource)
+        # What a killed sync left: its index behind the write alias would answer the
+        # document reads (an orphan missing from it reads as removed) and keep growing.
+        dropped = clean_up(engine, resource)
+        if dropped:
+            log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)
         # A cell named twice (by name and by uuid, say) is checked once.
         named = {c.uuid: c for c in (registry.get_cell(ref) for ref in cells)}
         chosen = list(named.values()) if cells else registry.list_cells()

@@ -17,7 +17,7 @@ from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
 from cellsight.clients import build_engine
 from cellsight.indexer.antientropy import start_periodic_verify
-from cellsight.indexer.index_roles import LAST_VERIFY
+from cellsight.indexer.index_roles import LAST_VERIFY, layout, new_index_name
 from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import Settings, load_settings
 
@@ -174,3 +174,33 @@ def test_verify_checks_a_cell_named_twice_once_and_names_a_broken_one_briefly(
     assert broken.exit_code != 0
     errors = [e for c in json.loads(broken.stdout)["reports"][0]["cells"] for e in c["errors"]]
     assert errors == ["OperationalError: no such table: instances"], errors
+
+
+def test_verify_drops_what_a_killed_sync_left_and_sees_orphans_past_it(
+    seeded: Settings,
+) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    engine = build_engine(seeded)
+    current = layout(engine, "instance")
+    assert current.serving is not None
+    serving = current.serving.name
+    # A sync killed mid-load: its new index behind the write alias, part-filled.
+    stray = new_index_name(engine, "instance")
+    engine.create_index("instance", stray, bulk_load=True)
+    engine.set_aliases("instance", read=serving, write=[serving, stray])
+    # An instance whose row is gone from its cell (archived): an orphan in the index.
+    registry = CellRegistry.from_settings(seeded)
+    cell1 = registry.get_cell("cell1")
+    with registry.cell_engine(cell1).begin() as conn:
+        victim = conn.exec_driver_sql("SELECT uuid FROM instances LIMIT 1").scalar_one()
+        conn.exec_driver_sql("DELETE FROM instances WHERE uuid = ?", (victim,))
+    registry.close()
+    found = cli(seeded, "verify", "--type", "instance", "--repair", "--json")
+    assert found.exit_code == 0, found.output
+    cells = {c["name"]: c for c in json.loads(found.stdout)["reports"][0]["cells"]}
+    assert cells["cell1"]["orphaned"] == 1 and cells["cell1"]["repaired"] == 1
+    after = layout(engine, "instance")
+    assert after.stray == [] and after.writers == [serving]
+    stored = engine.get("instance", victim)
+    assert stored is not None and stored.document["deleted"] is True
+    engine.close()
