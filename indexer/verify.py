@@ -29,6 +29,7 @@ verify writes it).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -215,7 +216,14 @@ class Verifier:
     def _compare(self, conn: sa.Connection, cell: CellMapping, drift: CellDrift) -> None:
         docs = CellDocs(self.scope, cell.uuid, REPAIR_EVENT)
         rows_seen, docs_seen = [0], [0]
-        rows = _counted(iter_versions(conn, self.scope, self.batch_size), rows_seen)
+        versions = iter_versions(conn, self.scope, self.batch_size)
+        first = next(versions, None)
+        # A cell without a single row, while the index holds its documents, is far more
+        # often the wrong database than a cell all archived: its orphans are reported,
+        # not tombstoned (a live server would be shown deleted, ahead of its next update).
+        held = first is None
+        head: list[tuple[str, int]] = [] if first is None else [first]
+        rows = _counted(itertools.chain(head, versions), rows_seen)
         stored = _counted(self._docs_stream(cell.uuid), docs_seen)
         rewrite: dict[str, str] = {}  # uuid → missing or stale
         orphans: list[str] = []
@@ -233,15 +241,21 @@ class Verifier:
                 self._rewrite(conn, docs, rewrite, drift)
                 rewrite = {}
             if len(orphans) >= IN_CHUNK:
-                self._orphans(conn, docs, orphans, drift)
+                self._orphans(conn, docs, orphans, drift, held)
                 orphans = []
             if rows_seen[0] - reported >= self.batch_size:
                 self.on_progress(cell.uuid, rows_seen[0] - reported)
                 reported = rows_seen[0]
         self._rewrite(conn, docs, rewrite, drift)
-        self._orphans(conn, docs, orphans, drift)
+        self._orphans(conn, docs, orphans, drift, held)
         self.on_progress(cell.uuid, rows_seen[0] - reported)
         drift.rows, drift.documents = rows_seen[0], docs_seen[0]
+        if held and drift.orphaned and self.repair:
+            drift.errors.append(
+                f"the cell holds no {self.resource} rows while the index holds "
+                f"{drift.documents:,} documents for it: its orphans were not repaired "
+                "(check the cell's database URL)"
+            )
 
     # Repairs ------------------------------------------------------------------------
     def _rewrite(
@@ -253,16 +267,24 @@ class Verifier:
         self._write(docs.fetch(conn, list(kinds)), drift, missing)
 
     def _orphans(
-        self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
+        self,
+        conn: sa.Connection,
+        docs: CellDocs,
+        uuids: list[str],
+        drift: CellDrift,
+        held: bool = False,
     ) -> None:
+        """Orphans are reported; with ``repair`` and not ``held``, tombstoned (nodes
+        deleted)."""
         if not uuids:
             return
+        repair = self.repair and not held
         in_flight = docs.existing(conn, uuids)
         candidates = [u for u in uuids if u not in in_flight]
         if self.resource == "node":
             for uuid in candidates:
                 drift.note(ORPHANED, uuid)
-            if self.repair and candidates:
+            if repair and candidates:
                 drift.repaired += self.engine.delete("node", candidates)
             return
         stored = self.engine.get_many("instance", candidates) if candidates else {}
@@ -276,7 +298,7 @@ class Verifier:
                 continue
             drift.note(ORPHANED, uuid)
             tombstones.append(tombstone(doc))
-        if self.repair:
+        if repair:
             self._write(tombstones, drift)
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:

@@ -204,3 +204,28 @@ def test_verify_drops_what_a_killed_sync_left_and_sees_orphans_past_it(
     stored = engine.get("instance", victim)
     assert stored is not None and stored.document["deleted"] is True
     engine.close()
+
+
+def test_repair_does_not_tombstone_a_cell_that_holds_no_rows(seeded: Settings) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    registry = CellRegistry.from_settings(seeded)
+    cell2 = registry.get_cell("cell2")
+    # The cell's database URL now names an empty one (or its rows are gone): every one
+    # of its 40 documents reads as an orphan.
+    with registry.cell_engine(cell2).begin() as conn:
+        uuids = list(conn.exec_driver_sql("SELECT uuid FROM instances").scalars())
+        conn.exec_driver_sql("DELETE FROM instances")
+    registry.close()
+    held = cli(seeded, "verify", "--type", "instance", "--repair", "--json")
+    assert held.exit_code == 1, held.output
+    cells = {c["name"]: c for c in json.loads(held.stdout)["reports"][0]["cells"]}
+    cell2 = cells["cell2"]
+    # The seed's deleted instances are tombstones already; the live ones are orphans.
+    assert cell2["orphaned"] + cell2["tombstones_without_row"] == 40
+    assert cell2["orphaned"] > 0 and cell2["repaired"] == 0
+    assert "holds no instance rows" in cell2["errors"][0]
+    assert cells["cell1"]["errors"] == [] and cells["cell1"]["drift"] == 0
+    engine = build_engine(seeded)
+    deleted = [d.document["deleted"] for d in engine.get_many("instance", uuids).values()]
+    assert deleted.count(False) == cell2["orphaned"]  # none tombstoned
+    engine.close()
