@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cellsight.cells.database import connect
+from cellsight.cells.errors import UnknownCell
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.indexer.cell_streams import CellRef, Scope, count_rows, scope_of
 from cellsight.indexer.engines.base import SearchEngine
@@ -72,13 +73,14 @@ def run_sync(
     connect_timeout: float = 5.0,
     lock_ttl: float = TTL,
 ) -> SyncReport:
-    """Raises ``LockHeld`` when another sync or verify runs, ``SyncFailed`` otherwise."""
+    """Raises ``LockHeld`` when another sync or verify runs, ``UnknownCell`` for a cell
+    it cannot find, ``SyncFailed`` otherwise."""
     run = _Run(engine, registry, options, progress or NoProgress(), connect_timeout)
     try:
         with MaintenanceLock(engine, options.resource, "sync", ttl=lock_ttl) as lock:
             run.lock = lock
             report = run.partial() if options.cells else run.full()
-    except (SyncFailed, LockHeld):
+    except (SyncFailed, LockHeld, UnknownCell):  # a cell named wrong is a usage error
         raise
     except (KeyboardInterrupt, SystemExit) as exc:
         raise SyncInterrupted(f"{options.resource} sync interrupted; nothing changed") from exc

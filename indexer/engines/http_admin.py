@@ -113,7 +113,10 @@ class HttpAdmin(HttpCore):
             if meta.get("prefix") != self.prefix or meta.get("resource") != resource:
                 continue
             aliases = info.get("aliases", {})
-            docs = self._send("POST", f"/{name}/_count")["count"]
+            try:
+                docs = self._send("POST", f"/{name}/_count")["count"]
+            except IndexMissing:
+                continue  # dropped since the listing (a sync retiring it): gone
             out.append(
                 IndexInfo(name, resource, int(docs), read in aliases, write in aliases, dict(meta))
             )

@@ -263,3 +263,26 @@ def test_es_compat_rewrites_only_the_compatibility_media_types() -> None:
         "application/x-ndjson"
     )
     assert plain_mimetype("application/json") == "application/json"
+
+
+def test_an_index_dropped_between_listing_and_counting_is_left_out(
+    engine: HttpEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sync retiring an index while `index status` or the API's probe lists them.
+    engine.ensure_ready("instance")
+    (serving,) = [i.name for i in engine.indexes("instance")]
+    retiring = f"{engine.prefix}-instance-retiring"
+    engine.create_index("instance", retiring, bulk_load=False)
+    send = engine._send
+    dropped: list[str] = []
+
+    def racing(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = send(method, path, *args, **kwargs)
+        if method == "GET" and path.endswith("-*") and not dropped:
+            dropped.append(retiring)
+            engine.drop_index(retiring)  # for real, after the listing named it
+        return answer
+
+    monkeypatch.setattr(engine, "_send", racing)
+    assert [i.name for i in engine.indexes("instance")] == [serving]
+    assert dropped == [retiring]
