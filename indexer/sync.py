@@ -244,10 +244,20 @@ class _Run:
                 f"{new} serves now, but the synced marker could not be written ({exc}): the "
                 "API keeps to the cells until a sync completes"
             ) from exc
+        except (KeyboardInterrupt, SystemExit) as exc:  # past the swap: not "nothing changed"
+            raise SyncInterrupted(
+                f"{resource} sync interrupted after {new} began to serve, before its synced "
+                "marker was written: the API keeps to the cells until a sync completes"
+            ) from exc
         try:
             report.dropped, report.kept = retire(engine, resource, self.options.keep_old)
         except Exception as exc:  # the next sync retires them
             report.kept.append(f"(could not drop old indexes: {exc})")
+        except (KeyboardInterrupt, SystemExit) as exc:
+            raise SyncInterrupted(
+                f"{resource} sync interrupted after it completed: {new} serves and is "
+                "synced; the old indexes are dropped by the next sync"
+            ) from exc
         return report
 
     def _failure(

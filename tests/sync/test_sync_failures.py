@@ -125,6 +125,34 @@ def test_ctrl_c_cleans_up_like_a_failure(make_world: Any, engine_kind: str) -> N
     world.assert_index_equals_cells()
 
 
+@pytest.mark.parametrize(
+    ("point", "says"),
+    [("marker", "began to serve, before its synced marker"), ("retire", "after it completed")],
+)
+def test_an_interrupt_past_the_swap_says_what_serves(
+    make_world: Any, monkeypatch: pytest.MonkeyPatch, point: str, says: str
+) -> None:
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions())
+    old, _, _ = _serving(world)
+    engine = world.engine
+    name = "put_meta" if point == "marker" else "drop_index"
+    original = getattr(engine, name)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        if point == "marker" and args[0] != marker_key("instance"):
+            return original(*args, **kwargs)  # the lock's own stamps
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, name, interrupted)
+    with pytest.raises(SyncInterrupted, match=says):
+        run_sync(engine, world.registry, SyncOptions(keep_old=0))
+    monkeypatch.undo()
+    new, writers, _ = _serving(world)
+    assert new != old and writers == [new]  # the new index serves: something did change
+    world.assert_index_equals_cells()
+
+
 def _cli(data_dir: Path, *args: str) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-c", "from cellsight.cli import main; main()"]
     return subprocess.Popen(
