@@ -7,6 +7,8 @@ so ``cellsight --help`` starts quickly.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -15,14 +17,39 @@ import typer
 # Typer (>= 0.29) vendors Click: its exceptions, not the ``click`` package's, are the
 # ones Click's main loop turns into usage messages.
 from typer._click.core import Context
-from typer._click.exceptions import ClickException
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
-from cellsight.cli.context import State, fail
+from cellsight.cli.context import State, error_line, fail
 
 
 class BoundaryGroup(TyperGroup):
     """Runs a command and turns what it raises into one line and an exit code."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except NoArgsIsHelpError as exc:  # the help was printed: nothing more to say
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            # A bad option or value in one line naming it, like every other error here
+            # (Click's own form is the usage, a hint and a boxed message).
+            error_line(exc.format_message())
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            error_line("aborted")
+            sys.exit(1)
+        # Not standalone, Click returns an Exit's code, or what the command returned.
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: Context) -> Any:
         try:

@@ -56,7 +56,11 @@ def settings_of(ctx: typer.Context) -> Settings:
 
 def fail(message: str, code: int = USAGE) -> NoReturn:
     """A clear one-line error and a non-zero exit (see ``cellsight.cli.errors``)."""
+    error_line(message)
+    raise typer.Exit(code)
+
+
+def error_line(message: str) -> None:
     # The message names values as given (a field "[tags]", a foreign letter's text):
     # printed as they are, not read as markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)

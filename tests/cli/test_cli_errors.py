@@ -168,6 +168,23 @@ def test_bad_settings_are_a_usage_error(tmp_path: Path) -> None:
     assert_one_line_error(result, USAGE, "batch_count")
 
 
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["index", "sync", "--batch-size", "0"], "'--batch-size'"),
+        (["index", "verify", "--workers", "many"], "'--workers'"),
+        (["index", "sync", "--bogus"], "--bogus"),
+        (["nocmd"], "'nocmd'"),
+        (["index", "sync", "--type"], "'--type'"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_bad_value(
+    tmp_path: Path, args: list[str], named: str
+) -> None:
+    # Click's own form was the usage, a hint and a boxed message: five lines.
+    assert_one_line_error(cellsight(tmp_path / "d", *args), USAGE, named)
+
+
 def test_embedded_bus_commands_are_quiet_by_default(tmp_path: Path) -> None:
     quiet = cellsight(tmp_path / "d", "dlq", "list")
     assert quiet.returncode == 0, quiet.stderr
