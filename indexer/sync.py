@@ -125,7 +125,18 @@ class _Run:
 
     def _cells(self) -> list[CellMapping]:
         if not self.options.cells:
-            return self.registry.list_cells()
+            cells = self.registry.list_cells()
+            if not cells:
+                # A full sync's index would hold nothing, swapped in and marked synced:
+                # every listing empty. The likely cause is the wrong API database (a
+                # setting left unset falls back to an empty one), not a cluster without
+                # cells. (Cells named by ``--cell`` are found, or ``UnknownCell``.)
+                raise SyncFailed(
+                    f"{self.resource} sync refused: the API database has no cells "
+                    "registered, so the new index would be empty; check api_db_url, or "
+                    "register cells first (cellsight cells add)"
+                )
+            return cells
         chosen = {c.uuid: c for c in (self.registry.get_cell(ref) for ref in self.options.cells)}
         return list(chosen.values())
 
@@ -201,15 +212,6 @@ class _Run:
         engine, resource, report = self.engine, self.resource, self.report
         scope = scope_of(engine, resource)
         cells = self._cells()
-        if not cells:
-            # Its index would hold nothing, swapped in and marked synced: every listing
-            # empty. The likely cause is the wrong API database (a setting left unset
-            # falls back to an empty one), not a cluster without cells.
-            raise SyncFailed(
-                f"{resource} sync refused: the API database has no cells registered, so "
-                "the new index would be empty; check api_db_url, or register cells first "
-                "(cellsight cells add)"
-            )
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
         current = layout(engine, resource)
@@ -320,15 +322,6 @@ class _Run:
         engine, resource, report = self.engine, self.resource, self.report
         scope = scope_of(engine, resource)
         cells = self._cells()
-        if not cells:
-            # Its index would hold nothing, swapped in and marked synced: every listing
-            # empty. The likely cause is the wrong API database (a setting left unset
-            # falls back to an empty one), not a cluster without cells.
-            raise SyncFailed(
-                f"{resource} sync refused: the API database has no cells registered, so "
-                "the new index would be empty; check api_db_url, or register cells first "
-                "(cellsight cells add)"
-            )
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
         serving = layout(engine, resource).serving

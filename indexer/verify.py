@@ -272,7 +272,7 @@ class Verifier:
         docs: CellDocs,
         uuids: list[str],
         drift: CellDrift,
-        held: bool = False,
+        held: bool,
     ) -> None:
         """Orphans are reported; with ``repair`` and not ``held``, tombstoned (nodes
         deleted)."""
