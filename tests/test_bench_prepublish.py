@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,19 @@ from tests.support.services import rabbitmq_names
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _bench(monkeypatch: pytest.MonkeyPatch) -> Any:
+@pytest.fixture
+def bus(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.syspath_prepend(str(ROOT / "scripts"))  # the benchmarks import ``bench.*``
     return importlib.import_module("bench.bus")
+
+
+@pytest.fixture
+def topo(bus: Any, rabbitmq_url: str) -> Iterator[Any]:
+    """A bench topology of the test's own on the real broker, deleted afterwards."""
+    topo = bus.Topology.fresh("prepublish-test")
+    rabbitmq_names(queues=[topo.queue, topo.dlq], exchanges=[topo.exchange, topo.dlx])
+    yield topo
+    topo.delete(rabbitmq_url)
 
 
 def _drain(url: str, queue: str) -> list[bytes]:
@@ -50,32 +61,20 @@ def _cut_connections(bus: Any, monkeypatch: pytest.MonkeyPatch, at: set[int]) ->
 
 
 def test_prepublish_resumes_after_a_lost_connection(
-    rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
+    bus: Any, topo: Any, rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus = _bench(monkeypatch)
-    topo = bus.Topology.fresh("prepublish-test")
-    rabbitmq_names(queues=[topo.queue, topo.dlq], exchanges=[topo.exchange, topo.dlx])
     bodies = [f'{{"n": {i}}}'.encode() for i in range(60)]
     cut = _cut_connections(bus, monkeypatch, {37})
-    try:
-        bus.prepublish(rabbitmq_url, topo, bodies, group=10)
-        assert cut == [37]  # the connection was lost once, mid-way
-        assert _drain(rabbitmq_url, topo.queue) == bodies  # each once, in order
-    finally:
-        topo.delete(rabbitmq_url)
+    bus.prepublish(rabbitmq_url, topo, bodies, group=10)
+    assert cut == [37]  # the connection was lost once, mid-way
+    assert _drain(rabbitmq_url, topo.queue) == bodies  # each once, in order
 
 
 def test_prepublish_gives_up_after_its_attempts(
-    rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
+    bus: Any, topo: Any, rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus = _bench(monkeypatch)
-    topo = bus.Topology.fresh("prepublish-test")
-    rabbitmq_names(queues=[topo.queue, topo.dlq], exchanges=[topo.exchange, topo.dlx])
     # Each attempt loses its connection (the first after one publish, the second after two).
     cut = _cut_connections(bus, monkeypatch, {1, 2})
-    try:
-        with pytest.raises(Connection(rabbitmq_url).connection_errors):
-            bus.prepublish(rabbitmq_url, topo, [b"{}"] * 5, group=1, attempts=2)
-        assert cut == [1, 2]
-    finally:
-        topo.delete(rabbitmq_url)
+    with pytest.raises(Connection(rabbitmq_url).connection_errors):
+        bus.prepublish(rabbitmq_url, topo, [b"{}"] * 5, group=1, attempts=2)
+    assert cut == [1, 2]
