@@ -9,7 +9,14 @@ for what needs repairing. Drift, per cell, with exact counts:
 * **stale**: a document older than its row (an update's notification lost);
 * **orphaned**: a live document whose row is gone (archived, or never committed);
 * **ahead** (reported, never repaired): a document newer than its row, which only a
-  restored cell database explains; a full sync rebuilds it.
+  restored cell database explains; a full sync rebuilds it;
+* **misfiled**: a row whose document is filed under another cell. Repair refiles it
+  when the row's revision is above the document's version; otherwise it is reported
+  (an error of the cell), and a full sync rebuilds it.
+
+A document filed under this cell whose row lives in another registered cell is not an
+orphan here (``row_elsewhere``): it is never tombstoned, since its server is live. When
+another cell cannot be read, this cell's orphans are reported and not tombstoned.
 
 ``repair`` rewrites exactly those, through the versioned write path with the row's
 revision (documents built from the rows as a sync builds them), so a repair racing a
@@ -34,13 +41,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect
+from cellsight.cells.errors import CellsError
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.indexer.cell_streams import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
 from cellsight.indexer.engines.base import (
@@ -51,100 +57,19 @@ from cellsight.indexer.engines.base import (
     WriteStatus,
 )
 from cellsight.indexer.row_documents import REPAIR_EVENT, now_stamp
-
-MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
-SAMPLES = 5
-
-
-class VerifyStopped(Exception):
-    """The run was interrupted while this cell was compared."""
-
-
-def _brief(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no detail'}"
-
-
-def diff(
-    rows: Iterator[tuple[str, int]], docs: Iterator[tuple[str, int]]
-) -> Iterator[tuple[str, str, int]]:
-    """``(kind, uuid, version)`` of every difference between two uuid-ordered streams;
-    the version is the row's (missing, stale, ahead) or the document's (orphaned)."""
-    row, doc = next(rows, None), next(docs, None)
-    while row is not None or doc is not None:
-        if doc is None or (row is not None and row[0] < doc[0]):
-            yield MISSING, row[0], row[1]  # type: ignore[index]
-            row = next(rows, None)
-        elif row is None or doc[0] < row[0]:
-            yield ORPHANED, doc[0], doc[1]
-            doc = next(docs, None)
-        else:
-            if doc[1] < row[1]:
-                yield STALE, row[0], row[1]
-            elif doc[1] > row[1]:
-                yield AHEAD, row[0], row[1]
-            row, doc = next(rows, None), next(docs, None)
-
-
-def _counted(stream: Iterator[tuple[str, int]], counter: list[int]) -> Iterator[tuple[str, int]]:
-    for item in stream:
-        counter[0] += 1
-        yield item
-
-
-@dataclass
-class CellDrift:
-    uuid: str
-    name: str
-    rows: int = 0
-    documents: int = 0
-    missing: int = 0
-    stale: int = 0
-    orphaned: int = 0
-    ahead: int = 0
-    tombstones_without_row: int = 0
-    repaired: int = 0
-    repair_lost_to_newer: int = 0  # a live write got there first: nothing to do
-    repair_refused: int = 0  # see _write: a deleted document's version still remembered
-    repair_failed: int = 0
-    samples: dict[str, list[str]] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-
-    @property
-    def drift(self) -> int:
-        return self.missing + self.stale + self.orphaned
-
-    def note(self, kind: str, uuid: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        sample = self.samples.setdefault(kind, [])
-        if len(sample) < SAMPLES:
-            sample.append(uuid)
-
-
-@dataclass
-class VerifyReport:
-    resource: str
-    target: str  # the read alias, or the concrete index a sync checks
-    repair: bool
-    started_at: str
-    seconds: float = 0.0
-    cells: list[CellDrift] = field(default_factory=list)
-    unattributed: int | None = None  # documents of no registered cell (never repaired)
-
-    @property
-    def drift(self) -> int:
-        return sum(c.drift for c in self.cells)
-
-    @property
-    def ok(self) -> bool:
-        return not any(c.errors for c in self.cells)
-
-    def as_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["drift"] = self.drift
-        for cell, data in zip(self.cells, out["cells"], strict=True):
-            data["drift"] = cell.drift
-        return out
+from cellsight.indexer.verify_report import (
+    AHEAD,
+    MISFILED,
+    MISSING,
+    ORPHANED,
+    SAMPLES,
+    CellDrift,
+    VerifyReport,
+    VerifyStopped,
+    brief,
+    counted,
+    diff,
+)
 
 
 class Verifier:
@@ -175,11 +100,15 @@ class Verifier:
         # Set when the run is interrupted: the cells' threads stop at their next chunk
         # instead of finishing their comparison and repairs first.
         self._stop = threading.Event()
+        self._everywhere: list[CellMapping] = []
 
     def run(self, cells: Sequence[CellMapping], *, whole: bool = False) -> VerifyReport:
         """``whole``: the cells are all the registered ones, so documents outside them
         are counted too (``unattributed``)."""
         started = time.perf_counter()
+        # Where an orphan's row might live instead: every registered cell, not only those
+        # compared (``--cell``).
+        self._everywhere = self.registry.list_cells()
         target = self.index or self.engine.read_alias(self.resource)
         report = VerifyReport(
             self.resource, target, self.repair, datetime.now(UTC).isoformat(timespec="seconds")
@@ -206,11 +135,8 @@ class Verifier:
         try:
             with connect(self.registry.cell_engine(cell)) as conn:
                 self._compare(conn, cell, drift)
-        except sa.exc.DBAPIError as exc:
-            # The driver's own words: SQLAlchemy's add the statement and its parameters.
-            drift.errors.append(_brief(exc.orig if exc.orig is not None else exc))
         except Exception as exc:  # one cell's failure must not hide the others' drift
-            drift.errors.append(_brief(exc))
+            drift.errors.append(brief(exc))
         return drift
 
     def _compare(self, conn: sa.Connection, cell: CellMapping, drift: CellDrift) -> None:
@@ -223,20 +149,22 @@ class Verifier:
         # not tombstoned (a live server would be shown deleted, ahead of its next update).
         held = first is None
         head: list[tuple[str, int]] = [] if first is None else [first]
-        rows = _counted(itertools.chain(head, versions), rows_seen)
-        stored = _counted(self._docs_stream(cell.uuid), docs_seen)
-        rewrite: dict[str, str] = {}  # uuid → missing or stale
+        rows = counted(itertools.chain(head, versions), rows_seen)
+        stored = counted(self._docs_stream(cell.uuid), docs_seen)
+        rewrite: dict[str, tuple[str, int]] = {}  # uuid → (missing or stale, revision)
         orphans: list[str] = []
         reported = 0
-        for kind, uuid, _version in diff(rows, stored):
+        for kind, uuid, version in diff(rows, stored):
             if self._stop.is_set():
                 raise VerifyStopped(cell.name)
             if kind == ORPHANED:
                 orphans.append(uuid)
+            elif kind == MISSING:
+                rewrite[uuid] = (kind, version)  # noted once told from misfiled
             else:
                 drift.note(kind, uuid)
                 if kind != AHEAD:
-                    rewrite[uuid] = kind
+                    rewrite[uuid] = (kind, version)
             if len(rewrite) >= IN_CHUNK:
                 self._rewrite(conn, docs, rewrite, drift)
                 rewrite = {}
@@ -250,6 +178,11 @@ class Verifier:
         self._orphans(conn, docs, orphans, drift, held)
         self.on_progress(cell.uuid, rows_seen[0] - reported)
         drift.rows, drift.documents = rows_seen[0], docs_seen[0]
+        if drift.misfiled_held and self.repair:
+            drift.errors.append(
+                f"{drift.misfiled_held:,} documents filed under another cell hold a version "
+                "at or above their row's revision: not rewritten (index sync rebuilds them)"
+            )
         if held and drift.orphaned and self.repair:
             drift.errors.append(
                 f"the cell holds no {self.resource} rows while the index holds "
@@ -259,12 +192,46 @@ class Verifier:
 
     # Repairs ------------------------------------------------------------------------
     def _rewrite(
-        self, conn: sa.Connection, docs: CellDocs, kinds: dict[str, str], drift: CellDrift
+        self,
+        conn: sa.Connection,
+        docs: CellDocs,
+        kinds: dict[str, tuple[str, int]],
+        drift: CellDrift,
     ) -> None:
-        if not kinds or not self.repair:
+        missing = {uuid: version for uuid, (kind, version) in kinds.items() if kind == MISSING}
+        filed = self._filed_elsewhere(docs.cell_uuid, list(missing))
+        for uuid in missing:
+            drift.note(MISSING if uuid not in filed else MISFILED, uuid)
+        # A misfiled document at or above the row's revision would refuse the rewrite.
+        held = {uuid for uuid, version in filed.items() if version >= missing[uuid]}
+        drift.misfiled_held += len(held)
+        if not self.repair:
             return
-        missing = {uuid for uuid, kind in kinds.items() if kind == MISSING}
-        self._write(docs.fetch(conn, list(kinds)), drift, missing)
+        chosen = [uuid for uuid in kinds if uuid not in held]
+        if chosen:
+            self._write(docs.fetch(conn, chosen), drift, set(missing) - set(filed))
+
+    def _filed_elsewhere(self, cell_uuid: str, uuids: list[str]) -> dict[str, int]:
+        """The stored version of each of ``uuids`` whose document another cell holds."""
+        if not uuids:
+            return {}
+        stored = self.engine.get_many(self.resource, uuids, fields=["cell_uuid"])
+        return {
+            uuid: doc.version
+            for uuid, doc in stored.items()
+            if doc.document.get("cell_uuid") not in (None, cell_uuid)
+        }
+
+    def _rows_elsewhere(self, cell_uuid: str, uuids: list[str]) -> set[str]:
+        """Which of ``uuids`` have a row in another registered cell (raises when one
+        cannot be read: an orphan must not be tombstoned on a guess)."""
+        found: set[str] = set()
+        for other in self._everywhere:
+            if other.uuid == cell_uuid or len(found) == len(uuids):
+                continue
+            with connect(self.registry.cell_engine(other)) as conn:
+                found |= CellDocs(self.scope, other.uuid, REPAIR_EVENT).existing(conn, uuids)
+        return found
 
     def _orphans(
         self,
@@ -281,6 +248,15 @@ class Verifier:
         repair = self.repair and not held
         in_flight = docs.existing(conn, uuids)
         candidates = [u for u in uuids if u not in in_flight]
+        try:
+            elsewhere = self._rows_elsewhere(docs.cell_uuid, candidates) if candidates else set()
+        except (sa.exc.SQLAlchemyError, CellsError) as exc:
+            elsewhere = set()
+            if repair:
+                drift.errors.append(f"orphans not repaired: another cell unreadable ({brief(exc)})")
+            repair = False
+        drift.row_elsewhere += len(elsewhere)
+        candidates = [u for u in candidates if u not in elsewhere]
         if self.resource == "node":
             for uuid in candidates:
                 drift.note(ORPHANED, uuid)

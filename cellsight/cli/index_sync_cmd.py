@@ -177,8 +177,10 @@ def _starter(
 
 
 def _left(report: Any) -> int:
-    """Drift not repaired, plus cells that could not be checked."""
-    errors = sum(1 for c in report.cells if c.errors)
+    """Drift not repaired, plus cells that could not be checked, plus documents of no
+    registered cell (listed as servers no cell holds; repair cannot tell whether their
+    cell is gone for good, and a full sync rebuilds without them)."""
+    errors = sum(1 for c in report.cells if c.errors) + (report.unattributed or 0)
     if not report.repair:
         return report.drift + errors
     return sum(c.repair_failed for c in report.cells) + errors
@@ -188,19 +190,24 @@ def _print_report(report: Any) -> None:
     from rich.table import Table
 
     table = Table(
-        "cell", "rows", "documents", "missing", "stale", "orphaned", "ahead", "repaired",
+        "cell", "rows", "documents", "missing", "stale", "orphaned", "misfiled", "ahead",
+        "repaired",
         title=f"{report.resource}: {report.target} ({report.seconds:.1f} s)",
     )  # fmt: skip
     for c in report.cells:
         table.add_row(
             c.name, f"{c.rows:,}", f"{c.documents:,}", str(c.missing), str(c.stale),
-            str(c.orphaned), str(c.ahead), str(c.repaired) if report.repair else "-",
+            str(c.orphaned), str(c.misfiled), str(c.ahead),
+            str(c.repaired) if report.repair else "-",
         )  # fmt: skip
         for error in c.errors:
             err_console.print(f"[red]{escape(c.name)}[/]: {escape(str(error))}", highlight=False)
     console.print(table)
     if report.unattributed:
-        console.print(f"{report.unattributed} documents belong to no registered cell")
+        console.print(
+            f"{report.unattributed:,} documents belong to no registered cell "
+            "(index sync rebuilds without them)"
+        )
     verdict = "no drift" if not report.drift else f"drift {report.drift}"
     console.print(f"{report.resource}: {verdict}", highlight=False)
     sys.stdout.flush()

@@ -17,6 +17,7 @@ from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
 from cellsight.clients import build_engine
 from cellsight.indexer.antientropy import start_periodic_verify
+from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.index_roles import LAST_VERIFY, layout, new_index_name
 from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import Settings, load_settings
@@ -229,3 +230,28 @@ def test_repair_does_not_tombstone_a_cell_that_holds_no_rows(seeded: Settings) -
     deleted = [d.document["deleted"] for d in engine.get_many("instance", uuids).values()]
     assert deleted.count(False) == cell2["orphaned"]  # none tombstoned
     engine.close()
+
+
+def test_verify_reports_documents_of_no_registered_cell(seeded: Settings) -> None:
+    assert cli(seeded, "sync").exit_code == 0
+    engine = build_engine(seeded)
+    template = next(iter(engine.get_many("instance", _some_uuids(seeded)).values()))
+    stray = "6c0ffee0-0000-4000-8000-000000000001"
+    doc = {**template.document, "uuid": stray, "cell_uuid": "0ddba11-no-such-cell"}
+    engine.bulk([WriteOp("instance", stray, 1, doc)])
+    engine.close()
+    found = cli(seeded, "verify", "--type", "instance")
+    assert found.exit_code == 1, found.output
+    assert "1 documents belong to no registered cell" in found.stdout
+    as_json = cli(seeded, "verify", "--type", "instance", "--json")
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout)["reports"][0]["unattributed"] == 1
+
+
+def _some_uuids(settings: Settings) -> list[str]:
+    registry = CellRegistry.from_settings(settings)
+    try:
+        with registry.cell_engine(registry.get_cell("cell1")).connect() as conn:
+            return list(conn.exec_driver_sql("SELECT uuid FROM instances LIMIT 3").scalars())
+    finally:
+        registry.close()

@@ -1,0 +1,112 @@
+"""What ``index verify`` finds: the kinds of drift, the merge-join that finds them, and
+the per-cell and per-run reports (see :mod:`cellsight.indexer.verify`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+
+MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
+MISFILED = "misfiled"
+SAMPLES = 5
+
+
+class VerifyStopped(Exception):
+    """The run was interrupted while this cell was compared."""
+
+
+def brief(exc: BaseException) -> str:
+    """One line of an error for a report: a database error in the driver's own words
+    (SQLAlchemy's add the statement and its parameters)."""
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else 'no detail'}"
+
+
+def diff(
+    rows: Iterator[tuple[str, int]], docs: Iterator[tuple[str, int]]
+) -> Iterator[tuple[str, str, int]]:
+    """``(kind, uuid, version)`` of every difference between two uuid-ordered streams;
+    the version is the row's (missing, stale, ahead) or the document's (orphaned)."""
+    row, doc = next(rows, None), next(docs, None)
+    while row is not None or doc is not None:
+        if doc is None or (row is not None and row[0] < doc[0]):
+            yield MISSING, row[0], row[1]  # type: ignore[index]
+            row = next(rows, None)
+        elif row is None or doc[0] < row[0]:
+            yield ORPHANED, doc[0], doc[1]
+            doc = next(docs, None)
+        else:
+            if doc[1] < row[1]:
+                yield STALE, row[0], row[1]
+            elif doc[1] > row[1]:
+                yield AHEAD, row[0], row[1]
+            row, doc = next(rows, None), next(docs, None)
+
+
+def counted(stream: Iterator[tuple[str, int]], counter: list[int]) -> Iterator[tuple[str, int]]:
+    for item in stream:
+        counter[0] += 1
+        yield item
+
+
+@dataclass
+class CellDrift:
+    uuid: str
+    name: str
+    rows: int = 0
+    documents: int = 0
+    missing: int = 0
+    stale: int = 0
+    orphaned: int = 0
+    ahead: int = 0
+    misfiled: int = 0
+    misfiled_held: int = 0  # misfiled at or above its row's revision: not rewritten
+    row_elsewhere: int = 0  # filed here, its row in another cell: not an orphan
+    tombstones_without_row: int = 0
+    repaired: int = 0
+    repair_lost_to_newer: int = 0  # a live write got there first: nothing to do
+    repair_refused: int = 0  # see _write: a deleted document's version still remembered
+    repair_failed: int = 0
+    samples: dict[str, list[str]] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def drift(self) -> int:
+        return self.missing + self.stale + self.orphaned + self.misfiled
+
+    def note(self, kind: str, uuid: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        sample = self.samples.setdefault(kind, [])
+        if len(sample) < SAMPLES:
+            sample.append(uuid)
+
+
+@dataclass
+class VerifyReport:
+    resource: str
+    target: str  # the read alias, or the concrete index a sync checks
+    repair: bool
+    started_at: str
+    seconds: float = 0.0
+    cells: list[CellDrift] = field(default_factory=list)
+    unattributed: int | None = None  # documents of no registered cell (never repaired)
+
+    @property
+    def drift(self) -> int:
+        return sum(c.drift for c in self.cells)
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.errors for c in self.cells)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["drift"] = self.drift
+        for cell, data in zip(self.cells, out["cells"], strict=True):
+            data["drift"] = cell.drift
+        return out
