@@ -113,14 +113,16 @@ class Verifier:
         report = VerifyReport(
             self.resource, target, self.repair, datetime.now(UTC).isoformat(timespec="seconds")
         )
+        # Counted before the cells: repairs and live writes during the run only add to
+        # what the cells' streams count, so documents of no cell are never over-counted.
+        total = self.engine.count(self.resource) if whole and self.index is None else None
         with ThreadPoolExecutor(min(self.workers, max(1, len(cells)))) as pool:
             try:
                 report.cells = list(pool.map(self._cell, cells))
             except BaseException:  # Ctrl-C or SIGTERM in the caller's thread
                 self._stop.set()
                 raise
-        if whole and self.index is None:
-            total = self.engine.count(self.resource)
+        if total is not None:
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
         return report
