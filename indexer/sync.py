@@ -10,7 +10,9 @@ A full sync, holding the maintenance lock (``cellsight.indexer.lock``):
    bulk helper, each document carrying its row's revision as external version. A row
    committed before step 2 is read by the stream (which starts after it); one changed
    later also reaches the new index through the live path with a higher revision, and
-   the versioned writes let the newer copy win whichever lands first;
+   the versioned writes let the newer copy win whichever lands first. A transient
+   engine failure of a write, or of a step from 2 to the swap in 4 (each can run
+   twice), is retried with backoff a bounded number of times (``retries``);
 4. restores refresh and replicas, compares each cell's rows with the new index's
    documents of that cell (a difference left by changes still in flight is caught up
    from the cells with versioned writes, then compared again), swaps the read and write
@@ -31,8 +33,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cellsight.cells.database import connect
 from cellsight.cells.errors import UnknownCell
@@ -49,6 +52,7 @@ from cellsight.indexer.index_roles import (
     retire,
 )
 from cellsight.indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
+from cellsight.indexer.retries import retrying
 from cellsight.indexer.row_documents import SYNC_EVENT
 from cellsight.indexer.sync_loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
 from cellsight.indexer.sync_request import (
@@ -62,6 +66,8 @@ from cellsight.indexer.sync_request import (
 from cellsight.indexer.verify import Verifier
 
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
+
+T = TypeVar("T")
 
 
 def run_sync(
@@ -123,6 +129,18 @@ class _Run:
         if self.lock is not None:
             self.lock.check()
 
+    def _retrying(self, fn: Callable[[], T], what: str) -> T:
+        """``fn`` retried like the load's writes: a step after the load must not throw
+        the load away over one timeout. The lock is checked before each attempt: a
+        lock lost during the retries belongs to another sync, and so do the aliases."""
+
+        def attempt() -> T:
+            self.check()
+            return fn()
+
+        what = f"{self.resource} sync: {what}"
+        return retrying(attempt, what, backoff=self.options.retry_backoff)
+
     def _cells(self) -> list[CellMapping]:
         if not self.options.cells:
             cells = self.registry.list_cells()
@@ -182,6 +200,7 @@ class _Run:
             self.connect_timeout,
             index=index,
             reopen=reopen,
+            backoff=self.options.retry_backoff,
         )
         loader = Loader(
             [CellRef(c.uuid, c.name, c.database_url) for c in cells],
@@ -222,16 +241,26 @@ class _Run:
         report.index, report.previous_index = new, old_read
         self.progress.phase(f"creating {new}")
         try:
+            # Not retried: a create that timed out may have created the index.
             engine.create_index(resource, new, bulk_load=True)
-            engine.set_aliases(resource, read=old_read, write=[*old_write, new])
+            writers = [*old_write, new]
+            self._retrying(
+                lambda: engine.set_aliases(resource, read=old_read, write=writers),
+                f"writing to {new} too",
+            )
             tallies = self._load(scope, cells, new)
             self.progress.phase(f"finishing {new}: indexes, refresh, replicas")
-            engine.finish_bulk_load(new)
+            self._retrying(lambda: engine.finish_bulk_load(new), f"finishing {new}")
             self.check()
             self.progress.phase("comparing document counts with the cells")
             self._check_counts(scope, cells, new, tallies)
             self.check()
-            engine.set_aliases(resource, read=new, write=[new])
+            # set_aliases changes what differs from the aliases it reads: run twice (the
+            # first attempt applied, its answer lost) it changes nothing the second time.
+            self._retrying(
+                lambda: engine.set_aliases(resource, read=new, write=[new]),
+                f"swapping the aliases to {new}",
+            )
         except BaseException as exc:
             # With the lock lost, another sync owns the aliases now: only drop ours.
             aliases = (old_read, old_write) if not isinstance(exc, LockLost) else None
@@ -283,7 +312,14 @@ class _Run:
         off = [cell for cell in cells if not self._counts_match(scope, cell, new, tallies)]
         if not off:
             return
-        verifier = Verifier(self.engine, self.registry, self.resource, repair=True, index=new)
+        verifier = Verifier(
+            self.engine,
+            self.registry,
+            self.resource,
+            repair=True,
+            index=new,
+            backoff=self.options.retry_backoff,
+        )
         result = verifier.run(off)
         self.report.caught_up += sum(c.repaired for c in result.cells)
         failed = [c for c in result.cells if c.errors or c.repair_failed]
@@ -298,7 +334,10 @@ class _Run:
     ) -> bool:
         tally = tallies[cell.uuid]
         tally.rows_now = self._count(scope, cell)
-        tally.documents = self.engine.count(self.resource, cell.uuid, index=new)
+        tally.documents = self._retrying(
+            lambda: self.engine.count(self.resource, cell.uuid, index=new),
+            f"counting {cell.name}'s documents",
+        )
         return tally.rows_now == tally.documents
 
     def _marker(self, new: str, report: SyncReport) -> dict[str, Any]:

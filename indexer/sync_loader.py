@@ -13,6 +13,11 @@ around: while one writes its batch, the others read and build theirs, and the wr
 follow each other without waiting out SQLite's busy-retry sleeps. A worker process
 checks between batches that its parent still lives, so a killed sync leaves none
 behind. HTTP engines get threads (the cluster does the work) writing concurrently.
+
+A write that failed transiently (``EngineUnavailable``: a timeout, a refused connection,
+429, 5xx, a busy embedded index; or items answered ``RETRY``) is sent again after a
+backoff, a bounded number of times (``retries``), before it fails the sync: one
+timeout in a long load would otherwise throw the whole load away.
 """
 
 from __future__ import annotations
@@ -23,8 +28,7 @@ import os
 import queue as queuelib
 import signal
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,11 +37,11 @@ from cellsight.cells.database import Engines, connect
 from cellsight.indexer.cell_streams import CellDocs, CellRef, Scope
 from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult, WriteStatus
-from cellsight.indexer.sync_request import peak_rss_mb
+from cellsight.indexer.retries import write_retrying
+from cellsight.indexer.sync_request import RETRY_BACKOFF, peak_rss_mb
 
 # Below this many rows, starting worker processes costs more than it saves.
 PROCESS_MIN_ROWS = 50_000
-RETRY_ROUNDS = 6
 EXITED_GRACE = 5.0  # seconds to wait for what workers that all exited sent last
 Message = tuple[Any, ...]
 
@@ -86,29 +90,36 @@ class LoadJob:
     index: str | None  # bulk_index into this index; None: bulk through the write alias
     # a picklable engine factory for worker processes (``SearchEngine.reopener``)
     reopen: Callable[[], SearchEngine] | None = None
+    backoff: float = RETRY_BACKOFF  # seconds before the first retry (``retrying``)
 
 
 def _write(
+    engine: SearchEngine,
+    job: LoadJob,
+    ops: list[WriteOp],
+    token: Any,
+    what: str,
+    stopped: Callable[[], bool],
+) -> list[tuple[WriteOp, WriteResult]]:
+    """Each op with its final result, transient failures retried (``write_retrying``);
+    items still asked to retry after the last round are counted rejected."""
+    return write_retrying(
+        lambda pending: _send(engine, job, pending, token),
+        ops,
+        what,
+        backoff=job.backoff,
+        stopped=stopped,
+    )
+
+
+def _send(
     engine: SearchEngine, job: LoadJob, ops: list[WriteOp], token: Any
-) -> Iterator[tuple[WriteOp, WriteResult]]:
-    """Each op with its final result; items the engine asks to retry are retried."""
-    for attempt in range(RETRY_ROUNDS + 1):
-        if job.index is None:
-            with token:
-                results: Sequence[WriteResult] = engine.bulk(ops)
-        else:
-            stream = engine.bulk_index(job.index, iter(ops), chunk_size=len(ops), lock=token)
-            results = list(stream)
-        retry = []
-        for op, result in zip(ops, results, strict=True):
-            if result.status is WriteStatus.RETRY and attempt < RETRY_ROUNDS:
-                retry.append(op)
-            else:
-                yield op, result
-        if not retry:
-            return
-        ops = retry
-        time.sleep(min(8.0, 0.5 * 2**attempt))
+) -> Sequence[WriteResult]:
+    """One bulk write; ``token`` is held only while writing, never while backing off."""
+    if job.index is None:
+        with token:
+            return engine.bulk(ops)
+    return list(engine.bulk_index(job.index, iter(ops), chunk_size=len(ops), lock=token))
 
 
 def _work(
@@ -131,11 +142,12 @@ def _work(
             except queuelib.Empty:
                 break
             docs = CellDocs(job.scope, cell.uuid, job.event_type)
+            what = f"cell {cell.name}"
             with connect(engines.get(cell.url)) as conn:
                 for ops in docs.iter_batches(conn, job.batch_size):
                     counts = {"written": 0, "stale": 0, "rejected": 0}
                     reasons = []
-                    for op, result in _write(engine, job, ops, token):
+                    for op, result in _write(engine, job, ops, token, what, stopped):
                         if result.status is WriteStatus.OK:
                             counts["written"] += 1
                         elif result.status is WriteStatus.STALE:

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+# Seconds before a sync first retries a transient engine failure (``retries``).
+RETRY_BACKOFF = 0.5
+
 
 class SyncFailed(Exception):
     """The sync did not complete; the message says what failed and what was left."""
@@ -46,6 +49,7 @@ class SyncOptions:
     batch_size: int = 1000
     keep_old: int = 1
     processes: bool | None = None  # workers as processes; None: by the number of rows
+    retry_backoff: float = RETRY_BACKOFF  # before the first retry of a transient failure
 
 
 @dataclass

@@ -39,7 +39,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
@@ -56,7 +56,9 @@ from cellsight.indexer.engines.base import (
     WriteResult,
     WriteStatus,
 )
+from cellsight.indexer.retries import write_retrying
 from cellsight.indexer.row_documents import REPAIR_EVENT, now_stamp
+from cellsight.indexer.sync_request import RETRY_BACKOFF
 from cellsight.indexer.verify_report import (
     AHEAD,
     MISFILED,
@@ -87,6 +89,7 @@ class Verifier:
         batch_size: int = 10_000,
         workers: int = 4,
         on_progress: Callable[[str, int], None] = lambda cell, n: None,
+        backoff: float = RETRY_BACKOFF,
     ) -> None:
         self.engine = engine
         self.registry = registry
@@ -96,6 +99,7 @@ class Verifier:
         self.batch_size = batch_size
         self.workers = max(1, workers)
         self.on_progress = on_progress
+        self.backoff = backoff  # before the first retry of a transient engine failure
         self.scope: Scope = scope_of(engine, resource)
         # Set when the run is interrupted: the cells' threads stop at their next chunk
         # instead of finishing their comparison and repairs first.
@@ -280,34 +284,35 @@ class Verifier:
             self._write(tombstones, drift)
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
-        """Versioned writes; a STALE answer means a newer live write won, except for a
-        document that was missing: Elasticsearch and OpenSearch remember a deleted
-        document's version for ``index.gc_deletes`` (60 s) and refuse to recreate it
-        below that, so it is counted as refused and the next verify writes it."""
+        """Versioned writes, transient failures retried (``write_retrying``); a STALE
+        answer means a newer live write won, except for a document that was missing:
+        Elasticsearch and OpenSearch remember a deleted document's version for
+        ``index.gc_deletes`` (60 s) and refuse to recreate it below that, so it is
+        counted as refused and the next verify writes it."""
+        if not ops:
+            return
         refused: list[str] = []
-        for attempt in range(6):
-            if not ops:
-                break
-            retry = []
-            for op, result in zip(ops, self._send(ops), strict=True):
-                if result.status is WriteStatus.OK:
-                    drift.repaired += 1
-                elif result.status is WriteStatus.STALE and op.id in (missing or ()):
-                    refused.append(op.id)
-                elif result.status is WriteStatus.STALE:
-                    drift.repair_lost_to_newer += 1
-                elif result.status is WriteStatus.RETRY:
-                    retry.append(op)
-                else:
-                    drift.repair_failed += 1
-                    if len(drift.errors) < SAMPLES:
-                        drift.errors.append(f"{op.id}: {result.reason}")
-            ops = retry
-            if ops:
-                time.sleep(min(8.0, 0.5 * 2**attempt))
-        drift.repair_failed += len(ops)
-        if ops:
-            drift.errors.append(f"{len(ops)} repairs not written: engine busy")
+        busy = 0
+        what = f"{self.resource} repairs of {drift.name}"
+        written = write_retrying(
+            self._send, ops, what, backoff=self.backoff, stopped=self._stop.is_set
+        )
+        for op, result in written:
+            if result.status is WriteStatus.OK:
+                drift.repaired += 1
+            elif result.status is WriteStatus.STALE and op.id in (missing or ()):
+                refused.append(op.id)
+            elif result.status is WriteStatus.STALE:
+                drift.repair_lost_to_newer += 1
+            elif result.status is WriteStatus.RETRY:
+                busy += 1
+            else:
+                drift.repair_failed += 1
+                if len(drift.errors) < SAMPLES:
+                    drift.errors.append(f"{op.id}: {result.reason}")
+        drift.repair_failed += busy
+        if busy:
+            drift.errors.append(f"{busy} repairs not written: engine busy")
         # A live write that created the document meanwhile also answers STALE.
         created = self.engine.get_many(self.resource, refused) if refused else {}
         drift.repair_lost_to_newer += len(created)
@@ -317,7 +322,7 @@ class Verifier:
                 if len(drift.errors) < SAMPLES:
                     drift.errors.append(f"{uuid}: recreation refused (deleted under a minute ago?)")
 
-    def _send(self, ops: list[WriteOp]) -> Iterable[WriteResult]:
+    def _send(self, ops: list[WriteOp]) -> Sequence[WriteResult]:
         if self.index is None:
             return self.engine.bulk(ops)
         return list(self.engine.bulk_index(self.index, iter(ops), chunk_size=len(ops)))

@@ -1,6 +1,7 @@
 """A sync that fails, is interrupted or is killed leaves the old index serving and the
 write alias as it was; its index is gone (at once, or at the next sync's clean-up); and
-the next sync succeeds."""
+the next sync succeeds. A transient engine failure once does not fail it (retried;
+``test_sync_retries`` has the bulk writes' own)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import pytest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.seed import seed
 from cellsight.clients import build_engine
-from cellsight.indexer.engines.base import EngineUnavailable, SearchEngine
+from cellsight.indexer.engines.base import EngineRejected, EngineUnavailable, SearchEngine
 from cellsight.indexer.index_roles import layout, marker_key
 from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
 from cellsight.settings import load_settings
+from tests.support.sync_progress import AfterBatches
 from tests.support.sync_world import World
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +39,11 @@ def _after(n: int, exc: BaseException, stream: Iterator[Any], seen: list[int]) -
         yield item
 
 
-def _break(engine: SearchEngine, point: str, exc: BaseException) -> Callable[[], None]:
-    """Make ``point`` fail once; returns the undo."""
+def _break(
+    engine: SearchEngine, point: str, exc: BaseException, *, once: bool = False
+) -> Callable[[], int]:
+    """Make ``point`` fail (``once``: its first call only, not the retries); returns the
+    undo, which says how many times it failed (``load`` not counted)."""
     names = {
         "create": "create_index",
         "aliases": "set_aliases",
@@ -49,7 +54,7 @@ def _break(engine: SearchEngine, point: str, exc: BaseException) -> Callable[[],
     }
     name = names[point]
     original = getattr(engine, name)
-    calls, items = [0], [0]
+    calls, items, fired = [0], [0], [0]
 
     def broken(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
@@ -59,10 +64,17 @@ def _break(engine: SearchEngine, point: str, exc: BaseException) -> Callable[[],
             return original(*args, **kwargs)
         if point in ("aliases", "swap") and calls[0] != (1 if point == "aliases" else 2):
             return original(*args, **kwargs)  # 1: write alias on both, 2: the swap
+        if once and fired[0]:
+            return original(*args, **kwargs)
+        fired[0] += 1
         raise exc
 
+    def undo() -> int:
+        setattr(engine, name, original)
+        return fired[0]
+
     setattr(engine, name, broken)
-    return lambda: setattr(engine, name, original)
+    return undo
 
 
 def _serving(world: World) -> tuple[str, list[str], set[str]]:
@@ -81,7 +93,8 @@ def test_a_failure_leaves_the_old_index_serving(make_world: Any, point: str) -> 
     run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
     before = _serving(world)
     marker = world.engine.get_meta(marker_key("instance"))
-    undo = _break(world.engine, point, EngineUnavailable(f"injected at {point}"))
+    # Not transient: not retried (a transient one is, below).
+    undo = _break(world.engine, point, EngineRejected(f"injected at {point}"))
     with pytest.raises(SyncFailed) as failed:
         run_sync(world.engine, world.registry, SyncOptions(batch_size=3))
     undo()
@@ -95,23 +108,32 @@ def test_a_failure_leaves_the_old_index_serving(make_world: Any, point: str) -> 
     world.assert_index_equals_cells()
 
 
-class CtrlC:
-    """Progress that presses Ctrl-C once a few batches are written (the signal lands in
-    the coordinating thread, as a real one does)."""
+@pytest.mark.parametrize("point", [p for p in POINTS if p != "load"])
+def test_a_transient_failure_once_is_retried_except_the_create(make_world: Any, point: str) -> None:
+    """Every step from the write alias change to the swap can run twice; the create is
+    not retried (one that timed out may have created the index), failing early, before
+    anything was loaded."""
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    before = _serving(world)
+    undo = _break(world.engine, point, EngineUnavailable(f"injected at {point}"), once=True)
+    options = SyncOptions(batch_size=3, retry_backoff=0.001)
+    try:
+        if point == "create":
+            with pytest.raises(SyncFailed, match="injected at create"):
+                run_sync(world.engine, world.registry, options)
+            assert _serving(world) == before
+        else:
+            report = run_sync(world.engine, world.registry, options)
+            assert _serving(world)[0] == report.index != before[0]
+    finally:
+        fired = undo()
+    assert fired == 1
+    world.assert_index_equals_cells()
 
-    def __init__(self, after: int) -> None:
-        self.left = after
 
-    def phase(self, text: str) -> None:
-        pass
-
-    def start_cells(self, cells: Any) -> None:
-        pass
-
-    def advance(self, cell_uuid: str, n: int) -> None:
-        self.left -= 1
-        if self.left == 0:
-            raise KeyboardInterrupt
+def _ctrl_c() -> None:
+    raise KeyboardInterrupt
 
 
 def test_ctrl_c_cleans_up_like_a_failure(make_world: Any, engine_kind: str) -> None:
@@ -119,7 +141,12 @@ def test_ctrl_c_cleans_up_like_a_failure(make_world: Any, engine_kind: str) -> N
     run_sync(world.engine, world.registry, SyncOptions())
     before = _serving(world)
     with pytest.raises(SyncInterrupted, match="interrupted"):
-        run_sync(world.engine, world.registry, SyncOptions(batch_size=3), progress=CtrlC(3))
+        run_sync(
+            world.engine,
+            world.registry,
+            SyncOptions(batch_size=3),
+            progress=AfterBatches(3, _ctrl_c),
+        )
     assert _serving(world) == before
     run_sync(world.engine, world.registry, SyncOptions())
     world.assert_index_equals_cells()
