@@ -10,6 +10,9 @@ limit) bounds each statement, enforced by the server or driver so a slow cell ca
 hold a caller past its deadline: PostgreSQL ``statement_timeout``; MariaDB
 ``max_statement_time`` (MySQL ``max_execution_time``, SELECTs only) plus PyMySQL's
 socket read/write timeouts; SQLite a progress handler that interrupts the statement.
+
+A SQLite engine opens only an existing file (a missing one is ``DatabaseMissing``, not
+a new empty database); ``create_database`` is how a SQLite database comes to exist.
 """
 
 from __future__ import annotations
@@ -22,12 +25,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from cellsight.cells.errors import BadDatabaseURL, DatabaseUnavailable, safe_url
+from cellsight.cells.errors import (
+    BadDatabaseURL,
+    DatabaseMissing,
+    DatabaseUnavailable,
+    safe_url,
+)
 
 DRIVERS = {
     "sqlite": "sqlite+pysqlite",
@@ -112,16 +122,41 @@ def _name_the_database(context: sa.engine.ExceptionContext) -> None:
 
 
 def _sqlite_engine(
-    url: sa.URL, connect_timeout: float, statement_timeout: float | None
+    url: sa.URL, connect_timeout: float, statement_timeout: float | None, *, create: bool = False
 ) -> sa.Engine:
-    parent = Path(url.database or "").parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DatabaseUnavailable(
-            url, f"cannot create directory {parent}: {exc.strerror}"
-        ) from None
     engine = sa.create_engine(url, connect_args={"timeout": connect_timeout})
+
+    @event.listens_for(engine, "do_connect")
+    def _open(
+        dialect: sa.Dialect, record: ConnectionPoolEntry, cargs: list[Any], cparams: dict[str, Any]
+    ) -> DBAPIConnection | None:
+        # sqlite3 creates a missing file by default: a typo or a moved cell file would
+        # become an empty cell. Open with mode=rw (fails instead) unless creating.
+        target = _sqlite_file_uri(cargs[0], bool(cparams.get("uri")))
+        if target is None:
+            return None  # in-memory, or a mode the URL chose itself: as given
+        uri, path = target
+        if create:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseUnavailable(
+                    url, f"cannot create directory {path.parent}: {exc.strerror}"
+                ) from None
+        mode = "rwc" if create else "rw"
+        try:
+            conn = dialect.connect(
+                f"{uri}{'&' if '?' in uri else '?'}mode={mode}",
+                *cargs[1:],
+                **{**cparams, "uri": True},
+            )
+        except sqlite3.OperationalError as exc:
+            # CANTOPEN also covers a directory or a denied permission: only a path that
+            # is not there is the missing database.
+            if _error_code(exc) == sqlite3.SQLITE_CANTOPEN and not path.exists():
+                raise DatabaseMissing(url, path) from None
+            raise
+        return conn
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
@@ -160,6 +195,46 @@ def _sqlite_engine(
                 conn.connection.info["deadline"] = math.inf
 
     return engine
+
+
+def _sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:
+    """The ``file:`` URI (without a mode) and the path of the file that
+    ``sqlite3.connect(filename, uri=uri)`` opens; ``None`` for an in-memory database or
+    a URI that sets its own ``mode`` (the URL's author chose it)."""
+    if not uri:
+        if filename in ("", ":memory:"):
+            return None
+        path = Path(filename).absolute()
+        return path.as_uri(), path  # as_uri escapes what a URI would misread (?, #, %)
+    parts = urlsplit(filename)
+    if "mode" in parse_qs(parts.query) or parts.path in ("", ":memory:"):
+        return None
+    return filename, Path(unquote(parts.path))
+
+
+def _error_code(exc: sqlite3.Error) -> int | None:
+    # sqlite_errorcode is the extended code; its low byte is the primary one.
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def create_database(url: str | sa.URL, *, connect_timeout: float = 5.0) -> None:
+    """Create a missing SQLite database file and its directory; an existing one is
+    left as it is.
+
+    Engines never create a database (see ``_sqlite_engine``): only the paths meant to
+    make one call this (registering a cell with its tables, seeding, the API database).
+    A server database (PostgreSQL, MariaDB) is its operator's to create: nothing to do.
+    """
+    parsed = parse_url(url) if isinstance(url, str) else url
+    if parsed.get_backend_name() != "sqlite":
+        return
+    engine = _sqlite_engine(parsed, connect_timeout, None, create=True)
+    try:
+        with connect(engine):
+            pass
+    finally:
+        engine.dispose()
 
 
 def _postgresql_engine(

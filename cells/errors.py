@@ -52,6 +52,25 @@ class DatabaseUnavailable(CellsError):
         self.why = why
 
 
+class DatabaseMissing(DatabaseUnavailable):
+    """A SQLite database file that does not exist (moved, or a typo in its URL).
+
+    Opening it would have created an empty database there and turned the mistake into
+    an empty cell or "no such table" later; only the paths that create databases do
+    (``cellsight.cells.database.create_database``). A kind of ``DatabaseUnavailable``, so
+    every caller that copes with an unreachable database (the fan-out skipping a cell,
+    the API's 503) copes with this one too.
+    """
+
+    reason = "database_missing"
+
+    def __init__(self, url: str | sa.URL, path: object) -> None:
+        CellsError.__init__(self, f"SQLite database file {str(path)!r} does not exist")
+        self.url = safe_url(url)
+        self.why = "no such file"
+        self.path = str(path)
+
+
 class UnknownCell(CellsError):
     reason = "unknown_cell"
 

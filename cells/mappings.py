@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import Engines, connect, parse_url, write_transaction
+from cellsight.cells.database import (
+    Engines,
+    connect,
+    create_database,
+    parse_url,
+    write_transaction,
+)
 from cellsight.cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
 from cellsight.cells.schema import (
     cell_mappings,
@@ -76,6 +82,9 @@ class CellRegistry:
     def __init__(self, api_url: str, engines: Engines | None = None) -> None:
         self.engines = engines or Engines()
         self.api_url = api_url
+        # The API database is made on first use (its tables by create_schema); a cell's
+        # only by add_cell or the seeder: cell_engine opens existing ones only.
+        create_database(api_url, connect_timeout=self.engines.connect_timeout)
         self.api_engine = self.engines.get(api_url)
 
     @classmethod
@@ -100,12 +109,15 @@ class CellRegistry:
     def add_cell(
         self, name: str, database_url: str, *, uuid: str | None = None, create_schema: bool = True
     ) -> CellMapping:
-        """Register a cell; its database is checked (and its tables created) first."""
+        """Register a cell; its database is checked (and, with ``create_schema``, a
+        missing SQLite file and its tables created) first."""
         if not name or not name.strip():
             raise ValueError("a cell needs a non-empty name")
         parsed = parse_url(database_url)
         url = parsed.render_as_string(hide_password=False)
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())
+        if create_schema:
+            create_database(parsed, connect_timeout=self.engines.connect_timeout)
         engine = self.engines.get(url)
         with connect(engine):
             pass
@@ -150,6 +162,8 @@ class CellRegistry:
         return _cell(row)
 
     def cell_engine(self, cell: CellMapping | str) -> sa.Engine:
+        """The cell's engine; it opens an existing database only (a missing SQLite file
+        is ``DatabaseMissing`` on connect, never a new empty cell)."""
         if isinstance(cell, str):
             cell = self.get_cell(cell)
         return self.engines.get(cell.database_url)

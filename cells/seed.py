@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.cells import bulk
-from cellsight.cells.database import create_engine
+from cellsight.cells.database import create_database, create_engine
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
@@ -121,6 +121,7 @@ def seed(
     jobs: list[CellJob] = []
     for index, name in enumerate(_cell_names(registry, name_prefix, cells)):
         url = db_urls[index] if db_urls else f"sqlite:///{(cells_dir / f'{name}.db').resolve()}"
+        create_database(url, connect_timeout=registry.engines.connect_timeout)
         # A fresh cell database gets its indexes after the load: far faster to build.
         create_cell_schema(registry.engines.get(url), indexes=False)
         job = CellJob(

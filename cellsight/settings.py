@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -29,7 +30,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="CELLSIGHT_", extra="forbid")
 
     data_dir: Path = Field(
-        Path(".cellsight"), description="Holds the embedded databases, bus and index"
+        Path(".cellsight"),
+        description="Holds the embedded databases, bus and index (not empty: that would be "
+        "the working directory)",
     )
 
     # Databases: the API database (cell and instance mappings). Cell URLs live in it.
@@ -140,6 +143,19 @@ class Settings(BaseSettings):
     @classmethod
     def _blank_is_off(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _data_dir_not_blank(cls, value: Any) -> Any:
+        # Path("") is ".": an empty CELLSIGHT_DATA_DIR (or data_dir = "") would put the
+        # databases, bus and index in whatever directory the command runs from.
+        if isinstance(value, str) and not value.strip():
+            raise PydanticCustomError(
+                "blank_path",
+                "must not be empty (it would be the working directory; unset it for the "
+                "default .cellsight)",
+            )
+        return value
 
     @field_validator("bus_url", "search_url", "api_db_url")
     @classmethod

@@ -93,9 +93,12 @@ def _root(
         typer.Option("--config", help="TOML file of settings (the CELLSIGHT_* names, lowercase)"),
     ] = None,
     data_dir: Annotated[
-        Path | None,
+        # Taken as text: Click's Path type turns "" into "." before a callback sees it,
+        # and an empty value must not become the working directory.
+        str | None,
         typer.Option(
             "--data-dir",
+            metavar="PATH",
             help="Embedded data directory (default: ./.cellsight, or CELLSIGHT_DATA_DIR)",
         ),
     ] = None,
@@ -109,7 +112,12 @@ def _root(
 ) -> None:
     overrides: dict[str, object] = {}
     if data_dir is not None:
-        overrides["data_dir"] = data_dir
+        if not data_dir.strip():
+            raise typer.BadParameter(
+                "must not be empty (it would be the working directory)",
+                param_hint="'--data-dir'",
+            )
+        overrides["data_dir"] = Path(data_dir)
     import logging
 
     logging.basicConfig(

@@ -37,17 +37,22 @@ def collect(engine: Any, registry: Any, resource: str) -> dict[str, Any]:
     cells = []
     for cell in registry.list_cells():
         entry: dict[str, Any] = {"name": cell.name, "uuid": cell.uuid}
+        # Both sides' failures are shown: the index's (none built yet) must not hide the
+        # cell's (its database gone).
+        errors: list[str] = []
         try:
             with connect(registry.cell_engine(cell)) as conn:
                 entry["rows"] = count_rows(conn, scope)
         except Exception as exc:
             entry["rows"] = None
-            entry["error"] = str(exc)
+            errors.append(str(exc))
         try:
             entry["documents"] = engine.count(resource, cell.uuid)
         except Exception as exc:
             entry["documents"] = None
-            entry["error"] = str(exc)
+            errors.append(str(exc))
+        if errors:
+            entry["error"] = "; ".join(errors)
         cells.append(entry)
     held = not is_free(lock, datetime.now(UTC))
     return {

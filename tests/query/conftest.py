@@ -19,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.api.cell_query import search_cell
+from cellsight.cells.database import create_database as create_cell_database
 from cellsight.cells.database import create_engine
 from cellsight.cells.rows import payload_to_row
 from cellsight.cells.schema import create_cell_schema, instances
@@ -50,6 +51,7 @@ def query_documents(query_payloads: list[Any]) -> list[dict[str, Any]]:
 
 
 def _cell(url: str, payloads: list[Any]) -> sa.Engine:
+    create_cell_database(url)  # engines open existing SQLite files only
     engine = create_engine(url)
     install_on_engine(engine)
     create_cell_schema(engine)

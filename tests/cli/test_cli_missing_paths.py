@@ -1,0 +1,104 @@
+"""A missing or empty path is an error naming it, and nothing is created in its place:
+a registered cell's SQLite file that was moved (or mistyped) does not become an empty
+cell when a command reads it, and an empty data directory is not the working
+directory. Run as the operator runs it: a subprocess of the installed entry point."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cli.errors import RUNTIME, USAGE
+from cellsight.settings import load_settings
+
+
+def cellsight(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cellsight", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        # Wide enough that a table cell holding the path does not wrap it.
+        env={**clean, "COLUMNS": "1000", **(env or {})},
+        cwd=cwd,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
+    err = result.stderr.strip()
+    assert result.returncode == code, (result.returncode, result.stdout, err)
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for needle in needles:
+        assert needle in err, (needle, err)
+
+
+@pytest.fixture
+def moved_cell(tmp_path: Path) -> tuple[Path, Path]:
+    """A data directory whose registered cell ``c1`` has lost its SQLite file."""
+    data = tmp_path / "data"
+    db = tmp_path / "c1.db"
+    registry = CellRegistry.from_settings(load_settings(data_dir=data))
+    try:
+        registry.add_cell("c1", f"sqlite:///{db}")
+    finally:
+        registry.close()
+    for file in tmp_path.glob("c1.db*"):  # with its -wal and -shm, if any
+        file.unlink()
+    return data, db
+
+
+BOOT = ["ops", "boot", "--name", "x", "--flavor", "m1.small", "--project", "p", "--user", "u"]
+
+
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [
+        # Reports: the cell's row or line names the missing file.
+        (["index", "verify"], RUNTIME),
+        (["index", "status"], 0),
+        (["cells", "list", "--counts"], 0),
+        (["query", "instance"], 0),  # the fan-out skips the cell and says why
+        # Failures: one line naming the missing file.
+        (["index", "sync"], RUNTIME),
+        (["cells", "add-host", "--cell", "c1", "--host", "h1"], RUNTIME),
+        (BOOT, RUNTIME),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else str(v),
+)
+def test_a_missing_sqlite_cell_file_is_named_and_not_created(
+    moved_cell: tuple[Path, Path], command: list[str], code: int
+) -> None:
+    data, db = moved_cell
+    result = cellsight(data.parent, "--data-dir", str(data), *command)
+    text = result.stdout + result.stderr
+    assert result.returncode == code, text
+    assert f"SQLite database file {str(db)!r} does not exist" in text, text
+    assert "no such table" not in text and "Traceback" not in text, text
+    if command in (BOOT, ["cells", "add-host", "--cell", "c1", "--host", "h1"]):
+        one_line_error(result, RUNTIME, str(db))
+    assert not list(db.parent.glob("c1.db*")), "a command created the missing cell file"
+
+
+def test_an_empty_data_dir_option_is_a_usage_error(tmp_path: Path) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = cellsight(cwd, "--data-dir", "", "cells", "list")
+    one_line_error(result, USAGE, "'--data-dir'", "must not be empty")
+    assert not list(cwd.iterdir()), "written into the working directory"
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_data_dir_setting_is_refused(tmp_path: Path, value: str) -> None:
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    result = cellsight(cwd, "cells", "list", env={"CELLSIGHT_DATA_DIR": value})
+    one_line_error(result, USAGE, "data_dir", "CELLSIGHT_DATA_DIR", "must not be empty")
+    assert not list(cwd.iterdir()), "written into the working directory"
