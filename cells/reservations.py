@@ -22,6 +22,7 @@ operation also emits ``compute_node.update`` for the nodes whose counts it chang
 
 from __future__ import annotations
 
+import logging
 import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from cellsight.cells.mappings import CellMapping
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.rows import InstanceRow, action_payload, flavor_columns, payload_to_row
-from cellsight.cells.scheduler import Resources, claim, release
+from cellsight.cells.scheduler import Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -47,6 +48,8 @@ from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayloa
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
+
+log = logging.getLogger(__name__)
 
 RESERVE = "instance.reserve"
 MODIFY = "instance.reservation_modify"
@@ -117,6 +120,9 @@ class Reservations:
     def __init__(self, ops: Operations) -> None:
         self.ops = ops
         self.registry = ops.registry
+        # (node, cell) uuids of rows committed operations changed: a node cache drops them
+        # even if their notifications wait in the outbox or go out through another relay.
+        self.touched: set[tuple[str, str]] = set()
 
     # ------------------------------------------------------------------ reserve
 
@@ -157,6 +163,7 @@ class Reservations:
         except BaseException:
             self.registry.unmap_instances([uuid])
             raise
+        self.touched.update((str(n["uuid"]), target.uuid) for n in nodes)
         self.ops.deliver(target)
         return ReserveResult(uuid, target, selections, action_payload(after, target.uuid))
 
@@ -169,8 +176,9 @@ class Reservations:
         if cell is not None:
             return self.registry.get_cell(cell), []
         cells = self.registry.list_cells(include_disabled=False)
-        if host is not None:
-            cells = [c for c in cells if _host_row(self.registry.cell_engine(c), host)]
+        if host is not None:  # the cells that have it, among those that answer
+            found = read_answering(self.registry, cells, lambda conn: _host_row(conn, host))
+            cells = [cell for cell, row in found if row is not None]
         if not cells:
             raise NoValidHost("no enabled cell" + (f" has a host {host!r}" if host else ""))
         return cells[0], []
@@ -288,7 +296,11 @@ class Reservations:
             }
 
         payload = self._change(uuid, CANCEL, change)
-        self.registry.queue_for_delete(uuid)
+        try:
+            self.registry.queue_for_delete(uuid)
+        except CellsError:
+            # Cancelled in its cell, the truth: the flag only schedules archival (as delete).
+            log.exception("reservation %s cancelled but its mapping was not flagged", uuid)
         return payload
 
     # ---------------------------------------------------------------- machinery
@@ -328,6 +340,7 @@ class Reservations:
             moved = changes.keys() & {"host", "flavor", "forthcoming", "deleted"}
             nodes = read_nodes(conn, places_of(before, after)) if moved else []
             outbox.add(conn, events(cell, after, nodes))
+        self.touched.update((str(n["uuid"]), cell.uuid) for n in nodes)
         self.ops.deliver(cell)
         return cell, after
 
@@ -341,14 +354,10 @@ def _uuid(value: str | None) -> str:
         raise CellsError(f"not a UUID: {value[:60]!r}") from None
 
 
-def _host_row(source: sa.Connection | sa.Engine, host: str) -> dict[str, Any] | None:
+def _host_row(conn: sa.Connection, host: str) -> dict[str, Any] | None:
     c = compute_nodes.c
     query = sa.select(compute_nodes).where(c.host == host, c.deleted.is_(False))
-    if isinstance(source, sa.Engine):
-        with source.connect() as conn:
-            row = conn.execute(query).mappings().first()
-    else:
-        row = source.execute(query).mappings().first()
+    row = conn.execute(query).mappings().first()
     return None if row is None else dict(row)
 
 

@@ -11,13 +11,14 @@ nothing and are never moved; an instance is never refused while a move would do.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from cellsight.cells import outbox
-from cellsight.cells.errors import NoValidHost
+from cellsight.cells.errors import ConcurrentUpdate, DatabaseUnavailable, NoValidHost
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.nodeevents import node_events, read_nodes
@@ -30,6 +31,10 @@ from cellsight.notifications.objects import Selection
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
+
+log = logging.getLogger(__name__)
+MOVED, CHANGED, NOTHING = "moved", "changed", "nothing"
+REPLANS = 3  # plans per cell while its reservations keep changing under them
 
 
 def schedule(
@@ -58,8 +63,17 @@ def make_room(
         [ops.registry.get_cell(cell)] if cell else ops.registry.list_cells(include_disabled=False)
     )
     for mapping in cells:
-        if _room_in(ops, mapping, want, zone):
+        for _ in range(REPLANS):
+            try:
+                outcome = _room_in(ops, mapping, want, zone)
+            except DatabaseUnavailable as exc:  # as the scheduler: the others may have room
+                log.warning("making room: skipping cell %s: %s", mapping.name, exc)
+                outcome = NOTHING
+            if outcome is not CHANGED:
+                break
+        if outcome is MOVED:
             ops.deliver(mapping)
+        if outcome is not NOTHING:  # moved, or reservations keep changing: schedule again
             return True
     return False
 
@@ -76,9 +90,11 @@ def _add(a: Resources, b: Resources) -> Resources:
     return Resources(a.vcpus + b.vcpus, a.memory_mb + b.memory_mb, a.disk_gb + b.disk_gb)
 
 
-def _room_in(ops: Operations, cell: CellMapping, want: Resources, zone: str | None) -> bool:
-    """Move reservations off one host of ``cell`` so ``want`` fits; the moves'
-    notifications go into the outbox in the same transaction."""
+def _room_in(ops: Operations, cell: CellMapping, want: Resources, zone: str | None) -> str:
+    """Move reservations off one node of ``cell`` so ``want`` fits; the moves'
+    notifications go into the outbox in the same transaction. ``CHANGED``: a planned
+    reservation changed meanwhile, nothing was written (plan again, in a new transaction:
+    MariaDB's snapshot would show the old rows again)."""
     c, i = compute_nodes.c, instances.c
     with ops.transaction(cell) as conn:
         hosts = [
@@ -94,47 +110,87 @@ def _room_in(ops: Operations, cell: CellMapping, want: Resources, zone: str | No
                 i.forthcoming.is_(True), i.deleted.is_(False), i.host.is_not(None)
             )
         ).mappings()
-        by_host: dict[str, list[dict[str, Any]]] = {}
+        # By node, not host: a reservation on another node of the host frees nothing here.
+        by_node: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
         for found in held:
             if found["flavor"]:
-                by_host.setdefault(found["host"], []).append(dict(found))
+                by_node.setdefault((found["host"], found["node"]), []).append(dict(found))
         for target in sorted(hosts, key=lambda h: (h.weight(), h.node["host"])):
             if zone is not None and target.node["availability_zone"] != zone:
                 continue
-            plan = _plan(target, hosts, by_host.get(target.node["host"], []), want)
+            place = (target.node["host"], target.node["hypervisor_hostname"])
+            plan = _plan(target, hosts, by_node.get(place, []), want)
             if plan is None:
                 continue
-            moved = []
-            for row, dest in plan:
-                used = Resources.of_flavor(row["flavor"])
-                if not claim(conn, dest.node["uuid"], used):
-                    raise NoValidHost("a host filled up while reservations were moved")
-                release(conn, row["host"], row["node"], used)
-                count_on_node(conn, row["host"], row["node"], -1)
-                count_on_node(conn, dest.node["host"], dest.node["hypervisor_hostname"], 1)
-                conn.execute(
-                    instances.update()
-                    .where(i.id == row["id"])
-                    .values(
-                        host=dest.node["host"],
-                        node=dest.node["hypervisor_hostname"],
-                        availability_zone=dest.node["availability_zone"],
-                        revision=row["revision"] + 1,
-                        updated_at=ops.clock(),
-                    )
-                )
-                moved.append(get_instance(conn, row["uuid"]))
-            touched = [target, *(dest for _, dest in plan)]
-            nodes = read_nodes(
-                conn, [(h.node["host"], h.node["hypervisor_hostname"]) for h in touched]
+            if not _still_as_read(conn, [row for row, _ in plan]):
+                return CHANGED
+            _move(ops, conn, cell, target, plan)
+            return MOVED
+    return NOTHING
+
+
+def _still_as_read(conn: sa.Connection, rows: list[dict[str, Any]]) -> bool:
+    """Lock the planned reservations (by primary key, in id order: record locks only, so
+    no insert waits on them) and check that none changed since the plan read them.
+
+    Without this, on PostgreSQL/MariaDB a commit, cancel or modify committing between the
+    plan's read and the move's UPDATE is overwritten: the move claims for a cancelled
+    reservation forever, releases its old node twice, or moves a built instance. SQLite's
+    BEGIN IMMEDIATE already holds the database."""
+    i = instances.c
+    seen = {
+        r["id"]: r
+        for r in conn.execute(
+            sa.select(i.id, i.revision, i.forthcoming, i.deleted, i.host, i.node)
+            .where(i.id.in_([row["id"] for row in rows]))
+            .order_by(i.id)
+            .with_for_update()
+        ).mappings()
+    }
+    keys = ("revision", "forthcoming", "deleted", "host", "node")
+    return all(
+        (now := seen.get(row["id"])) is not None and all(now[k] == row[k] for k in keys)
+        for row in rows
+    )
+
+
+def _move(
+    ops: Operations,
+    conn: sa.Connection,
+    cell: CellMapping,
+    target: HostState,
+    plan: list[tuple[dict[str, Any], HostState]],
+) -> None:
+    i = instances.c
+    moved = []
+    for row, dest in plan:
+        used = Resources.of_flavor(row["flavor"])
+        if not claim(conn, dest.node["uuid"], used):
+            raise NoValidHost("a host filled up while reservations were moved")
+        release(conn, row["host"], row["node"], used)
+        count_on_node(conn, row["host"], row["node"], -1)
+        count_on_node(conn, dest.node["host"], dest.node["hypervisor_hostname"], 1)
+        done = conn.execute(
+            instances.update()
+            .where(i.id == row["id"], i.revision == row["revision"])
+            .values(
+                host=dest.node["host"],
+                node=dest.node["hypervisor_hostname"],
+                availability_zone=dest.node["availability_zone"],
+                revision=row["revision"] + 1,
+                updated_at=ops.clock(),
             )
-            events: list[Notification] = []
-            for after in moved:
-                assert after is not None
-                events += reservation_event(MOVE, after, cell, [], ops)
-            outbox.add(conn, events + node_events(nodes, cell.uuid, ops.publisher_id))
-            return True
-    return False
+        )
+        if done.rowcount != 1:  # locked and checked above: never overwrite another change
+            raise ConcurrentUpdate(row["uuid"])
+        moved.append(get_instance(conn, row["uuid"]))
+    touched = [target, *(dest for _, dest in plan)]
+    nodes = read_nodes(conn, [(h.node["host"], h.node["hypervisor_hostname"]) for h in touched])
+    events: list[Notification] = []
+    for after in moved:
+        assert after is not None
+        events += reservation_event(MOVE, after, cell, [], ops)
+    outbox.add(conn, events + node_events(nodes, cell.uuid, ops.publisher_id))
 
 
 def _plan(

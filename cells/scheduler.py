@@ -7,23 +7,28 @@ of one request go to one cell, so that the boot is a single cell transaction.
 
 Capacity is what the compute node rows say, with Nova's allocation ratios; the claim
 itself happens in the boot transaction, guarded by the same arithmetic (``claim``),
-so two concurrent boots cannot both take the last slot.
+so two concurrent boots cannot both take the last slot. As in Nova's host manager, a cell
+whose database cannot be read is skipped (``read_answering``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect
-from cellsight.cells.errors import NoValidHost
+from cellsight.cells.errors import DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.reads import list_compute_nodes
 from cellsight.cells.schema import compute_nodes, utcnow
 from cellsight.notifications.objects import SchedulerLimits, Selection
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ALLOCATION_REQUEST_VERSION = "1.36"
 
@@ -94,17 +99,7 @@ class HostState:
             service_host=n["host"],
             nodename=n["hypervisor_hostname"],
             cell_uuid=self.cell.uuid,
-            allocation={
-                "allocations": {
-                    n["uuid"]: {
-                        "resources": {
-                            "VCPU": want.vcpus,
-                            "MEMORY_MB": want.memory_mb,
-                            "DISK_GB": want.disk_gb,
-                        }
-                    }
-                }
-            },
+            allocation=allocation_request(n["uuid"], want),
             allocation_request_version=ALLOCATION_REQUEST_VERSION,
             limits=SchedulerLimits(
                 vcpu=limits.vcpus, memory_mb=limits.memory_mb, disk_gb=limits.disk_gb
@@ -113,19 +108,32 @@ class HostState:
         )
 
 
+def allocation_request(node_uuid: str, want: Resources) -> dict[str, Any]:
+    """Placement's allocation request at ``ALLOCATION_REQUEST_VERSION``: the allocations
+    and, since 1.34, the ``mappings`` of request groups to providers (the unsuffixed
+    group, ``""``, to the node), which Nova's ``fill_provider_mapping`` reads. Amounts of
+    zero are left out: placement's allocation schema wants at least 1."""
+    amounts = {"VCPU": want.vcpus, "MEMORY_MB": want.memory_mb, "DISK_GB": want.disk_gb}
+    resources = {rc: amount for rc, amount in amounts.items() if amount > 0}
+    return {
+        "allocations": {node_uuid: {"resources": resources}},
+        "mappings": {"": [node_uuid]},
+    }
+
+
 class Scheduler:
     def __init__(self, registry: CellRegistry, *, alternates: int = 2) -> None:
         self.registry = registry
         self.alternates = alternates
 
     def host_states(self, cells: Iterable[CellMapping]) -> list[HostState]:
-        states: list[HostState] = []
-        for cell in cells:
-            with connect(self.registry.cell_engine(cell)) as conn:
-                for node in list_compute_nodes(conn):
-                    if not (node["disabled"] or node["offline"]):
-                        states.append(HostState(cell, node))
-        return states
+        """The enabled, online nodes of the cells that answer (``read_answering``)."""
+        return [
+            HostState(cell, n)
+            for cell, nodes in read_answering(self.registry, cells, list_compute_nodes)
+            for n in nodes
+            if not (n["disabled"] or n["offline"])
+        ]
 
     def select_destinations(
         self,
@@ -191,6 +199,27 @@ class Scheduler:
                 + [h.selection(want) for h in fitting[1 : 1 + self.alternates]]
             )
         return result
+
+
+def read_answering(
+    registry: CellRegistry, cells: Iterable[CellMapping], read: Callable[[sa.Connection], T]
+) -> list[tuple[CellMapping, T]]:
+    """``read`` on each cell that answers. As Nova's host manager, a cell that cannot be
+    read is skipped (logged), so one outage does not stop placement in the others; when
+    none answers, its outage is the answer."""
+    out: list[tuple[CellMapping, T]] = []
+    down: list[tuple[CellMapping, DatabaseUnavailable]] = []
+    for cell in cells:
+        try:
+            with connect(registry.cell_engine(cell)) as conn:
+                out.append((cell, read(conn)))
+        except DatabaseUnavailable as exc:
+            down.append((cell, exc))
+    if down and not out:
+        raise down[0][1]  # the caller's one error line; nothing logged besides
+    for cell, failure in down:
+        log.warning("scheduler: skipping cell %s: %s", cell.name, failure)
+    return out
 
 
 def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:

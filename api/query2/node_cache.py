@@ -190,12 +190,22 @@ class NodeCache:
 
     # Invalidation -----------------------------------------------------------------
 
-    def invalidate_node(self, node_uuid: str) -> None:
+    def invalidate_node(self, node_uuid: str, cell_uuid: str | None = None) -> None:
+        """Drop a node's entry. A node the cache does not hold (registered since its cell
+        was read) drops its cell's freshness instead, so the next request reads it; with
+        no cell to go by, every cell's."""
         with self._lock:
             if self._entries.pop(node_uuid, None) is not None:
                 self._dropped.add(self._cell_of[node_uuid])
-                self._generation += 1
-                self._count("node")
+            else:
+                # Cells never read, or dropped already, are read on their next request.
+                cells = {cell_uuid} if cell_uuid is not None else set(self._loaded_at)
+                fresh = {c for c in cells if c in self._loaded_at and c not in self._dropped}
+                if not fresh:
+                    return
+                self._dropped.update(fresh)
+            self._generation += 1
+            self._count("node")
 
     def invalidate(self) -> None:
         with self._lock:
@@ -210,7 +220,8 @@ class NodeCache:
     def observe(self, event_type: str, payload: Any) -> None:
         """Drop what a notification says changed (``payload``: its decoded object)."""
         if event_type == NODE_EVENT:
-            self.invalidate_node(str(payload.uuid))
+            cell = getattr(payload, "cell_uuid", None)
+            self.invalidate_node(str(payload.uuid), None if cell is None else str(cell))
         elif event_type.startswith("instance.") and any(
             marker in event_type for marker in WHOLE_CACHE_EVENTS
         ):

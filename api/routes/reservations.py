@@ -12,20 +12,21 @@
 The operations publish through ``app.state.publisher`` (built from the settings on
 first use: the API needs the bus only when reservations are changed). Errors: 400 for
 a bad body, flavor or cell (naming it), 403 for non-administrators, 404 for an unknown
-uuid, 409 when the uuid is not a reservation, a commit lacks attributes, or no host has
-room.
+uuid (or a path that is not one), 409 when the uuid is not a reservation, a commit lacks
+attributes, or no host has room, 503 (with a request id) when a database is unavailable.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import State
 
@@ -35,6 +36,7 @@ from cellsight.api.query2.node_cache import NodeCache
 from cellsight.api.query2.nodes import node_cache
 from cellsight.cells.errors import (
     CellsError,
+    DatabaseUnavailable,
     DuplicateInstance,
     InstanceNotFound,
     NoValidHost,
@@ -58,7 +60,19 @@ class Conflict(ApiError):
     status = 409
 
 
-class NewReservation(BaseModel):
+class _NoNul(BaseModel):
+    """Strings without NUL: PostgreSQL's text types cannot hold one (its driver raises),
+    and Nova's name and id patterns refuse control characters too."""
+
+    @field_validator("*")
+    @classmethod
+    def _no_nul(cls, value: Any) -> Any:
+        if isinstance(value, str) and "\x00" in value:
+            raise ValueError("must not contain a NUL character")
+        return value
+
+
+class NewReservation(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
     uuid: str | None = Field(default=None, max_length=36)
@@ -70,7 +84,7 @@ class NewReservation(BaseModel):
     host: str | None = Name
 
 
-class ReservationChange(BaseModel):
+class ReservationChange(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
     name: str | None = Name
@@ -103,9 +117,11 @@ class _Observed:
         self.publish_many([notification])
 
     def publish_many(self, notifications: Sequence[Notification]) -> None:
-        self.inner.publish_many(notifications)
-        for n in notifications:
-            self.cache.observe(n.event_type, n.payload)
+        try:
+            self.inner.publish_many(notifications)
+        finally:  # committed before the publish: drop the entries even if the bus is down
+            for n in notifications:
+                self.cache.observe(n.event_type, n.payload)
 
 
 def _admin(principal: Principal) -> None:
@@ -167,12 +183,32 @@ def _selection(selection: Selection) -> dict[str, Any]:
     return {**data, "limits": limits}
 
 
+def _uuid(value: str) -> str:
+    """The path's uuid, normalised; anything else is not found, as in Nova (and is never
+    sent to a database: PostgreSQL refuses NUL, MariaDB's ASCII uuid columns non-ASCII)."""
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise NotFound(f"Reservation {value[:60]!r} could not be found.") from None
+
+
 async def _call(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    state = request.app.state
+
     def run() -> Any:
+        reservations = _reservations(state)
         try:
-            return fn(_reservations(request.app.state), *args, **kwargs)
+            return fn(reservations, *args, **kwargs)
+        except DatabaseUnavailable:
+            raise  # the app's 503 with a request id; the URL and driver text go to the log
         except CellsError as exc:
             raise _translate(exc) from None
+        finally:
+            # The nodes committed changes touched, whether or not their notifications
+            # were published yet (bus down, or another relay holds the cell's outbox).
+            cache = node_cache(state)
+            for node, cell in reservations.touched:
+                cache.invalidate_node(node, cell)
 
     return await run_in_threadpool(run)
 
@@ -199,9 +235,9 @@ async def modify(
     if not given:
         raise BadRequest("Nothing to change", parameter="reservation")
     if set(given) == {"name"}:
-        payload = await _call(request, Reservations.rename, uuid, given["name"])
+        payload = await _call(request, Reservations.rename, _uuid(uuid), given["name"])
     else:
-        payload = await _call(request, Reservations.modify, uuid, **given)
+        payload = await _call(request, Reservations.modify, _uuid(uuid), **given)
     return JSONResponse({"reservation": _view(payload)})
 
 
@@ -210,7 +246,7 @@ async def commit(
     uuid: str, request: Request, principal: Principal = Depends(current_principal)
 ) -> Any:
     _admin(principal)
-    payload = await _call(request, Reservations.commit, uuid)
+    payload = await _call(request, Reservations.commit, _uuid(uuid))
     return JSONResponse({"reservation": _view(payload)})
 
 
@@ -219,5 +255,5 @@ async def cancel(
     uuid: str, request: Request, principal: Principal = Depends(current_principal)
 ) -> Response:
     _admin(principal)
-    await _call(request, Reservations.cancel, uuid)
+    await _call(request, Reservations.cancel, _uuid(uuid))
     return Response(status_code=204)

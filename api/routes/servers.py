@@ -6,6 +6,7 @@ blocks on databases, and the event loop must stay free for other requests.
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -96,6 +97,10 @@ def show_server(
     state = request.app.state
     registry: CellRegistry = state.registry
     not_found = NotFound(f"Instance {server_id[:80]} could not be found.")
+    if not _uuid_like(server_id):
+        # As Nova (is_uuid_like, then InstanceNotFound); and never sent to a database:
+        # PostgreSQL refuses a NUL, MariaDB's ASCII uuid column a non-ASCII id (a 503).
+        raise not_found
     try:
         mapping = registry.get_instance_mapping(server_id)
         if mapping.cell_uuid is None:
@@ -129,6 +134,14 @@ def show_server(
         # notifications Cellsight is built from, so: none (Nova's value for no group).
         server["server_groups"] = []
     return FastJSONResponse({"server": server}, headers=out)
+
+
+def _uuid_like(value: str) -> bool:
+    try:
+        uuidlib.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 @router.get("/v2.1/servers", summary="List servers")

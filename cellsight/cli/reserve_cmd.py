@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from typing import Annotated, Any
 
 import typer
@@ -12,10 +13,34 @@ import typer
 from cellsight.cli.context import console
 from cellsight.cli.ops_cmd import _run, _show
 
+MAX_LENGTH = 255  # Nova's String(255) for names and ids, as the API's bodies
+
+
+def _bounded(value: str | None) -> str | None:
+    """A usage error (exit 2), not a failure of the operation, as the API's 400."""
+    if value is not None and (len(value) > MAX_LENGTH or "\x00" in value):
+        raise typer.BadParameter(f"at most {MAX_LENGTH} characters, without NUL")
+    return value
+
+
+def _a_uuid(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise typer.BadParameter(f"not a UUID: {value[:60]!r}") from None
+
+
 Uuid = Annotated[str, typer.Argument(help="Reservation uuid")]
-Name = Annotated[str | None, typer.Option(help="Display name (default: none yet)")]
-Project = Annotated[str | None, typer.Option(help="Project (tenant) id (default: none yet)")]
-User = Annotated[str | None, typer.Option(help="User id (default: none yet)")]
+Name = Annotated[
+    str | None, typer.Option(help="Display name (default: none yet)", callback=_bounded)
+]
+Project = Annotated[
+    str | None,
+    typer.Option(help="Project (tenant) id (default: none yet)", callback=_bounded),
+]
+User = Annotated[str | None, typer.Option(help="User id (default: none yet)", callback=_bounded)]
 Flavor = Annotated[
     str | None, typer.Option(help="Flavor name; its resources are claimed (default: none)")
 ]
@@ -24,7 +49,9 @@ Host = Annotated[str | None, typer.Option(help="Compute host to hold it on (defa
 
 def reserve(
     ctx: typer.Context,
-    uuid: Annotated[str | None, typer.Option("--uuid", help="Default: a new one")] = None,
+    uuid: Annotated[
+        str | None, typer.Option("--uuid", help="Default: a new one", callback=_a_uuid)
+    ] = None,
     name: Name = None,
     project: Project = None,
     user: User = None,

@@ -1,0 +1,211 @@
+"""Reservations under races and outages, on every dialect: a boot that moves reservations
+to make room never overwrites a cancel or commit that committed while it planned; one
+unavailable cell does not stop placing, or making room, in the others. A Selection's
+allocation request is placement's at the version it names; bad CLI values exit 2."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from cellsight.cells import room
+from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.nodeevents import register_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.reservations import Reservations
+from cellsight.cells.scheduler import Resources, allocation_request
+from cellsight.cells.schema import compute_nodes, instances
+from tests.cells.test_cells_cli import Invoke, cli
+from tests.support.publishers import CollectingPublisher
+from tests.support.services import DIALECTS, DatabaseFactory
+
+__all__ = ["cli"]
+UUID_TEXT = "0b3e7c4c-0000-4000-8000-0000000000c1"
+NODE = {"vcpus": 4, "memory_mb": 16384, "local_gb": 200, "cpu_allocation_ratio": 1.0}
+
+
+class Cell:
+    def __init__(self, make_database: DatabaseFactory, dialect: str, tmp: Path) -> None:
+        self.registry = CellRegistry(make_database(dialect))
+        self.registry.create_schema()
+        self.cell = self.registry.add_cell("cell1", make_database(dialect))
+        self.ops = Operations(self.registry, CollectingPublisher(), publisher_id="probe")
+        for host in ("h1", "h2"):
+            register_node(self.ops, "cell1", host, **NODE)
+        self.reservations = Reservations(self.ops)
+
+    def usage(self) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:
+        """(host → (vcpus used, reservations)) as the nodes say, and as the live rows add up."""
+        with self.registry.cell_engine(self.cell).connect() as conn:
+            nodes = conn.execute(sa.select(compute_nodes)).mappings().all()
+            rows = conn.execute(sa.select(instances).where(instances.c.deleted.is_(False)))
+            live = rows.mappings().all()
+        said = {n["host"]: (n["vcpus_used"], n["forthcoming_reservations"]) for n in nodes}
+        summed = {
+            host: (
+                sum(r["vcpus"] or 0 for r in live if r["host"] == host),
+                sum(1 for r in live if r["host"] == host and r["forthcoming"]),
+            )
+            for host in said
+        }
+        return said, summed
+
+    def host_of(self, uuid: str) -> str | None:
+        with self.registry.cell_engine(self.cell).connect() as conn:
+            query = sa.select(instances.c.host).where(instances.c.uuid == uuid)
+            host: str | None = conn.execute(query).scalar_one()
+        return host
+
+
+@pytest.fixture(params=DIALECTS)
+def cell(
+    request: pytest.FixtureRequest, make_database: DatabaseFactory, tmp_path: Path
+) -> Iterator[Cell]:
+    made = Cell(make_database, request.param, tmp_path)
+    yield made
+    made.registry.close()
+
+
+def _interleave(monkeypatch: pytest.MonkeyPatch, competitor: Callable[[], Any]) -> list[Any]:
+    """Run ``competitor`` in another thread right after the room planner read the
+    reservations (once), and let the planner go on when it finished (or after 2 s: on
+    SQLite it waits for the planner's write lock)."""
+    outcome: list[Any] = []
+    real = room._plan
+    fired = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append(competitor())
+        except Exception as exc:
+            outcome.append(exc)
+
+    def plan_then_race(*args: Any, **kwargs: Any) -> Any:
+        plan = real(*args, **kwargs)
+        if plan and not fired.is_set():
+            fired.set()
+            racer = threading.Thread(target=run)
+            racer.start()
+            racer.join(2.0)
+            outcome.append(racer)
+        return plan
+
+    monkeypatch.setattr(room, "_plan", plan_then_race)
+    return outcome
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("racing", ["cancel", "commit"])
+def test_a_move_never_overwrites_a_cancel_or_commit_that_raced_it(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch, racing: str
+) -> None:
+    # Each host holds one 2-VCPU reservation: a 4-VCPU boot needs one of them moved.
+    first = cell.reservations.reserve(
+        flavor="m1.medium", host="h1", name="r", project_id="p", user_id="u"
+    ).uuid
+    cell.reservations.reserve(flavor="m1.medium", host="h2")
+    other = Reservations(Operations(cell.registry, CollectingPublisher(), publisher_id="o"))
+    outcome = _interleave(monkeypatch, lambda: getattr(other, racing)(first))
+    booted = cell.ops.boot(BootRequest("big", "m1.large", "p", "u"))
+    for thread in outcome:
+        if isinstance(thread, threading.Thread):
+            thread.join(10)
+    assert len(booted.instances) == 1
+    assert not [o for o in outcome if isinstance(o, Exception)], outcome
+    said, summed = cell.usage()
+    assert said == summed  # no claim held for a cancelled row, no count left behind
+    if racing == "commit":
+        # A built instance is never moved after its commit: it stays where the commit
+        # put it (h1, or h2 when the move committed first, as on SQLite).
+        (built,) = [o for o in outcome if not isinstance(o, threading.Thread)]
+        assert cell.host_of(first) == built.host
+
+
+def _unavailable(registry: CellRegistry, dead: CellMapping) -> Callable[..., Any]:
+    real = registry.cell_engine
+
+    def cell_engine(cell: CellMapping | str) -> sa.Engine:
+        ref = cell if isinstance(cell, str) else cell.uuid
+        if ref in (dead.uuid, dead.name):
+            raise DatabaseUnavailable(dead.database_url, "refused (test)")
+        return real(cell)
+
+    return cell_engine
+
+
+def test_an_unavailable_cell_is_skipped_by_the_scheduler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    try:
+        cells = [registry.add_cell(n, f"sqlite:///{tmp_path / n}.db") for n in ("c1", "c2")]
+        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
+        for c in cells:
+            register_node(ops, c.name, f"{c.name}-h1", **NODE)
+        monkeypatch.setattr(registry, "cell_engine", _unavailable(registry, cells[0]))
+        made = Reservations(ops).reserve(flavor="m1.small")
+        assert made.cell.uuid == cells[1].uuid
+        forced = Reservations(ops).reserve(flavor="m1.small", host="c2-h1")
+        assert forced.cell.uuid == cells[1].uuid
+        # Only the named cell, and it is down: that outage, not "no valid host".
+        with pytest.raises(DatabaseUnavailable):
+            Reservations(ops).reserve(flavor="m1.small", cell="c1")
+    finally:
+        registry.close()
+
+
+def test_an_unavailable_cell_does_not_stop_making_room_in_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    try:
+        cells = [registry.add_cell(n, f"sqlite:///{tmp_path / n}.db") for n in ("c1", "c2")]
+        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
+        for host in ("h1", "h2"):
+            register_node(ops, "c2", f"c2-{host}", **NODE)
+            Reservations(ops).reserve(flavor="m1.medium", host=f"c2-{host}")
+        monkeypatch.setattr(registry, "cell_engine", _unavailable(registry, cells[0]))
+        booted = ops.boot(BootRequest("big", "m1.large", "p", "u"))
+        assert booted.cell.uuid == cells[1].uuid
+    finally:
+        registry.close()
+
+
+def test_a_selection_carries_placements_mappings_and_no_zero_amounts(tmp_path: Path) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    try:
+        registry.add_cell("c1", f"sqlite:///{tmp_path / 'c1.db'}")
+        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
+        node = register_node(ops, "c1", "c1-h1", **NODE)
+        (chosen,) = Reservations(ops).reserve(flavor="m1.small").selections
+        assert chosen.allocation_request_version == "1.36"
+        assert chosen.allocation_request is not None
+        request = json.loads(chosen.allocation_request)
+        # Nova's fill_provider_mapping reads ['mappings'] (placement 1.34 and later).
+        assert request["mappings"] == {"": [node.uuid]}
+        resources = request["allocations"][node.uuid]["resources"]
+        assert resources == {"VCPU": 1, "MEMORY_MB": 2048, "DISK_GB": 20}
+        # Placement refuses an amount of 0 in an allocation.
+        assert allocation_request(node.uuid, Resources(1, 512, 0))["allocations"] == {
+            node.uuid: {"resources": {"VCPU": 1, "MEMORY_MB": 512}}
+        }
+    finally:
+        registry.close()
+
+
+def test_bad_cli_values_are_usage_errors(cli: Invoke) -> None:
+    assert cli("ops", "reserve", "--uuid", "garbage").exit_code == 2
+    for option in ("--name", "--project", "--user"):
+        assert cli("ops", "reserve", option, "x" * 256).exit_code == 2
+        assert cli("ops", "modify", UUID_TEXT, option, "x" * 256).exit_code == 2
