@@ -108,12 +108,15 @@ def add_host(
     disk_gb: Annotated[int, typer.Option("--disk-gb", min=1, help="Local disk, GiB")] = 4_000,
     availability_zone: Annotated[str, typer.Option("--az", help="Availability zone")] = "nova",
 ) -> None:
-    """Register a compute node in a cell, for the scheduler to place instances on."""
-    from cellsight.cells.nodes import add_compute_node
+    """Register a compute node in a cell, for the scheduler to place instances on (its
+    ``compute_node.update`` goes through the cell's outbox, as every operation's)."""
+    from cellsight.cells.nodeevents import register_node
+    from cellsight.cli.ops_cmd import operations
 
-    with open_registry(ctx) as registry:
-        row = add_compute_node(
-            registry.cell_engine(cell),
+    with operations(ctx) as ops:
+        node = register_node(
+            ops,
+            cell,
             host,
             vcpus=vcpus,
             memory_mb=memory_mb,
@@ -121,7 +124,7 @@ def add_host(
             availability_zone=availability_zone,
         )
     console.print(
-        f"added host {host} ({row['uuid']}) to cell {cell}", highlight=False, soft_wrap=True
+        f"added host {host} ({node.uuid}) to cell {cell}", highlight=False, soft_wrap=True
     )
 
 

@@ -108,3 +108,26 @@ def test_ops_on_the_embedded_bus(cli: Invoke, tmp_path: Path) -> None:
     assert flavor.exit_code == 2 and "unknown flavor 'm9.huge'" in one_line(flavor.output)
     missing = cli("ops", "stop", "00000000-0000-4000-8000-000000000000")
     assert missing.exit_code == 2 and "not found" in missing.output
+
+
+def test_add_host_announces_the_node(cli: Invoke, tmp_path: Path) -> None:
+    """``cells add-host`` emits the node's ``compute_node.update`` (through the outbox),
+    so the node index and the API's node state cache hear of it without a sync."""
+    from cellsight.clients import bus_connection
+    from cellsight.notifications.queues import indexer_queue
+
+    settings = load_settings(data_dir=tmp_path / "data")
+    db = f"sqlite:///{tmp_path / 'c1.db'}"
+    assert cli("cells", "add", "--name", "c1", "--db-url", db).exit_code == 0
+    with bus_connection(settings) as connection:
+        queue = indexer_queue(settings.indexer_queue, settings.exchange)(connection)
+        queue.declare()  # as the indexer has
+        added = cli("cells", "add-host", "--cell", "c1", "--host", "h9", "--vcpus", "8")
+        assert added.exit_code == 0, added.output
+        message = queue.get(no_ack=True)
+        assert message is not None
+        body = json.loads(json.loads(message.body)["oslo.message"])
+        assert body["event_type"] == "compute_node.update"
+        data = body["payload"]["nova_object.data"]
+        assert (data["host"], data["vcpus"]) == ("h9", 8)
+        assert UUID.search(added.output).group(0) == data["uuid"]  # type: ignore[union-attr]
