@@ -1,4 +1,7 @@
-"""Cellsight's own versioned objects (namespace ``cellsight``), same envelope as Nova's."""
+"""Versioned objects beside the instance payloads, in Nova's envelope: Cellsight's own
+``ComputeNodePayload`` (namespace ``cellsight``), and Nova's ``Selection`` and
+``SchedulerLimits`` as Nova defines them (namespace ``nova``, every field on the wire),
+so that Nova's object loader reads them."""
 
 from __future__ import annotations
 
@@ -35,9 +38,16 @@ class ComputeNodePayload(VersionedObject):
 
 
 class SchedulerLimits(VersionedObject):
+    """Nova's ``SchedulerLimits`` 1.0. Nova builds it with every field set (None when
+    unlimited) and reads every field in ``to_dict``: one absent from the wire would be
+    an unset field there, which Nova cannot lazy-load."""
+
     OBJ_NAME = "SchedulerLimits"
     OBJ_VERSION = "1.0"
 
+    # A NUMATopologyLimits object's primitive when there is one; the scheduler here sets
+    # no NUMA limits.
+    numa_topology: dict[str, Any] | None = None
     vcpu: int | None = None
     disk_gb: int | None = None
     memory_mb: int | None = None
@@ -56,7 +66,6 @@ class Selection(VersionedObject):
 
     OBJ_NAME = "Selection"
     OBJ_VERSION = "1.1"
-    OBJ_NAMESPACE = "cellsight"
 
     compute_node_uuid: UuidStr
     service_host: str

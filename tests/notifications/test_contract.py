@@ -267,9 +267,20 @@ def test_selection_legacy_dict_and_allocation_string() -> None:
     wire = selection.to_primitive()
     assert wire["nova_object.name"] == "Selection"
     assert wire["nova_object.version"] == "1.1"
-    assert wire["nova_object.namespace"] == "cellsight"
+    # Nova's objects, as Nova's loader reads them: its namespace, every field present.
+    assert wire["nova_object.namespace"] == "nova"
     assert isinstance(wire["nova_object.data"]["allocation_request"], str)
-    assert wire["nova_object.data"]["limits"]["nova_object.name"] == "SchedulerLimits"
+    limits = wire["nova_object.data"]["limits"]
+    assert (limits["nova_object.name"], limits["nova_object.namespace"]) == (
+        "SchedulerLimits",
+        "nova",
+    )
+    assert limits["nova_object.data"] == {
+        "numa_topology": None,
+        "vcpu": 16,
+        "disk_gb": 100,
+        "memory_mb": None,
+    }
     back = decode_payload(wire)
     # Fields compared, not models: a decoded object also remembers its wire name/version.
     assert isinstance(back, Selection) and back.model_dump() == selection.model_dump()
