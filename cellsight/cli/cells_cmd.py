@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import console, fail, open_registry, operations, settings_of
 
 if TYPE_CHECKING:
-    from cellsight.cells.mappings import CellRegistry
+    pass
 
 app = typer.Typer(
     name="cells", help="The cell databases: register, list, seed.", no_args_is_help=True
 )
-
-
-@contextmanager
-def open_registry(ctx: typer.Context) -> Iterator[CellRegistry]:
-    from cellsight.cells.mappings import CellRegistry
-
-    registry = CellRegistry.from_settings(settings_of(ctx))
-    try:
-        yield registry
-    finally:
-        registry.close()
 
 
 def _check_sqlite_directory(db_url: str, create: bool) -> None:
@@ -111,7 +99,6 @@ def add_host(
     """Register a compute node in a cell, for the scheduler to place instances on (its
     ``compute_node.update`` goes through the cell's outbox, as every operation's)."""
     from cellsight.cells.nodeevents import register_node
-    from cellsight.cli.ops_cmd import operations
 
     with operations(ctx) as ops:
         node = register_node(

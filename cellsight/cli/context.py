@@ -6,6 +6,8 @@ a bad configuration is raised as ``ConfigError`` and printed by the CLI boundary
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -17,6 +19,8 @@ from rich.markup import escape
 from cellsight.cli.errors import USAGE
 
 if TYPE_CHECKING:
+    from cellsight.cells.mappings import CellRegistry
+    from cellsight.cells.operations import Operations
     from cellsight.settings import Settings
 
 console = Console()
@@ -64,3 +68,28 @@ def error_line(message: str) -> None:
     # The message names values as given (a field "[tags]", a foreign letter's text):
     # printed as they are, not read as markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+# The clients commands share, built from the settings (heavy imports only when used) ---
+@contextmanager
+def open_registry(ctx: typer.Context) -> Iterator[CellRegistry]:
+    from cellsight.cells.mappings import CellRegistry
+
+    registry = CellRegistry.from_settings(settings_of(ctx))
+    try:
+        yield registry
+    finally:
+        registry.close()
+
+
+@contextmanager
+def operations(ctx: typer.Context) -> Iterator[Operations]:
+    """Cluster operations whose notifications go through the cells' outboxes to the bus."""
+    from cellsight.cells.operations import Operations
+    from cellsight.cells.outbox import Outbox
+    from cellsight.clients import build_notifier
+
+    settings = settings_of(ctx)
+    with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+        relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
+        yield Operations(registry, notifier, publisher_id=settings.publisher_id, relay=relay)

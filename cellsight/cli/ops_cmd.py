@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from cellsight.cli.cells_cmd import open_registry
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import console, fail, open_registry, operations
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
@@ -22,18 +20,6 @@ app = typer.Typer(
 
 T = TypeVar("T")
 Uuid = Annotated[str, typer.Argument(help="Instance uuid")]
-
-
-@contextmanager
-def operations(ctx: typer.Context) -> Iterator[Operations]:
-    from cellsight.cells.operations import Operations
-    from cellsight.cells.outbox import Outbox
-    from cellsight.clients import build_notifier
-
-    settings = settings_of(ctx)
-    with open_registry(ctx) as registry, build_notifier(settings) as notifier:
-        relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
-        yield Operations(registry, notifier, publisher_id=settings.publisher_id, relay=relay)
 
 
 def _run(ctx: typer.Context, action: Callable[[Operations], T]) -> T:

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cellsight.cli.cells_cmd import open_registry
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import console, fail, open_registry, settings_of
 
 if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command that runs needs them
     from cellsight.notifications.bus import Bus
