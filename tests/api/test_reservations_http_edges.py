@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from cellsight.cells import outbox
-from cellsight.cells.errors import DatabaseUnavailable
-from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodeevents import register_node
 from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
@@ -25,6 +23,7 @@ from cellsight.cells.outbox import LEASE_NAME
 from cellsight.cells.schema import compute_nodes, outbox_lease, utcnow
 from tests.api.test_reservations_http import NODE, Stack
 from tests.support.api_world import World, make_client
+from tests.support.outages import lose
 from tests.support.publishers import CollectingPublisher, FailingPublisher
 from tests.support.query2_world import ADMIN, state
 from tests.support.services import DIALECTS, DatabaseFactory
@@ -49,22 +48,12 @@ def used_on(client: TestClient, host: str) -> list[Any]:
     return [[value for _, value in row] for row in got.json()["data"]]
 
 
-def test_an_unavailable_cell_is_a_503_naming_no_database(
-    stack: Stack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unavailable_cell_is_a_503_naming_no_database(stack: Stack) -> None:
     api = lenient(stack.fanout)
     made = api.post("/v2.1/reservations", json={"reservation": {"cell": "cell2"}}, headers=ADMIN)
     uuid = made.json()["reservation"]["uuid"]
     registry = stack.world.registry
-    dead = registry.get_cell("cell2")
-    real = registry.cell_engine
-
-    def cell_engine(cell: CellMapping | str) -> sa.Engine:
-        if (cell if isinstance(cell, str) else cell.uuid) in (dead.uuid, dead.name):
-            raise DatabaseUnavailable(f"sqlite:////secret/{dead.name}.db", "no such file")
-        return real(cell)
-
-    monkeypatch.setattr(registry, "cell_engine", cell_engine)
+    lose(registry, registry.get_cell("cell2"))  # its SQLite file gone
     for method, url, body in [
         ("POST", "/v2.1/reservations", {"reservation": {"cell": "cell2"}}),
         ("PUT", f"/v2.1/reservations/{uuid}", {"reservation": {"name": "x"}}),
@@ -73,7 +62,7 @@ def test_an_unavailable_cell_is_a_503_naming_no_database(
     ]:
         got = api.request(method, url, json=body, headers=ADMIN)
         assert got.status_code == 503, (method, url, got.text)
-        assert "secret" not in got.text and "sqlite" not in got.text
+        assert "cell2.db" not in got.text and "sqlite" not in got.text
     # The cell that answers still takes reservations, by host or by the scheduler.
     for given in ({"host": "cell1-h1"}, {"flavor": "m1.small"}):
         got = api.post("/v2.1/reservations", json={"reservation": given}, headers=ADMIN)

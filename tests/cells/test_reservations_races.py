@@ -24,6 +24,7 @@ from cellsight.cells.reservations import Reservations
 from cellsight.cells.scheduler import Resources, allocation_request
 from cellsight.cells.schema import compute_nodes, instances
 from tests.cells.test_cells_cli import Invoke, cli
+from tests.support.outages import lose
 from tests.support.publishers import CollectingPublisher
 from tests.support.services import DIALECTS, DatabaseFactory
 
@@ -129,56 +130,43 @@ def test_a_move_never_overwrites_a_cancel_or_commit_that_raced_it(
         assert cell.host_of(first) == built.host
 
 
-def _unavailable(registry: CellRegistry, dead: CellMapping) -> Callable[..., Any]:
-    real = registry.cell_engine
-
-    def cell_engine(cell: CellMapping | str) -> sa.Engine:
-        ref = cell if isinstance(cell, str) else cell.uuid
-        if ref in (dead.uuid, dead.name):
-            raise DatabaseUnavailable(dead.database_url, "refused (test)")
-        return real(cell)
-
-    return cell_engine
+@pytest.fixture
+def two_cells(tmp_path: Path) -> Iterator[tuple[CellRegistry, list[CellMapping], Operations]]:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    try:
+        cells = [registry.add_cell(n, f"sqlite:///{tmp_path / n}.db") for n in ("c1", "c2")]
+        yield registry, cells, Operations(registry, CollectingPublisher(), publisher_id="probe")
+    finally:
+        registry.close()
 
 
 def test_an_unavailable_cell_is_skipped_by_the_scheduler(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_cells: tuple[CellRegistry, list[CellMapping], Operations],
 ) -> None:
-    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
-    registry.create_schema()
-    try:
-        cells = [registry.add_cell(n, f"sqlite:///{tmp_path / n}.db") for n in ("c1", "c2")]
-        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
-        for c in cells:
-            register_node(ops, c.name, f"{c.name}-h1", **NODE)
-        monkeypatch.setattr(registry, "cell_engine", _unavailable(registry, cells[0]))
-        made = Reservations(ops).reserve(flavor="m1.small")
-        assert made.cell.uuid == cells[1].uuid
-        forced = Reservations(ops).reserve(flavor="m1.small", host="c2-h1")
-        assert forced.cell.uuid == cells[1].uuid
-        # Only the named cell, and it is down: that outage, not "no valid host".
-        with pytest.raises(DatabaseUnavailable):
-            Reservations(ops).reserve(flavor="m1.small", cell="c1")
-    finally:
-        registry.close()
+    registry, cells, ops = two_cells
+    for c in cells:
+        register_node(ops, c.name, f"{c.name}-h1", **NODE)
+    lose(registry, cells[0])
+    made = Reservations(ops).reserve(flavor="m1.small")
+    assert made.cell.uuid == cells[1].uuid
+    forced = Reservations(ops).reserve(flavor="m1.small", host="c2-h1")
+    assert forced.cell.uuid == cells[1].uuid
+    # Only the named cell, and it is down: that outage, not "no valid host".
+    with pytest.raises(DatabaseUnavailable):
+        Reservations(ops).reserve(flavor="m1.small", cell="c1")
 
 
 def test_an_unavailable_cell_does_not_stop_making_room_in_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    two_cells: tuple[CellRegistry, list[CellMapping], Operations],
 ) -> None:
-    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
-    registry.create_schema()
-    try:
-        cells = [registry.add_cell(n, f"sqlite:///{tmp_path / n}.db") for n in ("c1", "c2")]
-        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
-        for host in ("h1", "h2"):
-            register_node(ops, "c2", f"c2-{host}", **NODE)
-            Reservations(ops).reserve(flavor="m1.medium", host=f"c2-{host}")
-        monkeypatch.setattr(registry, "cell_engine", _unavailable(registry, cells[0]))
-        booted = ops.boot(BootRequest("big", "m1.large", "p", "u"))
-        assert booted.cell.uuid == cells[1].uuid
-    finally:
-        registry.close()
+    registry, cells, ops = two_cells
+    for host in ("h1", "h2"):
+        register_node(ops, "c2", f"c2-{host}", **NODE)
+        Reservations(ops).reserve(flavor="m1.medium", host=f"c2-{host}")
+    lose(registry, cells[0])
+    booted = ops.boot(BootRequest("big", "m1.large", "p", "u"))
+    assert booted.cell.uuid == cells[1].uuid
 
 
 def test_a_selection_carries_placements_mappings_and_no_zero_amounts(tmp_path: Path) -> None:
