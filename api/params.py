@@ -314,7 +314,10 @@ def parse_list_query(
             "The value of changes-since must be less than or equal to changes-before.",
         )
     if "deleted" in params:
-        deleted = parse_bool("deleted", _one("deleted", params["deleted"]))
+        explicit = parse_bool("deleted", _one("deleted", params["deleted"]))
+        # Nova converts ``deleted`` first and then lets the deleted status override it
+        # (``_get_servers``): ``openstack server list --status DELETED`` sends deleted=False.
+        deleted = True if deleted else explicit
     elif deleted is None and since is None and before is None:
         # Deleted servers are listed only on request, or as changes (as in Nova).
         deleted = False

@@ -5,6 +5,13 @@ project), then asks the index when it may (a completed bulk sync marked the serv
 index synced, ``cellsight.indexer.index_roles.is_synced``, and the safe-connect flag is clear), and
 otherwise, or when the index fails, fans out over the cells. Both paths return
 documents in the same form (``comparable``), so what is rendered from them is the same.
+
+Both paths leave out instances deleted before the purge floor: ``index purge`` removed
+their tombstones from the index, while the cells keep the rows (as Nova keeps them until
+it archives them). The floor is read from the index whenever the API talks to it (a
+request's path decision, at most every ``PURGE_FLOOR_RECHECK_S``, and each background
+probe) and kept for when it cannot; an API that has not reached the index since it
+started does not know it.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,12 +41,16 @@ from cellsight.cells.schema import instance_mappings
 from cellsight.indexer.documents import comparable
 from cellsight.indexer.engines.base import EngineError, SearchEngine
 from cellsight.indexer.index_roles import is_synced
-from cellsight.query.tree import Compare, Op, Scalar, SearchRequest, SortKey, conjunction
+from cellsight.indexer.purge import BadFloor, read_floor
+from cellsight.query.tree import Compare, Not, Op, Scalar, SearchRequest, SortKey, conjunction
 
 log = logging.getLogger(__name__)
 
 # How long a "not synced yet" answer is trusted before the marker is read again.
 UNSYNCED_RECHECK_S = 5.0
+# How long a purge floor read from the index is trusted before it is read again (the
+# indexer's writer trusts its own copy as long).
+PURGE_FLOOR_RECHECK_S = 30.0
 
 
 @dataclass
@@ -48,6 +60,19 @@ class Page:
     reason: str
     skipped: list[SkippedCell] = field(default_factory=list)
     rows_read: dict[str, int] = field(default_factory=dict)
+
+
+def without_purged(request: SearchRequest, floor: datetime | None) -> SearchRequest:
+    """``request`` without the instances deleted before ``floor``.
+
+    A document with ``deleted_at`` is deleted (``documents.is_deleted``), so this is the
+    purge's own rule (deleted, and ``deleted_at`` before the floor); a null ``deleted_at``
+    is kept on every path (a negated comparison matches a missing value).
+    """
+    if floor is None:
+        return request
+    purged = Not(Compare("deleted_at", Op.LT, floor))
+    return replace(request, filter=conjunction(request.filter, purged))
 
 
 def scope(request: SearchRequest, principal: Principal, project: str | None) -> SearchRequest:
@@ -76,6 +101,8 @@ class InstanceSearch:
         self.metrics = metrics or ApiMetrics()
         self._synced = False
         self._unsynced_at: float | None = None
+        self._floor: datetime | None = None
+        self._floor_read_at: float | None = None
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the decision
@@ -95,6 +122,29 @@ class InstanceSearch:
             self._unsynced_at = None if synced else time.monotonic()
         return synced
 
+    def _read_floor(self, *, force: bool = False) -> None:
+        """Refresh the purge floor from the index; raises ``EngineError`` if it fails."""
+        with self._lock:
+            read_at = self._floor_read_at
+        if not force and read_at is not None and time.monotonic() - read_at < PURGE_FLOOR_RECHECK_S:
+            return
+        try:
+            floor = read_floor(self.engine)
+        except BadFloor as exc:
+            # Not the index's unavailability: keep the floor known so far, and count it.
+            self.metrics.bug("purge floor", exc, log)
+            with self._lock:
+                self._floor_read_at = time.monotonic()
+            return
+        with self._lock:
+            self._floor, self._floor_read_at = floor, time.monotonic()
+
+    @property
+    def purge_floor(self) -> datetime | None:
+        """The last purge floor read from the index (None: none recorded, or not read)."""
+        with self._lock:
+            return self._floor
+
     def probe(self) -> str:
         """One background probe: connect if need be, read the synced marker. A success
         clears the safe-connect flag; the result is for ``/readyz`` and the metrics."""
@@ -102,6 +152,7 @@ class InstanceSearch:
             if isinstance(self.engine, DeferredEngine):
                 self.engine.connect()
             synced = is_synced(self.engine, "instance")
+            self._read_floor(force=True)
         except EngineError as exc:
             self.safe_connect.failed(exc)
             return f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
@@ -128,6 +179,8 @@ class InstanceSearch:
             )
         try:
             synced = self._is_synced()
+            # Read even when not synced: the floor holds for the cells' rows either way.
+            self._read_floor()
         except EngineError as exc:
             self.safe_connect.failed(exc)
             return "fanout", f"index failed: {exc}"
@@ -152,6 +205,8 @@ class InstanceSearch:
         if request.limit < 1:
             return Page([], "none", "limit is 0")
         path, reason = self.choose() if prefer_index else ("fanout", "fan-out requested")
+        # After choose(), which may have refreshed the floor; the same on both paths.
+        request = without_purged(request, self.purge_floor)
         why = "index" if path == "index" else reason.split(":", 1)[0]
         if path == "index":
             try:

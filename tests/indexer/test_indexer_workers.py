@@ -152,3 +152,40 @@ def test_three_workers_on_a_fresh_data_dir_with_the_embedded_bus(tmp_path: Path)
     assert proc.returncode == 0, out + err
     assert sorted(int(m.group(1)) for m in map(STOPPED.match, out.splitlines()) if m) == [0, 1, 2]
     assert "Traceback" not in err, err
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (an orphan is reaped by whoever adopted it, maybe late)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """A supervisor killed outright (SIGKILL, the OOM killer) cannot forward a signal:
+    its workers, adopted by init, must notice and stop (flush, ack, exit) rather than
+    keep consuming beside the indexer the service manager starts in its place."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    proc = _workers(settings, 2)
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "indexer: 2 worker processes: [pid, pid]"
+        pids = [int(p) for p in re.findall(r"\d+", first.partition(":")[2].partition(":")[2])]
+        assert len(pids) == 2, first
+        ready = 0
+        while ready < 2:  # each worker prints its engine and queue once it consumes
+            line = proc.stdout.readline()
+            assert line, "the workers stopped before consuming"
+            ready += bool(re.match(r"^indexer\[\d\]: embedded engine", line))
+        proc.kill()
+        proc.wait(10)
+        wait_for(lambda: not any(map(_running, pids)), timeout=30, what="workers stopped")
+    finally:
+        for pid in filter(_running, pids):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)

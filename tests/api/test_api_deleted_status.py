@@ -1,0 +1,78 @@
+"""Listing the DELETED status wins over ``deleted=false``, as in Nova.
+
+Nova's ``_get_servers`` converts the ``deleted`` parameter first and then, when the
+status asks for deleted servers only (``vm_state == ['deleted']``), sets ``deleted`` to
+true for an administrator. ``openstack server list --all-projects --status DELETED``
+relies on it: the CLI always sends ``deleted=False``. Cellsight let the parameter win
+and answered an empty list on both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+
+from cellsight.api.headers import PATH
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.support.api_world import ADMIN, World, load_index, make_client, project_tokens
+
+
+@pytest.fixture(scope="module")
+def clients(
+    sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, TestClient]]:
+    tmp = tmp_path_factory.mktemp("deleted-status")
+    engine = EmbeddedEngine(tmp / "index.db", prefix="ds")
+    load_index(engine, sqlite_world)
+    yield {
+        "index": make_client(tmp / "index", sqlite_world, engine),
+        "fanout": make_client(tmp / "fanout", sqlite_world),
+    }
+    engine.close()
+
+
+def deleted_ids(world: World) -> set[str]:
+    return {r["uuid"] for _, r in world.rows() if r["deleted"]}
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+@pytest.mark.parametrize("value", ["False", "false", "0", "no"])
+def test_status_deleted_with_deleted_false_lists_deleted_servers(
+    clients: dict[str, TestClient], sqlite_world: World, path: str, value: str
+) -> None:
+    url = f"/v2.1/servers/detail?limit=1000&status=DELETED&deleted={value}&all_tenants=True"
+    response = clients[path].get(url, headers=ADMIN)
+    assert (response.status_code, response.headers[PATH]) == (200, path)
+    servers = response.json()["servers"]
+    assert {s["id"] for s in servers} == deleted_ids(sqlite_world)
+    assert {s["status"] for s in servers} == {"DELETED"}
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+def test_a_bad_deleted_value_is_still_refused(clients: dict[str, TestClient], path: str) -> None:
+    url = "/v2.1/servers?status=DELETED&deleted=maybe&all_tenants=1"
+    response = clients[path].get(url, headers=ADMIN)
+    assert response.status_code == 400
+    assert "deleted" in response.json()["badRequest"]["message"]
+
+
+def test_a_member_listing_deleted_status_is_still_forbidden(
+    clients: dict[str, TestClient], sqlite_world: World
+) -> None:
+    token = project_tokens(sqlite_world)[0]
+    for client in clients.values():
+        response = client.get("/v2.1/servers?status=DELETED&deleted=False", headers=token)
+        assert response.status_code == 403
+
+
+def test_other_statuses_keep_deleted_false(
+    clients: dict[str, TestClient], sqlite_world: World
+) -> None:
+    """Only a status that lists deleted servers alone overrides the parameter (Nova
+    compares the vm_states with ``['deleted']``)."""
+    url = "/v2.1/servers?limit=1000&status=DELETED&status=ACTIVE&deleted=False&all_tenants=1"
+    for client in clients.values():
+        listed = {s["id"] for s in client.get(url, headers=ADMIN).json()["servers"]}
+        assert listed and not listed & deleted_ids(sqlite_world)
