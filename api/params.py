@@ -323,7 +323,7 @@ def parse_list_query(
         deleted = False
     filtered = bool(clauses) or "deleted" in params or "forthcoming" in params
     if deleted is not None:
-        clauses.append(Compare("deleted", Op.EQ, deleted))
+        clauses.append(st.deleted_filter(deleted))
     # Reservations only on request: a Nova client never sees one (Nova's own payloads
     # carry no "forthcoming", hence "not true" rather than "== false").
     if "forthcoming" in params and parse_bool(

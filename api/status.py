@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from cellsight.query.tree import Compare, In, Node, Not, Op, conjunction, disjunction
+from cellsight.query.tree import And, Compare, In, Node, Not, Op, Or, conjunction, disjunction
 
 DEFAULT = "default"
 
@@ -110,3 +110,19 @@ def status_filter(statuses: Iterable[str]) -> Node:
                 conjunction(Compare("state", Op.EQ, vm_state), In("task_state", tuple(explicit)))
             )
     return disjunction(*branches)
+
+
+# Nova's vm_state of a server deleted softly (deferred delete): not deleted yet, but
+# Nova's ``instance_get_all_by_filters_sort`` counts it with the deleted ones.
+SOFT_DELETED_STATE = "soft-delete"
+
+
+def deleted_filter(deleted: bool) -> Node:
+    """Nova's ``deleted`` filter: a normal listing leaves out soft-deleted servers too, and
+    ``deleted=true`` lists them with the deleted ones (so ``status=SOFT_DELETED`` alone
+    lists nothing, as in Nova). A negated comparison matches a null ``state`` on every
+    path."""
+    soft = Compare("state", Op.EQ, SOFT_DELETED_STATE)
+    if deleted:
+        return Or((Compare("deleted", Op.EQ, True), soft))
+    return And((Compare("deleted", Op.EQ, False), Not(soft)))
