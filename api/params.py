@@ -272,13 +272,10 @@ def parse_list_query(
         clauses.append(Compare("image_uuid", Op.EQ, image))
     deleted: bool | None = None
     if "vm_state" in params:
-        states = _each("vm_state", params["vm_state"])
-        if states == ("deleted",):
-            # Nova: listing the deleted state lists deleted servers, admins only.
-            if not admin:
-                raise Forbidden("Only administrators may list deleted instances")
-            deleted = True
-        clauses.append(In("state", states))
+        # A plain filter, as in Nova: only the deleted *status* lists deleted servers
+        # (``_get_servers`` compares the status-made list; a vm_state parameter is a
+        # string there), so vm_state=deleted alone lists nothing, for anyone.
+        clauses.append(In("state", _each("vm_state", params["vm_state"])))
     if "task_state" in params:
         clauses.append(In("task_state", _each("task_state", params["task_state"])))
     if "power_state" in params:
