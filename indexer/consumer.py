@@ -50,6 +50,11 @@ RECEIVE_BURST = 32
 # messages it wants (an empty body has two frames) or at this many frames (a heartbeat
 # is a frame, a body past the frame size several), whichever comes first.
 FRAMES_PER_MESSAGE = 3
+RECONNECT_FIRST = 0.5  # seconds before the first reconnect of an outage, doubling
+RECONNECT_MAX = 30.0
+# Seconds a connection must have consumed before its loss counts as a new outage (the
+# backoff starts afresh): one that keeps failing sooner goes on doubling.
+STEADY = RECONNECT_MAX
 
 
 class ChannelLost(Exception):
@@ -136,6 +141,7 @@ class IndexerConsumer:
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
         self.received = 0
+        self._consuming_since: float | None = None  # monotonic, on the current connection
 
     # Run loop ---------------------------------------------------------------
     def run(self, max_batches: int | None = None) -> None:
@@ -150,23 +156,34 @@ class IndexerConsumer:
             self.dead_letters.close()
 
     def _run(self, max_batches: int | None) -> None:
-        backoff = 0.5
+        backoff = RECONNECT_FIRST
         try:
             while not self.stop.is_set():
+                self._consuming_since = None
                 try:
                     self._consume(max_batches)
                     return
                 except self.connection.connection_errors as exc:
+                    backoff = self._backoff(backoff)
                     self._lost(f"bus connection lost ({exc})", backoff)
                     self.connection = self.connection.clone()
                 except ChannelLost as exc:
                     # The connection is sound: new channels on it.
+                    backoff = self._backoff(backoff)
                     self._lost(f"bus channel closed by the broker ({exc.__cause__})", backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, RECONNECT_MAX)
         finally:
             self._flights.abort()
             self._flights.forget(grace=SHUTDOWN_GRACE)
             self._flights.close()
+
+    def _backoff(self, grown: float) -> float:
+        """The wait before reconnecting: ``grown`` within an outage, the first one again
+        after a connection that consumed for ``STEADY`` seconds (else every outage after
+        a few in the indexer's life would wait the longest backoff)."""
+        since = self._consuming_since
+        steady = since is not None and time.monotonic() - since >= STEADY
+        return RECONNECT_FIRST if steady else grown
 
     def _lost(self, what: str, backoff: float) -> None:
         """Unacked messages of the lost channel are redelivered by the broker; writes in
@@ -195,6 +212,7 @@ class IndexerConsumer:
                 prefetch_count=self.prefetch,
             )
             with consumer, routed_deliveries(self.connection, channel, self._on_message):
+                self._consuming_since = time.monotonic()
                 frames = buffered_frames(self.connection)
                 try:
                     while not self.stop.is_set():

@@ -10,13 +10,15 @@ client and write pipeline), so decoding, which holds Python's GIL, runs on N cor
 The supervisor forwards SIGTERM/SIGINT to every worker, which finishes and acks what it
 received (bounded, see ``cellsight.indexer.consumer``) and exits; if one worker dies, the others
 are stopped too and the exit code is non-zero, so that the service manager restarts the
-whole indexer (the dead worker's unacked messages are redelivered meanwhile).
+whole indexer (the dead worker's unacked messages are redelivered meanwhile). A supervisor
+killed outright forwards nothing: each worker watches it and stops the same way.
 """
 
 from __future__ import annotations
 
 import functools
 import multiprocessing as mp
+import os
 import signal
 import threading
 from multiprocessing.process import BaseProcess
@@ -26,12 +28,31 @@ from cellsight.cli.context import console
 from cellsight.settings import Settings
 
 JOIN_POLL = 0.5  # seconds between checks that every worker is alive
+PARENT_POLL = 0.5  # seconds between a worker's checks that its supervisor is alive
 
 
-def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
+def watch_supervisor(supervisor: int, stop: threading.Event, name: str) -> threading.Thread:
+    """Set ``stop`` once this process's parent is no longer ``supervisor``: a supervisor
+    killed outright (SIGKILL, the OOM killer) leaves its workers to init, and they would
+    consume on, unsupervised, beside the indexer started in its place."""
+
+    def watch() -> None:
+        while not stop.wait(PARENT_POLL):
+            if os.getppid() != supervisor:
+                console.print(f"{name}: supervisor {supervisor} gone: flushing and stopping")
+                stop.set()
+
+    thread = threading.Thread(target=watch, name="supervisor-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def consume(
+    settings: Settings, worker: int | None = None, supervisor: int | None = None
+) -> dict[str, int]:
     """One indexer consumer until SIGTERM/SIGINT; returns its verdict totals. Worker 0
     also runs the periodic anti-entropy repair; worker ``i`` serves metrics on
-    ``metrics_port + i``."""
+    ``metrics_port + i``. A worker stops when its ``supervisor`` process is gone."""
     from cellsight.cli.outbox_cmd import relay_beside_indexer
     from cellsight.clients import (
         build_bus,
@@ -53,6 +74,8 @@ def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
+    if supervisor is not None:
+        watch_supervisor(supervisor, stop, name)
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
     engine = build_engine(settings)
@@ -99,8 +122,8 @@ def consume(settings: Settings, worker: int | None = None) -> dict[str, int]:
         engine.close()
 
 
-def _worker_main(settings: Settings, worker: int) -> None:
-    consume(settings, worker)
+def _worker_main(settings: Settings, worker: int, supervisor: int) -> None:
+    consume(settings, worker, supervisor)
 
 
 def supervise(settings: Settings, workers: int) -> int:
@@ -122,7 +145,13 @@ def supervise(settings: Settings, workers: int) -> int:
     # "spawn": a fresh interpreter per worker, no copy of this process's clients or locks.
     ctx = mp.get_context("spawn")
     procs: list[BaseProcess] = [
-        ctx.Process(target=_worker_main, args=(settings, i), name=f"indexer-{i}", daemon=False)
+        ctx.Process(
+            target=_worker_main,
+            # Our pid, not the worker's first getppid(): we may die before it starts.
+            args=(settings, i, os.getpid()),
+            name=f"indexer-{i}",
+            daemon=False,
+        )
         for i in range(workers)
     ]
 

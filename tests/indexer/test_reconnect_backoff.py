@@ -1,0 +1,74 @@
+"""The indexer's reconnect backoff grows through one outage and starts afresh at the
+next: an indexer that came through a few outages in its life must not wait the longest
+backoff at every later blip of the bus."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cellsight.indexer import consumer as consumer_module
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.indexer.test_poison_bus import publish
+from tests.support import novagen
+from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.proxy import Proxy
+
+pytestmark = pytest.mark.services
+
+WAIT = re.compile(r"reconnecting in ([\d.]+)s")
+
+
+def _waits(caplog: pytest.LogCaptureFixture) -> list[float]:
+    return [float(m.group(1)) for r in caplog.records if (m := WAIT.search(r.getMessage()))]
+
+
+def test_the_backoff_starts_afresh_once_the_bus_was_back(
+    tmp_path: Path,
+    rabbitmq_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Consuming this long, a connection's loss starts a new outage (raising=False: the
+    # code before this fix had no such setting, and failed the test's last assertion).
+    monkeypatch.setattr(consumer_module, "STEADY", 1.0, raising=False)
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    direct = bus_settings(tmp_path / "data", "rabbitmq")
+    proxy = Proxy(("127.0.0.1", 5672))
+    proxy.start()
+    settings = direct.model_copy(update={"bus_url": f"amqp://guest:guest@127.0.0.1:{proxy.port}//"})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+
+    def indexed(n: int) -> str:
+        uuid_ = str(uuid.uuid4())
+        publish(direct, [novagen.body(novagen.notification(seed=n, uuid_=uuid_))])
+        return uuid_
+
+    try:
+        with running_indexer(settings, engine):
+            first = indexed(1)
+            wait_for(lambda: engine.get("instance", first) is not None, 30, "first indexed")
+            proxy.stop()  # a long outage: the backoff grows
+            wait_for(lambda: len(_waits(caplog)) >= 3, 30, "three failed reconnects")
+            proxy.start()
+            second = indexed(2)
+            wait_for(lambda: engine.get("instance", second) is not None, 60, "consuming again")
+            grown = _waits(caplog)
+            assert grown == sorted(grown) and grown[-1] >= 2.0, grown
+            caplog.clear()
+            time.sleep(1.5)  # consuming for longer than STEADY: that outage is over
+            proxy.stop()
+            proxy.start()
+            wait_for(lambda: bool(_waits(caplog)), 30, "the blip noticed")
+            assert _waits(caplog)[0] == 0.5, _waits(caplog)
+            third = indexed(3)
+            wait_for(lambda: engine.get("instance", third) is not None, 30, "consuming again")
+    finally:
+        proxy.stop()
+        engine.close()
