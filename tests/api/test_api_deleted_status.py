@@ -76,3 +76,20 @@ def test_other_statuses_keep_deleted_false(
     for client in clients.values():
         listed = {s["id"] for s in client.get(url, headers=ADMIN).json()["servers"]}
         assert listed and not listed & deleted_ids(sqlite_world)
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+def test_unknown_statuses_as_in_nova(clients: dict[str, TestClient], path: str) -> None:
+    """Nova's ``task_and_vm_state_from_status`` ignores a status it does not know beside
+    one it knows; with none known it answers 400 from 2.38 and an empty list before."""
+    client = clients[path]
+    base = "/v2.1/servers?limit=1000&all_tenants=1"
+    active = client.get(f"{base}&status=ACTIVE", headers=ADMIN).json()["servers"]
+    both = client.get(f"{base}&status=ACTIVE&status=BOGUS", headers=ADMIN)
+    assert both.status_code == 200 and both.json()["servers"] == active and active
+    new = {**ADMIN, "OpenStack-API-Version": "compute 2.38"}
+    refused = client.get(f"{base}&status=BOGUS", headers=new)
+    assert refused.status_code == 400 and "status" in refused.json()["badRequest"]["message"]
+    old = {**ADMIN, "OpenStack-API-Version": "compute 2.37"}
+    empty = client.get(f"{base}&status=BOGUS", headers=old)
+    assert (empty.status_code, empty.json()) == (200, {"servers": []})
