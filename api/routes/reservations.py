@@ -44,6 +44,7 @@ from cellsight.cells.errors import (
     UnknownFlavor,
 )
 from cellsight.cells.operations import Operations
+from cellsight.cells.outbox import Outbox
 from cellsight.cells.reservations import NotForthcoming, ReservationIncomplete, Reservations
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -103,7 +104,10 @@ def _reservations(state: State) -> Reservations:
             # the bus client under it) when the app shuts down.
             state.publisher = state.resources.enter_context(build_notifier(state.settings))
     publisher = _Observed(state.publisher, node_cache(state))
-    ops = Operations(state.registry, publisher, publisher_id=state.settings.publisher_id)
+    relay = Outbox(publisher, lease_seconds=state.settings.outbox_lease)
+    ops = Operations(
+        state.registry, publisher, publisher_id=state.settings.publisher_id, relay=relay
+    )
     return Reservations(ops)
 
 

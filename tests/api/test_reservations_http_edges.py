@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
 from cellsight.cells import outbox
@@ -178,3 +179,24 @@ def test_a_reservation_rereads_only_its_own_cell(stack: Stack) -> None:
     assert api.post("/v2.1/reservations", json=body, headers=ADMIN).status_code == 201
     assert used_on(api, "cell1-h1") == [[4, 1]]
     assert used_on(api, "cell2-h1") == [[0, 0]]  # still the cached entry: not re-read
+
+
+def test_the_api_relays_under_the_outbox_lease_setting(stack: Stack, tmp_path: Path) -> None:
+    """The reservation routes publish the cell's outbox under ``outbox_lease``, as the
+    CLI and the indexer's relay do (it was a fixed 30 s)."""
+    registry = stack.world.registry
+    engine = registry.cell_engine(registry.get_cell("cell1"))
+    seen: list[float] = []
+
+    class LeaseWatcher(CollectingPublisher):
+        def publish_many(self, notifications: Any) -> None:
+            with engine.connect() as conn:
+                expires = conn.execute(sa.select(outbox_lease.c.expires_at)).scalar_one()
+            seen.append((expires - utcnow()).total_seconds())
+            super().publish_many(notifications)
+
+    api = make_client(tmp_path / "lease", stack.world, outbox_lease=300.0)
+    state(api).publisher = LeaseWatcher()
+    got = api.post("/v2.1/reservations", json={"reservation": {"cell": "cell1"}}, headers=ADMIN)
+    assert got.status_code == 201, got.text
+    assert seen and all(250 < left <= 300 for left in seen), seen
