@@ -15,22 +15,20 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cellsight.api.headers import PATH
-from cellsight.indexer.engines.embedded import EmbeddedEngine
-from tests.support.api_world import ADMIN, World, load_index, make_client, project_tokens
+from tests.support.api_world import (
+    ADMIN,
+    World,
+    both_paths,
+    project_tokens,
+)
 
 
 @pytest.fixture(scope="module")
 def clients(
     sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, TestClient]]:
-    tmp = tmp_path_factory.mktemp("deleted-status")
-    engine = EmbeddedEngine(tmp / "index.db", prefix="ds")
-    load_index(engine, sqlite_world)
-    yield {
-        "index": make_client(tmp / "index", sqlite_world, engine),
-        "fanout": make_client(tmp / "fanout", sqlite_world),
-    }
-    engine.close()
+    with both_paths(sqlite_world, tmp_path_factory.mktemp("deleted-status"), "ds") as clients:
+        yield clients
 
 
 def deleted_ids(world: World) -> set[str]:

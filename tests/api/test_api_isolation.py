@@ -14,25 +14,20 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cellsight.indexer.engines.embedded import EmbeddedEngine
-from tests.support.api_world import ADMIN, World, load_index, make_client, project_tokens
+from tests.support.api_world import (
+    ADMIN,
+    World,
+    both_paths,
+    project_tokens,
+)
 
 
 @pytest.fixture(scope="module")
 def paths(
     sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, TestClient]]:
-    tmp = tmp_path_factory.mktemp("isolation")
-    engine = EmbeddedEngine(tmp / "index.db", prefix="iso")
-    load_index(engine, sqlite_world)
-    clients = {
-        "index": make_client(tmp / "i", sqlite_world, engine),
-        "fanout": make_client(tmp / "f", sqlite_world),
-    }
-    yield clients
-    for client in clients.values():
-        client.close()
-    engine.close()
+    with both_paths(sqlite_world, tmp_path_factory.mktemp("isolation"), "iso") as clients:
+        yield clients
 
 
 @pytest.fixture(scope="module")

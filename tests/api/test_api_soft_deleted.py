@@ -6,15 +6,13 @@ leaves them out, ``deleted=true`` lists them with the deleted ones, so
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from cellsight.api.headers import PATH
 from cellsight.cells.schema import instances
-from cellsight.indexer.engines.embedded import EmbeddedEngine
-from tests.support.api_world import ADMIN, World, build_world, load_index, make_client
+from tests.support.api_world import ADMIN, World, both_paths, build_world
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +33,8 @@ def soft_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 def clients(
     soft_world: World, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, TestClient]]:
-    tmp: Path = tmp_path_factory.mktemp("soft-clients")
-    engine = EmbeddedEngine(tmp / "index.db", prefix="sd")
-    load_index(engine, soft_world)
-    yield {
-        "index": make_client(tmp / "index", soft_world, engine),
-        "fanout": make_client(tmp / "fanout", soft_world),
-    }
-    engine.close()
+    with both_paths(soft_world, tmp_path_factory.mktemp("soft-clients"), "sd") as clients:
+        yield clients
 
 
 def ids(world: World, *, deleted: bool, soft: bool) -> set[str]:

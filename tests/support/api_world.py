@@ -10,7 +10,8 @@ module-scoped and read-only: tests that change data build their own.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -173,3 +174,21 @@ def project_tokens(world: World) -> list[dict[str, str]]:
 
 def ago(days: int) -> str:
     return (NOW - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextmanager
+def both_paths(world: World, tmp: Path, prefix: str) -> Iterator[dict[str, TestClient]]:
+    """``{"index": ..., "fanout": ...}``: the same world behind a loaded embedded index
+    and behind none (the fan-out path); closed afterwards."""
+    engine = EmbeddedEngine(tmp / "index.db", prefix=prefix)
+    load_index(engine, world)
+    clients = {
+        "index": make_client(tmp / "index", world, engine),
+        "fanout": make_client(tmp / "fanout", world),
+    }
+    try:
+        yield clients
+    finally:
+        for client in clients.values():
+            client.close()
+        engine.close()
