@@ -24,6 +24,7 @@ from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
 from cellsight.cells.reads import get_instance
 from cellsight.cells.schema import compute_nodes, instances
 from cellsight.indexer.engines.base import SearchEngine, WriteOp
+from cellsight.indexer.purge import read_floor
 from cellsight.indexer.row_documents import (
     FastInstanceDocs,
     NeedsReference,
@@ -31,7 +32,6 @@ from cellsight.indexer.row_documents import (
     now_stamp,
     reference_document,
 )
-from cellsight.indexer.writer import PURGE_FLOOR_KEY
 
 _RAW_INSTANCE_COLUMNS = [sa.type_coerce(c, sa.types.NullType()).label(c.name) for c in instances.c]
 _FAST = FastInstanceDocs([c.name for c in instances.c])
@@ -68,11 +68,7 @@ class Scope:
 
 
 def scope_of(engine: SearchEngine, resource: str) -> Scope:
-    floor = None
-    if resource == "instance":
-        meta = engine.get_meta(PURGE_FLOOR_KEY)
-        floor = datetime.fromisoformat(meta["before"]) if meta else None
-    return Scope(resource, floor)
+    return Scope(resource, read_floor(engine) if resource == "instance" else None)
 
 
 def count_rows(conn: sa.Connection, scope: Scope) -> int:

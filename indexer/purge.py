@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 from itertools import islice
 
 from cellsight.indexer.engines.base import SearchEngine
-from cellsight.indexer.writer import PURGE_FLOOR_KEY
+
+PURGE_FLOOR_KEY = "purge_floor:instance"
 
 
 class BadFloor(ValueError):

@@ -233,7 +233,9 @@ class Verifier:
         cannot be read: an orphan must not be tombstoned on a guess)."""
         found: set[str] = set()
         for other in self._everywhere:
-            if other.uuid == cell_uuid or len(found) == len(uuids):
+            if len(found) == len(uuids):
+                break
+            if other.uuid == cell_uuid:
                 continue
             with connect(self.registry.cell_engine(other)) as conn:
                 found |= CellDocs(self.scope, other.uuid, REPAIR_EVENT).existing(conn, uuids)

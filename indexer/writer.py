@@ -35,6 +35,7 @@ from cellsight.indexer.engines.base import (
 )
 from cellsight.indexer.outcomes import Outcome, Verdict, dead
 from cellsight.indexer.planning import Planned, plan
+from cellsight.indexer.purge import read_floor
 
 __all__ = [
     "BatchWriter",
@@ -54,7 +55,6 @@ CellResolver = Callable[[Sequence[str]], dict[str, str]]
 # the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
 # index nothing until restarted, where one that waits resumes on its own).
 TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
-PURGE_FLOOR_KEY = "purge_floor:instance"
 
 
 class ItemsToRetry(EngineUnavailable):
@@ -105,8 +105,7 @@ class BatchWriter:
     def purge_floor(self) -> datetime | None:
         fetched_at, floor = self._floor
         if time.monotonic() - fetched_at > self.floor_ttl:
-            meta = self.engine.get_meta(PURGE_FLOOR_KEY)
-            floor = datetime.fromisoformat(meta["before"]) if meta else None
+            floor = read_floor(self.engine)
             self._floor = (time.monotonic(), floor)
         return floor
 

@@ -71,12 +71,22 @@ def fanout_after_index(tmp: Path, world: World, engine: EmbeddedEngine) -> TestC
     return client
 
 
-def test_both_paths_leave_out_purged_servers(
+@pytest.fixture
+def both(
     world: World, purged: tuple[EmbeddedEngine, datetime, list[str]], tmp_path: Path
-) -> None:
-    engine, _, gone = purged
+) -> tuple[TestClient, TestClient]:
+    """The purged index's app, and one that answered from it once and then fell back to
+    the fan-out."""
+    engine = purged[0]
     index = make_client(tmp_path / "index", world, engine)
-    fanout = fanout_after_index(tmp_path / "fanout", world, engine)
+    return index, fanout_after_index(tmp_path / "fanout", world, engine)
+
+
+def test_both_paths_leave_out_purged_servers(
+    purged: tuple[EmbeddedEngine, datetime, list[str]], both: tuple[TestClient, TestClient]
+) -> None:
+    gone = purged[2]
+    index, fanout = both
     for url in LISTINGS:
         a, b = index.get(url, headers=ADMIN), fanout.get(url, headers=ADMIN)
         assert (a.headers[PATH], b.headers[PATH]) == ("index", "fanout")
@@ -93,11 +103,10 @@ def test_both_paths_leave_out_purged_servers(
 
 
 def test_paging_from_a_purged_marker_agrees(
-    world: World, purged: tuple[EmbeddedEngine, datetime, list[str]], tmp_path: Path
+    purged: tuple[EmbeddedEngine, datetime, list[str]], both: tuple[TestClient, TestClient]
 ) -> None:
-    engine, _, gone = purged
-    index = make_client(tmp_path / "index", world, engine)
-    fanout = fanout_after_index(tmp_path / "fanout", world, engine)
+    gone = purged[2]
+    index, fanout = both
     for marker in gone:
         url = f"/v2.1/servers?all_tenants=1&deleted=true&limit=3&marker={marker}"
         a, b = index.get(url, headers=ADMIN), fanout.get(url, headers=ADMIN)
@@ -106,12 +115,13 @@ def test_paging_from_a_purged_marker_agrees(
 
 
 def test_a_members_changes_since_agrees(
-    world: World, purged: tuple[EmbeddedEngine, datetime, list[str]], tmp_path: Path
+    world: World,
+    purged: tuple[EmbeddedEngine, datetime, list[str]],
+    both: tuple[TestClient, TestClient],
 ) -> None:
-    engine, _, gone = purged
+    gone = purged[2]
     owners = {r["uuid"]: r["project_id"] for _, r in world.rows()}
-    index = make_client(tmp_path / "index", world, engine)
-    fanout = fanout_after_index(tmp_path / "fanout", world, engine)
+    index, fanout = both
     for project in sorted({owners[u] for u in gone}):
         token = {"X-Auth-Token": f"someone:{project}"}
         url = "/v2.1/servers/detail?changes-since=2000-01-01"
@@ -164,7 +174,7 @@ def test_purge_removes_what_an_earlier_higher_floor_covers(tmp_path: Path) -> No
 
 
 def test_a_malformed_floor_is_counted_not_a_500(world: World, tmp_path: Path) -> None:
-    from cellsight.indexer.writer import PURGE_FLOOR_KEY
+    from cellsight.indexer.purge import PURGE_FLOOR_KEY
 
     engine = EmbeddedEngine(tmp_path / "index.db", prefix="pm")
     load_index(engine, world)
