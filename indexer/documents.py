@@ -113,8 +113,9 @@ def instance_document(
     version: int,
     cell_uuid: str | None = None,
 ) -> dict[str, Any]:
-    """The instance document. ``tags`` is absent when the payload did not carry them
-    (Nova's action payloads), so the writer keeps the stored tags."""
+    """The instance document. ``tags`` (and ``tags_version``) are absent when the
+    payload did not carry them (Nova's action payloads), so the writer keeps the stored
+    tags."""
     event = EventType.parse(event_type)
     doc: dict[str, Any] = {
         f.name: _plain(getattr(payload, f.name)) for f in _PAYLOAD_INSTANCE_FIELDS
@@ -132,6 +133,7 @@ def instance_document(
         doc["state"] = "deleted"
     if payload.tags is not None:
         doc["tags"] = list(payload.tags)
+        doc["tags_version"] = version
     doc["version"] = version
     doc["event_type"] = event_type
     doc["indexed_at"] = format_timestamp(datetime.now(UTC))

@@ -96,6 +96,7 @@ def instance_document(
         doc["state"] = "deleted"
     if data.tags is not None:
         doc["tags"] = list(data.tags)
+        doc["tags_version"] = version
     doc["version"] = version
     doc["event_type"] = n.event_type
     doc["indexed_at"] = indexed_at or now()

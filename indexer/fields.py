@@ -109,6 +109,10 @@ BOOKKEEPING_FIELDS = [
     DocField("forthcoming", Kind.BOOLEAN),
     DocField("deleted", Kind.BOOLEAN),
     DocField("tags", Kind.KEYWORD, many=True),
+    # The version of the event the tags came from. Nova's action payloads carry no tags,
+    # so a document may hold tags older than itself; an older event that did carry tags,
+    # arriving after it, still replaces them (``cellsight.indexer.retag``).
+    DocField("tags_version", Kind.LONG),
     DocField("ip4", Kind.KEYWORD, many=True),
     DocField("ip6", Kind.KEYWORD, many=True),
     DocField("version", Kind.LONG),

@@ -193,7 +193,7 @@ class FastInstanceDocs:
         version = raw[self._revision_at]
         if type(version) is not int:
             raise NeedsReference
-        doc["version"] = version
+        doc["version"] = doc["tags_version"] = version
         doc["event_type"] = event_type
         doc["indexed_at"] = indexed_at
         return doc

@@ -26,16 +26,17 @@ from tenacity import (
 )
 
 from cellsight.cells.errors import DatabaseUnavailable
-from cellsight.indexer import metrics
+from cellsight.indexer import metrics, retag
 from cellsight.indexer.engines.base import (
     EngineUnavailable,
     SearchEngine,
-    StoredDocument,
+    WriteOp,
     WriteStatus,
 )
 from cellsight.indexer.outcomes import Outcome, Verdict, dead
 from cellsight.indexer.planning import Planned, plan
 from cellsight.indexer.purge import read_floor
+from cellsight.indexer.retag import carries_tags, merge_tags, newest_carrying_tags, retag_ops
 
 __all__ = [
     "BatchWriter",
@@ -59,23 +60,6 @@ TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
 
 class ItemsToRetry(EngineUnavailable):
     """Some items got 429/5xx: write those again after a backoff."""
-
-
-def merge_tags(planned: Sequence[Planned], stored: dict[str, StoredDocument]) -> None:
-    """Give documents built from tag-less payloads the newest tags known below them."""
-    sources: dict[str, list[tuple[int, list[str]]]] = {}
-    for doc_id, s in stored.items():
-        if isinstance(s.document.get("tags"), list):
-            sources.setdefault(doc_id, []).append((s.version, s.document["tags"]))
-    for p in planned:
-        if "tags" in p.op.document:
-            sources.setdefault(p.op.id, []).append((p.op.version, p.op.document["tags"]))
-    for p in planned:
-        if p.op.resource != "instance" or "tags" in p.op.document:
-            continue
-        known = sorted(sources.get(p.op.id, []), key=lambda vt: vt[0])
-        below = [tags for version, tags in known if version < p.op.version]
-        p.op.document["tags"] = list(below[-1] if below else known[-1][1] if known else [])
 
 
 class BatchWriter:
@@ -123,8 +107,12 @@ class BatchWriter:
             self._retrying(lambda: self._ensure_ready({p.op.resource for p in planned}))
             self._retrying(lambda: self._prepare(planned, outcomes))
             todo = [p for p in planned if outcomes[p.position] is None]
+            stale: list[WriteOp] = []
             if todo:
-                self._retrying(lambda: self._write(todo, outcomes))
+                self._retrying(lambda: self._write(todo, outcomes, stale))
+            if stale:
+                newest = newest_carrying_tags(stale)
+                self._retrying(lambda: self._retag(newest))
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
         if self.record_metrics:
             record_outcomes(final)
@@ -159,7 +147,9 @@ class BatchWriter:
         lookup = {p.op.id for p in instances if "tags" not in p.op.document}
         lookup |= {p.op.id for p in below_floor}
         stored = (
-            self.engine.get_many("instance", sorted(lookup), fields=("tags",)) if lookup else {}
+            self.engine.get_many("instance", sorted(lookup), fields=("tags", "tags_version"))
+            if lookup
+            else {}
         )
         for p in below_floor:
             if p.op.id not in stored:
@@ -177,7 +167,10 @@ class BatchWriter:
             for p in missing_cell:
                 p.op.document["cell_uuid"] = cells.get(p.op.id)
 
-    def _write(self, todo: list[Planned], outcomes: list[Outcome | None]) -> None:
+    def _write(
+        self, todo: list[Planned], outcomes: list[Outcome | None], stale: list[WriteOp]
+    ) -> None:
+        """The bulk write; ``stale`` gets the stale ops that carried their own tags."""
         pending = [p for p in todo if outcomes[p.position] is None]
         if not pending:
             return
@@ -198,6 +191,8 @@ class BatchWriter:
                 outcomes[p.position] = Outcome(
                     Verdict.STALE, "stale", event_type=event_type, resource=p.op.resource
                 )
+                if carries_tags(p.op):
+                    stale.append(p.op)
             elif result.status is WriteStatus.REJECTED:
                 outcomes[p.position] = dead(
                     "rejected", f"engine rejected document: {result.reason}", event_type
@@ -206,6 +201,24 @@ class BatchWriter:
                 retry += 1
         if retry:
             raise ItemsToRetry(f"{retry} of {len(pending)} items must be retried")
+
+    def _retag(self, pending: dict[str, WriteOp]) -> None:
+        """Stale events' tags newer than the stored ones replace them (``retag``)."""
+        for _ in range(retag.ATTEMPTS):
+            stored = self.engine.get_many("instance", sorted(pending))
+            ops = retag_ops(pending, stored)
+            if not ops:
+                return
+            lost: dict[str, WriteOp] = {}
+            for op, result in zip(ops, self.engine.bulk(ops), strict=True):
+                if result.status is WriteStatus.REJECTED:
+                    log.warning("instance %s: its tags were refused: %s", op.id, result.reason)
+                elif result.status is not WriteStatus.OK:
+                    lost[op.id] = pending[op.id]  # a newer version came in between
+            if not lost:
+                return
+            pending = lost
+        log.warning("tags of %d instances not replaced: newer versions kept arriving", len(pending))
 
 
 def record_outcomes(outcomes: Iterable[Outcome]) -> None:

@@ -2,7 +2,7 @@
 
 Every field of ``cellsight.indexer.fields`` (itself generated from the payload objects) becomes a
 query2 field, except the indexer's own bookkeeping (``version``, ``event_type``,
-``indexed_at``): those exist only in the index, and both paths must answer alike.
+``indexed_at``, ``tags_version``): those exist only in the index, and both paths must answer alike.
 Only the instance's ``display_name`` is renamed, to ``name``, the name Ganeti's
 clients (and the direct-lookup filters) use; everything else keeps its document name,
 so one name means the same thing in a query2 filter, the index and the payload.
@@ -60,7 +60,7 @@ class FieldDef:
 
 
 # Present in every index document but not instance state: see the module docstring.
-HIDDEN = frozenset({"version", "event_type", "indexed_at"})
+HIDDEN = frozenset({"version", "event_type", "indexed_at", "tags_version"})
 RENAMES: dict[str, dict[str, str]] = {"instance": {"display_name": "name"}, "node": {}}
 TITLES: dict[str, dict[str, str]] = {
     "instance": {"name": "Instance", "flavor_flavorid": "FlavorID"},

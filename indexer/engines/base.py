@@ -68,6 +68,9 @@ class WriteOp(NamedTuple):
     id: str
     version: int
     document: dict[str, Any]
+    # Also replace a stored document of the same version (Elasticsearch's
+    # ``external_gte``): a correction of that version's document, not a newer one.
+    same_version: bool = False
 
 
 class WriteResult(msgspec.Struct, frozen=True):

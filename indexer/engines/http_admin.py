@@ -8,6 +8,7 @@ count to restore after a bulk load), which is also how ``indexes()`` recognises 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from cellsight.indexer.engines.base import EngineError, IndexInfo, IndexMissing
 from cellsight.indexer.engines.http_core import META_KEY, HttpCore
 from cellsight.indexer.fields import search_mapping
+
+log = logging.getLogger(__name__)
 
 
 class HttpAdmin(HttpCore):
@@ -29,6 +32,7 @@ class HttpAdmin(HttpCore):
                 self.set_aliases(resource, read=readers[0], write=readers[:1])
             elif not readers:
                 self.set_aliases(resource, read=self._newest_write_index(resource), write=writers)
+            self._add_missing_fields(resource)
             return
         name = self.new_index_name(resource)
         body = self._index_body(resource, bulk_load=False)
@@ -41,6 +45,20 @@ class HttpAdmin(HttpCore):
         oldest = min(dates, key=lambda n: (dates[n], n))
         if name != oldest:
             self.drop_index(name)
+
+    def _add_missing_fields(self, resource: str) -> None:
+        """Fields added to the registry since an index behind the write alias was made
+        (its mapping is strict, so documents holding them would be refused). Adding a
+        field to a mapping is allowed on a live index; documents already stored lack
+        it until they are rewritten, which every reader allows for."""
+        wanted = search_mapping(resource)["properties"]
+        body = self._send("GET", f"/{self.write_alias(resource)}/_mapping")
+        for name, info in sorted(body.items()):
+            have = info.get("mappings", {}).get("properties", {})
+            missing = {field: m for field, m in wanted.items() if field not in have}
+            if missing:
+                self._send("PUT", f"/{name}/_mapping", body={"properties": missing})
+                log.warning("index %s: added fields %s", name, ", ".join(sorted(missing)))
 
     def _live_replicas(self, resource: str) -> int | None:
         """The explicit replica count of the index behind the read alias, if any."""

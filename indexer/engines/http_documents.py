@@ -24,9 +24,8 @@ def doc_path(index: str, doc_id: str) -> str:
 
 
 def versioned_action(index: str, op: WriteOp) -> BulkAction:
-    header = {
-        "index": {"_index": index, "_id": op.id, "version": op.version, "version_type": "external"}
-    }
+    kind = "external_gte" if op.same_version else "external"
+    header = {"index": {"_index": index, "_id": op.id, "version": op.version, "version_type": kind}}
     return header, op.document
 
 

@@ -127,7 +127,11 @@ class Writer:
             winners: dict[str, tuple[int, Prepared]] = {}
             for i, p in prepared:
                 current = held.get(p.op.id)
-                if current is None or p.op.version > current:
+                if (
+                    current is None
+                    or p.op.version > current
+                    or (p.op.same_version and p.op.version == current)
+                ):
                     held[p.op.id] = p.op.version
                     winners[p.op.id] = (i, p)
                     took.add(i)
@@ -157,7 +161,8 @@ class Writer:
                 conn.executemany(sql.insert_doc, new_docs)
             if replaced:
                 for changed, params in self._row_changes(conn, sql, replaced).items():
-                    conn.executemany(self._update_sql(schema, index, changed), params)
+                    if changed:  # nothing changed: a same-version rewrite of equal columns
+                        conn.executemany(self._update_sql(schema, index, changed), params)
                 conn.executemany(sql.replace_doc, docs)
                 side.extend(self._side_changes(conn, sql, replaced))
             if side:
@@ -170,14 +175,18 @@ class Writer:
         """The replaced rows' UPDATE parameters, grouped by the columns that changed.
         SQLite rewrites the index entries of every column an UPDATE sets, even to the same
         value, and each dirties a page the commit writes to the WAL; an instance's update
-        mostly changes its state and times. The version always changes (it won), the id
-        never does. Stored rows are read only for the winners (a stale document, most of
-        an hourly audit, costs its version read alone)."""
+        mostly changes its state and times. The version changes unless the write was a
+        same-version one (``WriteOp.same_version``), the id never does. Stored rows are
+        read only for the winners (a stale document, most of an hourly audit, costs its
+        version read alone)."""
         updates: dict[tuple[int, ...], list[tuple[Any, ...]]] = {}
         for rid, *stored in conn.execute(sql.select_rows, (json.dumps(list(replaced)),)):
-            row = replaced[rid].row
+            p = replaced[rid]
+            row = p.row
             changed = tuple(compress(count(), map(ne, row, stored)))
-            updates.setdefault(changed, []).append((*[row[c] for c in changed], rid, row[1]))
+            # The guard is ``version < ?``: a same-version write passes it with version + 1.
+            guard = row[1] + 1 if p.op.same_version else row[1]
+            updates.setdefault(changed, []).append((*[row[c] for c in changed], rid, guard))
         return updates
 
     def _side_changes(

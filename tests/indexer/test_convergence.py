@@ -156,3 +156,30 @@ def test_nova_history_converges_and_late_updates_never_resurrect(
     assert stored is not None
     assert stored.document["event_type"] == "instance.delete.end"
     assert stored.document["deleted"] is True and stored.document["state"] == "deleted"
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_nova_history_converges_on_the_newest_events_tags(
+    data: st.DataObject, nova_like_dir: Path, tmp_path: Path
+) -> None:
+    """Nova's action payloads carry no tags: whatever the order, the document ends with
+    the tags of the newest event that carried any (here instance.update's)."""
+    bodies, _ = _nova_history(nova_like_dir)
+    tagged = []
+    for i, body in enumerate(bodies):
+        message = json.loads(body)
+        fields = message["payload"]["nova_object.data"]
+        if "tags" in fields:
+            fields["tags"] = [f"t{i}"]
+            tagged.append(i)
+        bodies[i] = json.dumps(message).encode()
+    assert len(tagged) >= 2  # create and update: the history has a choice to make
+    engine = _apply(tmp_path, data.draw(deliveries(bodies)))
+    stored = engine.get("instance", json.loads(bodies[0])["payload"]["nova_object.data"]["uuid"])
+    engine.close()
+    assert stored is not None
+    assert stored.document["event_type"] == "instance.delete.end"
+    assert stored.document["tags"] == [f"t{max(tagged)}"]
