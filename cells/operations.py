@@ -64,7 +64,13 @@ from cellsight.cells.outbox import Outbox
 from cellsight.cells.reads import get_instance
 from cellsight.cells.room import schedule
 from cellsight.cells.rows import InstanceRow, action_payload, create_payload, flavor_columns
-from cellsight.cells.scheduler import Resources, Scheduler, claim, release
+from cellsight.cells.scheduler import (
+    DEFAULT_AVAILABILITY_ZONE,
+    Resources,
+    Scheduler,
+    claim,
+    release,
+)
 from cellsight.cells.schema import instances, utcnow
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstanceActionPayload, InstanceCreatePayload
@@ -95,6 +101,7 @@ class Operations:
         *,
         publisher_id: str = "cellsight-ops",
         scheduler: Scheduler | None = None,
+        default_availability_zone: str | None = DEFAULT_AVAILABILITY_ZONE,
         before_commit: BeforeCommit | None = None,
         clock: Callable[[], datetime] = utcnow,
         relay: Outbox | None = None,
@@ -104,7 +111,9 @@ class Operations:
         self.relay = relay or Outbox(publisher)
         self._outbox_ready: set[str] = set()
         self.publisher_id = publisher_id
-        self.scheduler = scheduler or Scheduler(registry)
+        self.scheduler = scheduler or Scheduler(
+            registry, default_availability_zone=default_availability_zone
+        )
         self.before_commit = before_commit
         self.clock = clock
 

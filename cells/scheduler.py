@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ALLOCATION_REQUEST_VERSION = "1.36"
+# Nova's ``[DEFAULT]default_availability_zone``: the zone of a compute host in none.
+DEFAULT_AVAILABILITY_ZONE = "nova"
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,9 @@ class HostState:
         # reservations break ties (room for reserved builds), then the name: stable.
         return (-self.free.memory_mb, self.node["forthcoming_reservations"])
 
-    def selection(self, want: Resources) -> Selection:
+    def selection(self, want: Resources, default_zone: str | None) -> Selection:
+        """As Nova's ``Selection.from_host_state``: a node in no zone is in the default
+        one (``None`` when that is unset)."""
         n, limits = self.node, self.limits
         return Selection.from_allocation(
             compute_node_uuid=n["uuid"],
@@ -104,7 +108,7 @@ class HostState:
             limits=SchedulerLimits(
                 vcpu=limits.vcpus, memory_mb=limits.memory_mb, disk_gb=limits.disk_gb
             ),
-            availability_zone=n.get("availability_zone"),
+            availability_zone=n.get("availability_zone") or default_zone,
         )
 
 
@@ -122,9 +126,16 @@ def allocation_request(node_uuid: str, want: Resources) -> dict[str, Any]:
 
 
 class Scheduler:
-    def __init__(self, registry: CellRegistry, *, alternates: int = 2) -> None:
+    def __init__(
+        self,
+        registry: CellRegistry,
+        *,
+        alternates: int = 2,
+        default_availability_zone: str | None = DEFAULT_AVAILABILITY_ZONE,
+    ) -> None:
         self.registry = registry
         self.alternates = alternates
+        self.default_availability_zone = default_availability_zone
 
     def host_states(self, cells: Iterable[CellMapping]) -> list[HostState]:
         """The enabled, online nodes of the cells that answer (``read_answering``)."""
@@ -194,9 +205,10 @@ class Scheduler:
                 chosen.taken.memory_mb + want.memory_mb,
                 chosen.taken.disk_gb + want.disk_gb,
             )
+            zone = self.default_availability_zone
             result.append(
-                [chosen.selection(want)]
-                + [h.selection(want) for h in fitting[1 : 1 + self.alternates]]
+                [chosen.selection(want, zone)]
+                + [h.selection(want, zone) for h in fitting[1 : 1 + self.alternates]]
             )
         return result
 

@@ -95,6 +95,14 @@ class Settings(BaseSettings):
         None, gt=0, description="Seconds between the indexer's anti-entropy repairs; default off"
     )
 
+    # Scheduler.
+    default_availability_zone: str | None = Field(
+        "nova",
+        max_length=255,
+        description="Availability zone a scheduler `Selection` (and what it places) names for "
+        "a compute node in none (Nova's `default_availability_zone`); empty: null",
+    )
+
     # Search index.
     search_url: str | None = Field(
         None, description="http(s):// Elasticsearch/OpenSearch; default: embedded"
@@ -139,7 +147,7 @@ class Settings(BaseSettings):
         "INFO", description="Log level of the API server; the CLI uses -v unless this is set"
     )
 
-    @field_validator("outbox_relay_interval", mode="before")
+    @field_validator("outbox_relay_interval", "default_availability_zone", mode="before")
     @classmethod
     def _blank_is_off(cls, value: Any) -> Any:
         return None if value == "" else value

@@ -1,4 +1,4 @@
-"""The maintenance lock: one sync or verify of a resource type at a time.
+"""The maintenance lock: one sync, verify or purge of a resource type at a time.
 
 The lock is a metadata document (``lock:<resource>``) taken and renewed with the
 engine's compare-and-set (``swap_meta``: a ``BEGIN IMMEDIATE`` transaction on the
@@ -36,7 +36,7 @@ HEARTBEAT = 10.0
 
 
 class LockHeld(Exception):
-    """Another sync or verify of this resource type holds the lock; says whose."""
+    """Another sync, verify or purge of this resource type holds the lock; says whose."""
 
 
 class LockLost(Exception):
@@ -142,13 +142,13 @@ class MaintenanceLock:
         now = datetime.now(UTC)
         if not is_free(current, now):
             raise LockHeld(
-                f"another {self.resource} sync or verify is running: {describe(current)}"
+                f"another {self.resource} sync, verify or purge is running: {describe(current)}"
             )
         mine = self._stamp(now)
         if not self.engine.swap_meta(self.key, current, mine):
             theirs = self._read()
             raise LockHeld(
-                f"another {self.resource} sync or verify just started: {describe(theirs)}"
+                f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
             )
         if current and not current.get("released"):
             log.warning("took over a stale %s lock: %s", self.resource, describe(current))

@@ -79,7 +79,7 @@ def run_sync(
     connect_timeout: float = 5.0,
     lock_ttl: float = TTL,
 ) -> SyncReport:
-    """Raises ``LockHeld`` when another sync or verify runs, ``UnknownCell`` for a cell
+    """Raises ``LockHeld`` when another sync, verify or purge runs, ``UnknownCell`` for a cell
     it cannot find, ``SyncFailed`` otherwise."""
     run = _Run(engine, registry, options, progress or NoProgress(), connect_timeout)
     try:

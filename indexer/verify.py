@@ -126,7 +126,7 @@ class Verifier:
             except BaseException:  # Ctrl-C or SIGTERM in the caller's thread
                 self._stop.set()
                 raise
-        if total is not None:
+        if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
         return report
@@ -142,7 +142,8 @@ class Verifier:
             with connect(self.registry.cell_engine(cell)) as conn:
                 self._compare(conn, cell, drift)
         except Exception as exc:  # one cell's failure must not hide the others' drift
-            drift.errors.append(brief(exc))
+            drift.failed = brief(exc)
+            drift.errors.append(drift.failed)
         return drift
 
     def _compare(self, conn: sa.Connection, cell: CellMapping, drift: CellDrift) -> None:

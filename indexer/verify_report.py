@@ -74,6 +74,9 @@ class CellDrift:
     repair_failed: int = 0
     samples: dict[str, list[str]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # Why the comparison stopped (its counts are then partial, rows and documents 0);
+    # also the last of ``errors``. None: the cell was compared to its end.
+    failed: str | None = None
 
     @property
     def drift(self) -> int:
@@ -103,6 +106,11 @@ class VerifyReport:
     @property
     def ok(self) -> bool:
         return not any(c.errors for c in self.cells)
+
+    @property
+    def failed_cells(self) -> list[CellDrift]:
+        """The cells whose comparison did not finish."""
+        return [c for c in self.cells if c.failed is not None]
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)

@@ -106,7 +106,11 @@ def _reservations(state: State) -> Reservations:
     publisher = _Observed(state.publisher, node_cache(state))
     relay = Outbox(publisher, lease_seconds=state.settings.outbox_lease)
     ops = Operations(
-        state.registry, publisher, publisher_id=state.settings.publisher_id, relay=relay
+        state.registry,
+        publisher,
+        publisher_id=state.settings.publisher_id,
+        default_availability_zone=state.settings.default_availability_zone,
+        relay=relay,
     )
     return Reservations(ops)
 

@@ -92,4 +92,10 @@ def operations(ctx: typer.Context) -> Iterator[Operations]:
     settings = settings_of(ctx)
     with open_registry(ctx) as registry, build_notifier(settings) as notifier:
         relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
-        yield Operations(registry, notifier, publisher_id=settings.publisher_id, relay=relay)
+        yield Operations(
+            registry,
+            notifier,
+            publisher_id=settings.publisher_id,
+            default_availability_zone=settings.default_availability_zone,
+            relay=relay,
+        )

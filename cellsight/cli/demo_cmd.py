@@ -162,7 +162,12 @@ def _run(
         worker.join(30)
 
     stack.callback(stop_indexer)
-    ops = Operations(registry, notifier, publisher_id="cellsight-demo")
+    ops = Operations(
+        registry,
+        notifier,
+        publisher_id="cellsight-demo",
+        default_availability_zone=settings.default_availability_zone,
+    )
     uuids = _showcase(ops)
     deadline = time.monotonic() + 60
     while not all(_indexed(engine, u) for u in uuids):

@@ -8,7 +8,7 @@ Exit codes, the one convention every command follows:
       tables; an operation was refused; verify left drift
 2     usage: a bad option, value, URL or configuration, or a name that is unknown
       or already taken (a cell, a flavor, an instance uuid)
-3     another sync or verify of the same type holds the lock
+3     another sync, verify or purge of the same type holds the lock
 130   interrupted (Ctrl-C or SIGTERM), cleaned up
 ====  ==========================================================================
 

@@ -1,8 +1,8 @@
 """``cellsight index sync|verify`` (registered in ``cellsight.cli.groups``).
 
 Exit codes: 0 done (verify: no drift left); 1 the sync failed (cleaned up, the old index
-still serves) or verify left drift; 2 bad usage; 3 another sync or verify of the type
-holds the lock; 130 interrupted (cleaned up as a failure).
+still serves) or verify left drift; 2 bad usage; 3 another sync, verify or purge of
+the type holds the lock; 130 interrupted (cleaned up as a failure).
 """
 
 from __future__ import annotations
@@ -195,19 +195,28 @@ def _print_report(report: Any) -> None:
         title=f"{report.resource}: {report.target} ({report.seconds:.1f} s)",
     )  # fmt: skip
     for c in report.cells:
-        table.add_row(
-            c.name, f"{c.rows:,}", f"{c.documents:,}", str(c.missing), str(c.stale),
-            str(c.orphaned), str(c.misfiled), str(c.ahead),
-            str(c.repaired) if report.repair else "-",
-        )  # fmt: skip
+        if c.failed is not None:  # its counts stopped where it failed: none is shown
+            table.add_row(escape(c.name), "[red]error[/]", *["-"] * 7)
+        else:
+            table.add_row(
+                escape(c.name), f"{c.rows:,}", f"{c.documents:,}", str(c.missing), str(c.stale),
+                str(c.orphaned), str(c.misfiled), str(c.ahead),
+                str(c.repaired) if report.repair else "-",
+            )  # fmt: skip
         for error in c.errors:
-            err_console.print(f"[red]{escape(c.name)}[/]: {escape(str(error))}", highlight=False)
+            why = f"not compared: {error}" if error == c.failed else str(error)
+            err_console.print(f"[red]{escape(c.name)}[/]: {escape(why)}", highlight=False)
     console.print(table)
     if report.unattributed:
         console.print(
             f"{report.unattributed:,} documents belong to no registered cell "
             "(index sync rebuilds without them)"
         )
-    verdict = "no drift" if not report.drift else f"drift {report.drift}"
+    compared = [c for c in report.cells if c.failed is None]  # a failed cell's is unknown
+    drift = sum(c.drift for c in compared)
+    verdict = "no drift" if not drift else f"drift {drift}"
+    if report.failed_cells:
+        failed = ", ".join(c.name for c in report.failed_cells)
+        verdict += f" in {len(compared)} of {len(report.cells)} cells; failed: {failed}"
     console.print(f"{report.resource}: {verdict}", highlight=False)
     sys.stdout.flush()

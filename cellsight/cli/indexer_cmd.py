@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import State, console, fail, settings_of
 
 dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
@@ -47,7 +47,8 @@ def run_indexer(
     if workers == 1:
         consume(settings)
         return
-    raise typer.Exit(supervise(settings, workers))
+    state = ctx.find_root().obj
+    raise typer.Exit(supervise(settings, workers, isinstance(state, State) and state.debug))
 
 
 @dlq_app.command("list")
@@ -149,8 +150,11 @@ def index_purge(
     ] = "30d",
 ) -> None:
     """Remove tombstones of instances deleted longer ago than --older-than, and record a
-    floor so that a very late stale event cannot recreate them."""
+    floor so that a very late stale event cannot recreate them. Holds the lock a sync or
+    verify of instances holds (exit 3 while one runs)."""
+    from cellsight.cli.errors import LOCKED, RUNTIME
     from cellsight.clients import build_engine
+    from cellsight.indexer.lock import LockHeld, LockLost
     from cellsight.indexer.purge import purge_tombstones
 
     try:
@@ -160,6 +164,10 @@ def index_purge(
     engine = build_engine(settings_of(ctx))
     try:
         removed = purge_tombstones(engine, datetime.now(UTC) - age)
+    except LockHeld as exc:
+        fail(str(exc), code=LOCKED)
+    except LockLost as exc:
+        fail(str(exc), code=RUNTIME)
     finally:
         engine.close()
     console.print(

@@ -20,11 +20,12 @@ import functools
 import multiprocessing as mp
 import os
 import signal
+import sys
 import threading
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
-from cellsight.cli.context import console
+from cellsight.cli.context import console, error_line
 from cellsight.settings import Settings
 
 JOIN_POLL = 0.5  # seconds between checks that every worker is alive
@@ -122,11 +123,22 @@ def consume(
         engine.close()
 
 
-def _worker_main(settings: Settings, worker: int, supervisor: int) -> None:
-    consume(settings, worker, supervisor)
+def _worker_main(settings: Settings, worker: int, supervisor: int, debug: bool = False) -> None:
+    """One worker process. What stops it is told as the CLI tells it, in one line naming
+    the worker (``--debug``: the traceback instead); it exits 1, as before."""
+    try:
+        consume(settings, worker, supervisor)
+    except Exception as exc:
+        if debug:
+            raise
+        from cellsight.cli.errors import RUNTIME, describe
+
+        _, message = describe(exc, settings.bus_url)
+        error_line(f"indexer[{worker}]: {message}")
+        sys.exit(RUNTIME)
 
 
-def supervise(settings: Settings, workers: int) -> int:
+def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
     """Run ``workers`` consumer processes until a signal (then 0 if all stopped cleanly)
     or until one of them exits on its own (then non-zero, after stopping the others)."""
     from cellsight.cells.mappings import CellRegistry
@@ -148,7 +160,7 @@ def supervise(settings: Settings, workers: int) -> int:
         ctx.Process(
             target=_worker_main,
             # Our pid, not the worker's first getppid(): we may die before it starts.
-            args=(settings, i, os.getpid()),
+            args=(settings, i, os.getpid(), debug),
             name=f"indexer-{i}",
             daemon=False,
         )

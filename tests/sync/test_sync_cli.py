@@ -90,7 +90,7 @@ def test_a_second_sync_is_refused_with_exit_code_3(seeded: Settings) -> None:
         verify = cli(seeded, "verify", "--type", "instance")
     engine.close()
     assert refused.exit_code == 3 and verify.exit_code == 3
-    assert json.loads(refused.stdout)["error"].startswith("another instance sync or verify")
+    assert json.loads(refused.stdout)["error"].startswith("another instance sync, verify or purge")
     assert "is running" in refused.stderr
 
 

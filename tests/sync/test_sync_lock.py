@@ -64,7 +64,7 @@ def test_second_sync_gets_a_clear_error(engine: SearchEngine) -> None:
     with MaintenanceLock(engine, "instance", "sync"), pytest.raises(LockHeld) as held:
         run_sync(engine, None, SyncOptions())  # type: ignore[arg-type]
     message = str(held.value)
-    assert "another instance sync or verify is running" in message
+    assert "another instance sync, verify or purge is running" in message
     assert f"{socket.gethostname()}:{os.getpid()}" in message
     with MaintenanceLock(engine, "node", "sync"):  # another resource type: independent
         pass

@@ -1,0 +1,68 @@
+"""``cellsight indexer --workers N`` whose writer process dies: the worker says so in one
+line (which worker, what died, its exit code), not with a traceback, and the indexer
+exits 1 as before. Run as the operator runs it: a subprocess of the entry point."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from cellsight.cli.errors import RUNTIME
+from tests.support.waiting import wait_for
+
+
+def spawned(pid: int) -> list[int]:
+    """The ``multiprocessing`` spawn children of ``pid`` (not its resource tracker, not
+    the embedded bus's Redis server), from every thread of it."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for kid in kids:
+            try:
+                cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+                found.append(int(kid))
+    return found
+
+
+def writers(supervisor: int) -> list[int]:
+    """The writer processes of the supervisor's workers."""
+    return [writer for worker in spawned(supervisor) for writer in spawned(worker)]
+
+
+def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
+    data = str(tmp_path / "data")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellsight", "--data-dir", data, "indexer", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+        start_new_session=True,  # its own process group: cleaned up whole if the test fails
+    )
+    try:
+        wait_for(lambda: len(writers(proc.pid)) == 2, 90, "both workers' writer processes")
+        os.kill(writers(proc.pid)[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == RUNTIME, (proc.returncode, out, err)
+    assert "Traceback" not in err and "Traceback" not in out, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    (line,) = lines
+    assert line.startswith("error: indexer["), line
+    assert line.endswith("]: writer process exited (code -9)"), line
+    assert "stopped on its own; stopping the others" in out  # the supervisor, as before

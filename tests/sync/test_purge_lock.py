@@ -1,0 +1,116 @@
+"""``cellsight index purge`` holds the maintenance lock a sync or verify holds: a purge
+and a sync (or verify, or another purge) never run at once, and the one refused says,
+in one line, what holds the lock (exit 3, as for a second sync)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from typer.testing import CliRunner
+
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
+from cellsight.cli import _register, app
+from cellsight.cli.errors import LOCKED
+from cellsight.clients import build_engine
+from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.lock import MaintenanceLock, lock_key
+from cellsight.indexer.purge import PURGE_FLOOR_KEY, purge_tombstones
+from cellsight.settings import Settings, load_settings
+
+runner = CliRunner()
+ME = f"{socket.gethostname()}:{os.getpid()}"
+
+
+@pytest.fixture
+def synced(tmp_path: Path) -> Settings:
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry.from_settings(settings)
+    seed(registry, cells=2, instances_per_cell=10, cells_dir=settings.cells_dir)
+    registry.close()
+    _register()
+    assert cli(settings, "sync").exit_code == 0
+    return settings
+
+
+@pytest.fixture
+def engine(synced: Settings) -> Iterator[SearchEngine]:
+    engine = build_engine(synced)
+    yield engine
+    engine.close()
+
+
+def cli(settings: Settings, *args: str) -> Any:
+    return runner.invoke(app, ["--data-dir", str(settings.data_dir), "index", *args])
+
+
+def refused(result: Any, holder: str) -> None:
+    """Exit 3 and one line naming the holder: its purpose, host and pid."""
+    err = result.stderr.strip()
+    assert result.exit_code == LOCKED, (result.exit_code, result.output)
+    assert len(err.splitlines()) == 1 and "Traceback" not in result.output, err
+    assert err.startswith("error: another instance sync, verify or purge is running: "), err
+    assert f"a {holder} by {ME} since " in err, err
+
+
+def test_a_purge_waits_for_no_sync(synced: Settings, engine: SearchEngine) -> None:
+    with MaintenanceLock(engine, "instance", "sync"):
+        result = cli(synced, "purge", "--older-than", "0s")
+        refused(result, "sync")
+        assert engine.get_meta(PURGE_FLOOR_KEY) is None  # refused before it did anything
+    with MaintenanceLock(engine, "instance", "verify"):
+        refused(cli(synced, "purge", "--older-than", "0s"), "verify")
+    with MaintenanceLock(engine, "node", "sync"):  # another resource's lock: no matter
+        done = cli(synced, "purge", "--older-than", "0s")
+    assert done.exit_code == 0, done.output
+    assert done.stdout.startswith("purged "), done.output
+    assert engine.get_meta(PURGE_FLOOR_KEY) is not None
+    assert engine.get_meta(lock_key("instance"))["released"]  # type: ignore[index]
+
+
+class Paused:
+    """The engine, with a purge held once it holds the lock (before its first read of the
+    tombstones) until ``go`` is set."""
+
+    def __init__(self, inner: SearchEngine) -> None:
+        self.inner = inner
+        self.inside = threading.Event()
+        self.go = threading.Event()
+
+    def iter_tombstones(self, *args: Any, **kwargs: Any) -> Any:
+        self.inside.set()
+        assert self.go.wait(60), "the test never let the purge go on"
+        return self.inner.iter_tombstones(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_nothing_else_runs_beside_a_purge(synced: Settings, engine: SearchEngine) -> None:
+    paused = Paused(engine)
+    removed: list[int] = []
+    purge = threading.Thread(
+        target=lambda: removed.append(
+            purge_tombstones(cast(SearchEngine, paused), datetime.now(UTC))
+        )
+    )
+    purge.start()
+    try:
+        assert paused.inside.wait(30), "the purge did not start"
+        refused(cli(synced, "sync"), "purge")
+        refused(cli(synced, "sync", "--cell", "cell1"), "purge")
+        refused(cli(synced, "verify", "--type", "instance"), "purge")
+        refused(cli(synced, "purge", "--older-than", "0s"), "purge")
+    finally:
+        paused.go.set()
+        purge.join(60)
+    assert len(removed) == 1  # it went on, and finished
+    assert engine.get_meta(lock_key("instance"))["released"]  # type: ignore[index]
+    assert cli(synced, "sync").exit_code == 0  # free again once the purge is done

@@ -1,0 +1,71 @@
+"""``index verify``'s report of a cell whose comparison failed: its table row says
+"error" (not rows and documents of 0), the reason is given, the verdict counts only the
+cells compared, and its documents are not taken for documents of no registered cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
+from cellsight.cli import _register, app
+from cellsight.settings import Settings, load_settings
+from tests.support.outages import lose
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def one_cell_lost(tmp_path: Path) -> Settings:
+    """Two cells of 10 instances, synced; then cell2's database file is gone."""
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry.from_settings(settings)
+    seed(registry, cells=2, instances_per_cell=10, cells_dir=settings.cells_dir)
+    _register()
+    assert cli(settings, "sync").exit_code == 0
+    lose(registry, registry.get_cell("cell2"))
+    registry.close()
+    return settings
+
+
+def cli(settings: Settings, *args: str) -> Any:
+    return runner.invoke(app, ["--data-dir", str(settings.data_dir), "index", *args])
+
+
+def row_of(table: str, cell: str) -> list[str]:
+    (line,) = [line for line in table.splitlines() if f"│ {cell} " in line]
+    return [part.strip() for part in line.strip("│ ").split("│")]
+
+
+def test_a_failed_cell_is_shown_failed_not_empty(one_cell_lost: Settings) -> None:
+    result = cli(one_cell_lost, "verify", "--type", "instance")
+    assert result.exit_code == 1, result.output
+    assert row_of(result.stdout, "cell2") == ["cell2", "error", *["-"] * 7]
+    assert row_of(result.stdout, "cell1")[:3] == ["cell1", "10", "10"]  # compared as ever
+    reason = result.stderr.replace("\n", "")  # wrapped to the terminal's width
+    assert "cell2: not compared: DatabaseMissing: " in reason and "cell2.db" in reason
+    assert "instance: no drift in 1 of 2 cells; failed: cell2" in result.stdout
+    assert "no registered cell" not in result.stdout  # cell2's documents are cell2's
+
+
+def test_the_json_report_names_the_failure(one_cell_lost: Settings) -> None:
+    result = cli(one_cell_lost, "verify", "--type", "instance", "--json")
+    assert result.exit_code == 1, result.output
+    (report,) = json.loads(result.stdout)["reports"]
+    cells = {c["name"]: c for c in report["cells"]}
+    assert cells["cell1"]["failed"] is None and cells["cell1"]["rows"] == 10
+    assert cells["cell2"]["failed"].startswith("DatabaseMissing: ")
+    assert cells["cell2"]["errors"] == [cells["cell2"]["failed"]]
+    assert report["unattributed"] is None  # not known while a cell's documents are not
+
+
+def test_repair_shows_the_failed_cell_alike(one_cell_lost: Settings) -> None:
+    result = cli(one_cell_lost, "verify", "--type", "instance", "--repair")
+    assert result.exit_code == 1, result.output
+    assert row_of(result.stdout, "cell2") == ["cell2", "error", *["-"] * 7]
+    assert row_of(result.stdout, "cell1")[-1] == "0"  # repaired: nothing to repair
