@@ -13,6 +13,7 @@ from fastapi.openapi.utils import get_openapi
 
 from cellsight.api import microversion
 from cellsight.api import status as st
+from cellsight.api.change_times import MAX_DATE_LENGTH
 from cellsight.api.errors import FAULT_NAMES
 from cellsight.api.options import TAG_FILTERS, UNSUPPORTED
 from cellsight.api.params import (
@@ -45,7 +46,10 @@ _BOOL = {
         "False",
     ],
 }
-_DATE = {"type": "string", "format": "date-time", "maxLength": 64}
+# ISO 8601 as Nova's ``parse_isotime`` reads it (``cellsight.api.change_times``): partial
+# dates too (``2025``, ``2025-06``), no zone meaning UTC; not JSON Schema's RFC 3339.
+_DATE = {"type": "string", "pattern": "^[0-9]{4}", "maxLength": MAX_DATE_LENGTH}
+_DATE_DOC = " ISO 8601 as Nova reads it (2025-06-01T12:00:00Z, 2025-06, 2025; UTC by default)."
 
 
 def _array(items: dict[str, Any]) -> dict[str, Any]:
@@ -93,9 +97,24 @@ def list_parameters() -> list[dict[str, Any]]:
             _array({"type": "string", "maxLength": 16}),
             "Repeatable; a number (0-7) or a name. Members: from 2.83.",
         ),
-        _query("changes-since", _DATE, "Servers changed since (deleted ones included)."),
-        _query("changes-before", _DATE, "Servers changed before (2.66+)."),
+        _query(
+            "changes-since",
+            _array(_DATE),
+            "Servers changed since (deleted ones included). Repeatable: each value is"
+            " checked, the last one counts." + _DATE_DOC,
+        ),
+        _query(
+            "changes-before",
+            _array(_DATE),
+            "Servers changed before (2.66+). Repeatable as changes-since." + _DATE_DOC,
+        ),
         _query("deleted", _BOOL, "Administrators only (dropped for members)."),
+        _query(
+            "soft_deleted",
+            _STRING,
+            "Administrators only: with deleted (or its default), any non-empty value"
+            " includes soft-deleted servers and an empty one leaves them out (Nova).",
+        ),
         _query(
             "all_tenants",
             {"type": "string", "maxLength": 8},

@@ -41,7 +41,6 @@ UNSUPPORTED = frozenset(
         "launched_at",
         "terminated_at",
         "created_at",
-        "soft_deleted",
         "page_reverse",
     }
 )

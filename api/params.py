@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from cellsight.api import status as st
 from cellsight.api.auth import Principal
+from cellsight.api.change_times import BadDate, parse_change_time
 from cellsight.api.errors import BadRequest, Forbidden
 from cellsight.api.microversion import Version
 from cellsight.api.options import TAG_FILTERS, UNSUPPORTED, applicable
@@ -55,7 +56,6 @@ ALIASES = {"display_name": "name", "image_ref": "image", "display_description": 
 MAX_PARAMETERS = 200
 MAX_NAME_LENGTH = 64
 MAX_ANY_VALUE_LENGTH = 1024
-MAX_DATE_LENGTH = 64
 EXACT_FILTERS = {"host": "host", "user_id": "user_id", "uuid": "uuid", "flavor": "flavor_flavorid"}
 MULTI = frozenset({"status", "vm_state", "task_state", "power_state", "sort_key", "sort_dir"})
 KNOWN = frozenset(
@@ -75,6 +75,7 @@ KNOWN = frozenset(
         "changes-since",
         "changes-before",
         "deleted",
+        "soft_deleted",
         "all_tenants",
         "forthcoming",
         *REGEX_FILTERS,
@@ -138,21 +139,18 @@ def parse_bool(param: str, value: str) -> bool:
 
 
 def parse_time(param: str, value: str) -> datetime:
-    text = value.strip()
-    if len(text) > MAX_DATE_LENGTH:
-        raise _bad(param, value, "Expected an ISO 8601 date-time.")
+    """One ``changes-since``/``changes-before`` value, as Nova reads it (in UTC)."""
     try:
-        if text[-1:] in ("z", "Z"):
-            text = text[:-1] + "+00:00"
-        parsed = datetime.fromisoformat(text)
-        # An offset at either end of the calendar moves the instant out of range.
-        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-    except ValueError:
-        raise _bad(param, value, "Expected an ISO 8601 date-time.") from None
-    except OverflowError:
-        raise _bad(
-            param, value, "The date-time, converted to UTC, is outside years 1 to 9999."
-        ) from None
+        return parse_change_time(value)
+    except BadDate as exc:
+        raise _bad(param, value, str(exc)) from None
+
+
+def _last_time(param: str, values: list[str]) -> datetime:
+    # As Nova: its schema checks every value of the repeated parameter, and the last
+    # one is used (``search_opts.update(req.GET)`` takes webob's last value).
+    times = [parse_time(param, _checked(param, value)) for value in values]
+    return times[-1]
 
 
 def check_regex(param: str, pattern: str) -> str:
@@ -304,10 +302,10 @@ def parse_list_query(
 
     since = before = None
     if "changes-since" in params:
-        since = parse_time("changes-since", _one("changes-since", params["changes-since"]))
+        since = _last_time("changes-since", params["changes-since"])
         clauses.append(Compare("updated_at", Op.GE, since))
     if "changes-before" in params:
-        before = parse_time("changes-before", _one("changes-before", params["changes-before"]))
+        before = _last_time("changes-before", params["changes-before"])
         clauses.append(Compare("updated_at", Op.LE, before))
     if since is not None and before is not None and since > before:
         raise _bad(
@@ -323,9 +321,13 @@ def parse_list_query(
     elif deleted is None and since is None and before is None:
         # Deleted servers are listed only on request, or as changes (as in Nova).
         deleted = False
-    filtered = bool(clauses) or "deleted" in params or "forthcoming" in params
+    flags = ("deleted", "soft_deleted", "forthcoming")
+    filtered = bool(clauses) or any(flag in params for flag in flags)
     if deleted is not None:
-        clauses.append(st.deleted_filter(deleted))
+        # Nova hands ``soft_deleted`` (administrators only) to its database layer as the
+        # string given: any non-empty value is true (not a boolean parse).
+        soft = params["soft_deleted"][-1] != "" if "soft_deleted" in params else None
+        clauses.append(st.deleted_filter(deleted, soft))
     # Reservations only on request: a Nova client never sees one (Nova's own payloads
     # carry no "forthcoming", hence "not true" rather than "== false").
     if "forthcoming" in params and parse_bool(

@@ -117,12 +117,18 @@ def status_filter(statuses: Iterable[str]) -> Node:
 SOFT_DELETED_STATE = "soft-delete"
 
 
-def deleted_filter(deleted: bool) -> Node:
-    """Nova's ``deleted`` filter: a normal listing leaves out soft-deleted servers too, and
-    ``deleted=true`` lists them with the deleted ones (so ``status=SOFT_DELETED`` alone
-    lists nothing, as in Nova). A negated comparison matches a null ``state`` on every
-    path."""
+def deleted_filter(deleted: bool, soft_deleted: bool | None = None) -> Node:
+    """Nova's ``deleted`` filter with its ``soft_deleted`` modifier
+    (``instance_get_all_by_filters_sort``).
+
+    Soft-deleted servers go with the deleted ones unless ``soft_deleted`` says
+    otherwise: a normal listing leaves them out, ``deleted=true`` lists them (so
+    ``status=SOFT_DELETED`` alone lists nothing, as in Nova). A true ``soft_deleted``
+    adds them to a normal listing; a false one (Nova: an empty value) leaves them out of
+    ``deleted=true``. A negated comparison matches a null ``state`` on every path."""
+    with_soft = deleted if soft_deleted is None else soft_deleted
     soft = Compare("state", Op.EQ, SOFT_DELETED_STATE)
-    if deleted:
-        return Or((Compare("deleted", Op.EQ, True), soft))
-    return And((Compare("deleted", Op.EQ, False), Not(soft)))
+    gone = Compare("deleted", Op.EQ, deleted)
+    if deleted == with_soft:
+        return Or((gone, soft)) if deleted else And((gone, Not(soft)))
+    return gone
