@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tenacity import (
+    RetryCallState,
     Retrying,
-    before_sleep_log,
     retry_if_exception_type,
     stop_when_event_set,
     wait_random_exponential,
@@ -104,15 +104,16 @@ class BatchWriter:
     def commit(self, outcomes: list[Outcome | None], planned: list[Planned]) -> list[Outcome]:
         """Engine reads and the versioned bulk write of a planned batch: a verdict each."""
         if planned:
-            self._retrying(lambda: self._ensure_ready({p.op.resource for p in planned}))
-            self._retrying(lambda: self._prepare(planned, outcomes))
+            resources = {p.op.resource for p in planned}
+            self._retrying(lambda: self._ensure_ready(resources), "making the indexes ready")
+            self._retrying(lambda: self._prepare(planned, outcomes), "reading stored tags")
             todo = [p for p in planned if outcomes[p.position] is None]
             stale: list[WriteOp] = []
             if todo:
-                self._retrying(lambda: self._write(todo, outcomes, stale))
+                self._retrying(lambda: self._write(todo, outcomes, stale), "the bulk write")
             if stale:
                 newest = newest_carrying_tags(stale)
-                self._retrying(lambda: self._retag(newest))
+                self._retrying(lambda: self._retag(newest), "rewriting stale events' tags")
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
         if self.record_metrics:
             record_outcomes(final)
@@ -124,12 +125,12 @@ class BatchWriter:
             self.engine.ensure_ready(resource)
             self._ready.add(resource)
 
-    def _retrying(self, fn: Callable[[], None]) -> None:
+    def _retrying(self, fn: Callable[[], None], what: str) -> None:
         for attempt in Retrying(
             retry=retry_if_exception_type(TRANSIENT),
             wait=wait_random_exponential(multiplier=0.1, max=self.max_backoff),
             stop=stop_when_event_set(self.stop),
-            before_sleep=before_sleep_log(log, logging.WARNING),
+            before_sleep=_warn(what),
             reraise=True,
         ):
             with attempt:
@@ -219,6 +220,18 @@ class BatchWriter:
                 return
             pending = lost
         log.warning("tags of %d instances not replaced: newer versions kept arriving", len(pending))
+
+
+def _warn(what: str) -> Callable[[RetryCallState], None]:
+    """A line naming the step and the failure (tenacity's own names the function, which
+    a lambda leaves as ``<unknown>``)."""
+
+    def warn(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        wait = state.next_action.sleep if state.next_action else 0.0
+        log.warning("%s failed (%s: %s); retrying in %.1f s", what, type(exc).__name__, exc, wait)
+
+    return warn
 
 
 def record_outcomes(outcomes: Iterable[Outcome]) -> None:
