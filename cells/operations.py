@@ -272,7 +272,7 @@ class Operations:
                     return {
                         "host": node["host"],
                         "node": node["hypervisor_hostname"],
-                        "availability_zone": node["availability_zone"],
+                        "availability_zone": self.scheduler.zone_of(node),
                         "task_state": None,
                     }
             raise NoValidHost(

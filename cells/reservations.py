@@ -204,7 +204,7 @@ class Reservations:
             raise NoValidHost(f"{host!r} is not a compute host of this cell")
         if spec is not None and not claim(conn, node["uuid"], Resources.of_flavor(spec)):
             raise NoValidHost(f"host {host!r} has no room for {spec['name']}")
-        return node["host"], node["hypervisor_hostname"], node["availability_zone"]
+        return node["host"], node["hypervisor_hostname"], self.ops.scheduler.zone_of(node)
 
     # ------------------------------------------------------------ modify/rename
 

@@ -116,7 +116,7 @@ def _room_in(ops: Operations, cell: CellMapping, want: Resources, zone: str | No
             if found["flavor"]:
                 by_node.setdefault((found["host"], found["node"]), []).append(dict(found))
         for target in sorted(hosts, key=lambda h: (h.weight(), h.node["host"])):
-            if zone is not None and target.node["availability_zone"] != zone:
+            if zone is not None and ops.scheduler.zone_of(target.node) != zone:
                 continue
             place = (target.node["host"], target.node["hypervisor_hostname"])
             plan = _plan(target, hosts, by_node.get(place, []), want)
@@ -176,7 +176,7 @@ def _move(
             .values(
                 host=dest.node["host"],
                 node=dest.node["hypervisor_hostname"],
-                availability_zone=dest.node["availability_zone"],
+                availability_zone=ops.scheduler.zone_of(dest.node),
                 revision=row["revision"] + 1,
                 updated_at=ops.clock(),
             )

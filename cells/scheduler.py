@@ -35,6 +35,13 @@ ALLOCATION_REQUEST_VERSION = "1.36"
 DEFAULT_AVAILABILITY_ZONE = "nova"
 
 
+def zone_of(node: Mapping[str, Any], default: str | None) -> str | None:
+    """A node's availability zone, as Nova's ``get_host_availability_zone`` reads a
+    host's: its own, or the default zone for a host in none. What the scheduler filters
+    on, and what an instance placed on the node records, however it was placed."""
+    return node.get("availability_zone") or default
+
+
 @dataclass(frozen=True)
 class Resources:
     vcpus: int
@@ -108,7 +115,7 @@ class HostState:
             limits=SchedulerLimits(
                 vcpu=limits.vcpus, memory_mb=limits.memory_mb, disk_gb=limits.disk_gb
             ),
-            availability_zone=n.get("availability_zone") or default_zone,
+            availability_zone=zone_of(n, default_zone),
         )
 
 
@@ -136,6 +143,9 @@ class Scheduler:
         self.registry = registry
         self.alternates = alternates
         self.default_availability_zone = default_availability_zone
+
+    def zone_of(self, node: Mapping[str, Any]) -> str | None:
+        return zone_of(node, self.default_availability_zone)
 
     def host_states(self, cells: Iterable[CellMapping]) -> list[HostState]:
         """The enabled, online nodes of the cells that answer (``read_answering``)."""
@@ -171,7 +181,7 @@ class Scheduler:
             h
             for h in self.host_states(cells)
             if h.node["host"] not in excluded
-            and (availability_zone is None or h.node["availability_zone"] == availability_zone)
+            and (availability_zone is None or self.zone_of(h.node) == availability_zone)
         ]
         by_cell: dict[str, list[HostState]] = {}
         for host in sorted(hosts, key=lambda h: (h.weight(), h.node["host"])):

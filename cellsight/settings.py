@@ -99,8 +99,10 @@ class Settings(BaseSettings):
     default_availability_zone: str | None = Field(
         "nova",
         max_length=255,
-        description="Availability zone a scheduler `Selection` (and what it places) names for "
-        "a compute node in none (Nova's `default_availability_zone`); empty: null",
+        description="Availability zone of a compute node in none (Nova's "
+        "`default_availability_zone`): what a `Selection`, an instance placed on the node "
+        "(by the scheduler, a named host or a live migration) and a zone request read; "
+        "empty: null",
     )
 
     # Search index.

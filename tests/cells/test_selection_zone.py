@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cellsight.cells.database import connect
 from cellsight.cells.flavors import get_flavor
+from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
@@ -113,3 +114,25 @@ def test_the_cli_passes_the_setting_to_the_scheduler(
     with connect(registry.cell_engine(cell)) as conn:
         (row,) = list(iter_instances(conn))
     assert (row["host"], row["availability_zone"]) == ("bare", "edge")
+
+
+def test_every_placement_on_a_node_in_no_zone_records_the_default_zone(
+    registry: CellRegistry,
+) -> None:
+    """As Nova's conductor (``get_host_availability_zone``): a host named by the request,
+    a live migration's destination and a zone filter all read the default zone."""
+    ops = Operations(registry, CollectingPublisher(), default_availability_zone="edge")
+    by_host = Reservations(ops).reserve(flavor="m1.small", host="bare")
+    assert by_host.payload is not None and by_host.payload.availability_zone == "edge"
+    # A zone request for the default zone takes the node in none.
+    (picks,) = ops.scheduler.select_destinations(get_flavor("m1.small"), availability_zone="edge")
+    assert [s.service_host for s in picks] == ["bare"]
+    (only_az1,) = ops.scheduler.select_destinations(get_flavor("m1.small"), availability_zone="az1")
+    assert [s.service_host for s in only_az1] == ["zoned"]
+    request = BootRequest(
+        display_name="vm", flavor="m1.small", project_id="p", user_id="u", availability_zone="az1"
+    )
+    (booted,) = ops.boot(request).instances
+    assert (booted.host, booted.availability_zone) == ("zoned", "az1")
+    moved = ops.live_migrate(booted.uuid, "bare")
+    assert (moved.host, moved.availability_zone) == ("bare", "edge")
