@@ -28,6 +28,7 @@ from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.row_documents import node_row_document, reference_document
 from cellsight.indexer.writer import BatchWriter, Verdict
 from cellsight.notifications.envelope import Notification
+from cellsight.settings import Settings, load_settings
 from tests.support.services import osmem_clone_url
 
 
@@ -138,3 +139,13 @@ class World:
 def _diff(expected: dict[str, Any], stored: dict[str, Any]) -> dict[str, Any]:
     keys = set(expected) | set(stored)
     return {k: (expected.get(k), stored.get(k)) for k in keys if expected.get(k) != stored.get(k)}
+
+
+def seeded_settings(data_dir: Path, *, cells: int = 2, instances_per_cell: int = 10) -> Settings:
+    """Embedded defaults in ``data_dir`` with ``cells`` seeded SQLite cells: the world of
+    the CLI's sync, verify and purge tests."""
+    settings = load_settings(data_dir=data_dir)
+    registry = CellRegistry.from_settings(settings)
+    seed(registry, cells=cells, instances_per_cell=instances_per_cell, cells_dir=settings.cells_dir)
+    registry.close()
+    return settings

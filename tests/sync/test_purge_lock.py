@@ -15,15 +15,14 @@ from typing import Any, cast
 import pytest
 from typer.testing import CliRunner
 
-from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
 from cellsight.cli.errors import LOCKED
 from cellsight.clients import build_engine
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.lock import MaintenanceLock, lock_key
 from cellsight.indexer.purge import PURGE_FLOOR_KEY, purge_tombstones
-from cellsight.settings import Settings, load_settings
+from cellsight.settings import Settings
+from tests.support.sync_world import seeded_settings
 
 runner = CliRunner()
 ME = f"{socket.gethostname()}:{os.getpid()}"
@@ -31,10 +30,7 @@ ME = f"{socket.gethostname()}:{os.getpid()}"
 
 @pytest.fixture
 def synced(tmp_path: Path) -> Settings:
-    settings = load_settings(data_dir=tmp_path / "data")
-    registry = CellRegistry.from_settings(settings)
-    seed(registry, cells=2, instances_per_cell=10, cells_dir=settings.cells_dir)
-    registry.close()
+    settings = seeded_settings(tmp_path / "data")
     _register()
     assert cli(settings, "sync").exit_code == 0
     return settings

@@ -13,7 +13,6 @@ import pytest
 from typer.testing import CliRunner
 
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
 from cellsight.clients import build_engine
 from cellsight.indexer.antientropy import start_periodic_verify
@@ -21,16 +20,14 @@ from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.index_roles import LAST_VERIFY, layout, new_index_name
 from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import Settings, load_settings
+from tests.support.sync_world import seeded_settings
 
 runner = CliRunner()
 
 
 @pytest.fixture
 def seeded(tmp_path: Path) -> Settings:
-    settings = load_settings(data_dir=tmp_path / "data")
-    registry = CellRegistry.from_settings(settings)
-    seed(registry, cells=2, instances_per_cell=40, cells_dir=settings.cells_dir)
-    registry.close()
+    settings = seeded_settings(tmp_path / "data", instances_per_cell=40)
     _register()
     return settings
 

@@ -18,14 +18,12 @@ from typing import Any
 import pytest
 
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.seed import seed
 from cellsight.clients import build_engine
 from cellsight.indexer.engines.base import EngineRejected, EngineUnavailable, SearchEngine
 from cellsight.indexer.index_roles import layout, marker_key
 from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
-from cellsight.settings import load_settings
 from tests.support.sync_progress import AfterBatches
-from tests.support.sync_world import World
+from tests.support.sync_world import World, seeded_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -191,9 +189,8 @@ def _cli(data_dir: Path, *args: str) -> subprocess.Popen[bytes]:
 
 
 def test_a_sync_killed_at_a_random_point_leaves_the_old_index_serving(tmp_path: Path) -> None:
-    settings = load_settings(data_dir=tmp_path / "data")
+    settings = seeded_settings(tmp_path / "data", instances_per_cell=1500)
     registry = CellRegistry.from_settings(settings)
-    seed(registry, cells=2, instances_per_cell=1500, cells_dir=settings.cells_dir)
     first = _cli(settings.data_dir, "sync")
     assert first.wait(120) == 0, first.stderr.read() if first.stderr else ""
     engine = build_engine(settings)

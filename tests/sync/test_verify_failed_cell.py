@@ -12,10 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.seed import seed
 from cellsight.cli import _register, app
-from cellsight.settings import Settings, load_settings
+from cellsight.settings import Settings
 from tests.support.outages import lose
+from tests.support.sync_world import seeded_settings
 
 runner = CliRunner()
 
@@ -23,11 +23,10 @@ runner = CliRunner()
 @pytest.fixture
 def one_cell_lost(tmp_path: Path) -> Settings:
     """Two cells of 10 instances, synced; then cell2's database file is gone."""
-    settings = load_settings(data_dir=tmp_path / "data")
-    registry = CellRegistry.from_settings(settings)
-    seed(registry, cells=2, instances_per_cell=10, cells_dir=settings.cells_dir)
+    settings = seeded_settings(tmp_path / "data")
     _register()
     assert cli(settings, "sync").exit_code == 0
+    registry = CellRegistry.from_settings(settings)
     lose(registry, registry.get_cell("cell2"))
     registry.close()
     return settings

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.seed import seed
 from cellsight.clients import build_engine
 from cellsight.indexer.lock import is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
-from cellsight.settings import Settings, load_settings
+from cellsight.settings import Settings
+from tests.support.sync_world import seeded_settings
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,9 +29,8 @@ PER_CELL = 1500
 @pytest.fixture
 def drifted(tmp_path: Path) -> Settings:
     """Two synced cells whose documents were all deleted behind the index's back."""
-    settings = load_settings(data_dir=tmp_path / "data")
+    settings = seeded_settings(tmp_path / "data", instances_per_cell=PER_CELL)
     registry = CellRegistry.from_settings(settings)
-    seed(registry, cells=2, instances_per_cell=PER_CELL, cells_dir=settings.cells_dir)
     engine = build_engine(settings)
     run_sync(engine, registry, SyncOptions())
     engine.delete("instance", [doc_id for doc_id, _ in engine.iter_versions("instance")])
