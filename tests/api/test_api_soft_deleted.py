@@ -3,12 +3,12 @@ Nova's ``instance_get_all_by_filters_sort`` lists them, on both paths: a normal 
 leaves them out, ``deleted=true`` lists them with the deleted ones, so
 ``status=SOFT_DELETED`` alone lists nothing; changes (``changes-since``) include them.
 
-The ``soft_deleted`` filter, as Nova reads it: ``_get_servers`` passes ``soft_deleted`` (in its query schema; an administrator's
-option, dropped for members by ``remove_invalid_options``) to the database layer as the
-string given, last value wins; ``instance_get_all_by_filters_sort`` then reads it as a
-Python truth value beside the ``deleted`` filter: with ``deleted`` false (explicit, or
-the default when no ``changes-since``/``changes-before`` is given) a true
-``soft_deleted`` adds the soft-deleted servers; with ``deleted`` true an empty one
+The ``soft_deleted`` filter, as Nova reads it: ``_get_servers`` passes it (in its query
+schema; an administrator's option, dropped for members by ``remove_invalid_options``) to
+the database layer as the string given, last value wins; ``instance_get_all_by_filters_sort``
+then reads it as a Python truth value beside the ``deleted`` filter: with ``deleted``
+false (explicit, or the default when no ``changes-since``/``changes-before`` is given) a
+true ``soft_deleted`` adds the soft-deleted servers; with ``deleted`` true an empty one
 leaves them out; with no ``deleted`` filter at all it does nothing. Any non-empty string
 (``false`` and ``0`` included) is true. Cellsight refused the parameter with a 400.
 """
