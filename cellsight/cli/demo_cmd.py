@@ -152,9 +152,16 @@ def _run(
     console.rule("3. indexer on the embedded bus")
     bus = stack.enter_context(build_bus(settings))
     connection = stack.enter_context(bus.connection())
-    consumer = IndexerConsumer(connection, engine, build_consumer_config(settings, batch_age=0.1))
+    consumer = IndexerConsumer(
+        connection,
+        engine,
+        build_consumer_config(settings, batch_age=0.1),
+        revive_bus=bus.reviver,  # the embedded Redis server, should it die
+    )
     worker = threading.Thread(target=consumer.run, name="indexer", daemon=True)
-    notifier = stack.enter_context(build_notifier(settings))
+    # On the indexer's bus: one handle on the server in this process, kept current when
+    # the indexer brings a dead server back.
+    notifier = stack.enter_context(build_notifier(settings, bus=bus))
     worker.start()
 
     def stop_indexer() -> None:

@@ -103,6 +103,7 @@ def consume(
                     else None
                 ),
                 collect_between_batches=True,  # a process dedicated to the indexer
+                revive_bus=bus.reviver,  # each worker asks: one starts it, the rest attach
             )
             where = "a writer process" if settings.write_process else "writer threads"
             console.print(

@@ -1,0 +1,177 @@
+"""The embedded Redis server SIGKILLed under a running indexer (``cellsight indexer``, with
+``--workers``, and the demo, whose indexer runs in the API's process) comes back by
+itself: nothing is restarted, one server results, and every change made meanwhile and
+after is indexed (a publish that found the bus down waits in its cell's outbox for the
+relay)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cellsight.cells.instances import BootRequest
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.clients import build_bus, build_notifier, dead_letter_queue, indexer_queue
+from cellsight.indexer.engines.base import IndexMissing
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications.embedded import REGISTRY
+from cellsight.notifications.notifier import Notifier
+from cellsight.settings import Settings, load_settings
+from tests.support.drift import index_differences
+from tests.support.indexing import bus_settings, wait_for
+from tests.support.services import embedded_redis_servers
+
+
+def _cluster(settings: Settings) -> CellRegistry:
+    registry = CellRegistry.from_settings(settings)
+    for name in ("cell1", "cell2"):
+        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
+        for host in ("host1", "host2"):
+            add_compute_node(registry.cell_engine(cell), host, availability_zone="az1")
+    return registry
+
+
+def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
+    try:
+        return not index_differences(registry, engine)
+    except IndexMissing:
+        return False
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for init to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _kill_the_bus(under: Path) -> int:
+    """SIGKILL the one embedded redis-server under ``under``; its pid, once it is gone."""
+    [pid] = embedded_redis_servers(under)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(pid), timeout=10, what=f"redis-server {pid} gone")
+    return pid
+
+
+def _changes(ops: Operations, tag: str) -> list[str]:
+    made = ops.boot(BootRequest(f"vm-{tag}", "m1.small", project_id="p1", user_id="u", count=4))
+    uuids = [p.uuid for p in made.instances]
+    for i, vm in enumerate(uuids):
+        ops.rename(vm, f"{tag}-{i}")
+    ops.delete(uuids[-1])
+    return uuids
+
+
+def _indexer(settings: Settings, workers: int) -> subprocess.Popen[str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "CELLSIGHT_BATCH_AGE_MS": "50",
+            "CELLSIGHT_OUTBOX_RELAY_INTERVAL": "0.5",  # what the outage left in outboxes
+            "COLUMNS": "250",  # one line per message from the console
+        }
+    )
+    command = [sys.executable, "-m", "cellsight", "--data-dir", str(settings.data_dir)]
+    proc = subprocess.Popen(
+        [*command, "indexer", "--workers", str(workers)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    consuming = 0
+    while consuming < workers:  # each consumer prints its engine and queue once it consumes
+        line = proc.stdout.readline()
+        assert line, proc.communicate(timeout=30)
+        consuming += ", queue " in line
+    return proc
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_indexer_brings_a_killed_bus_back_and_indexes_everything(
+    tmp_path: Path, workers: int
+) -> None:
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = _cluster(settings)
+    # A producer beside the indexer, on the server it started: it cannot start another.
+    # Without retries, what it publishes while the bus is down waits in the cells'
+    # outboxes for the relay beside the indexer.
+    bus = build_bus(settings)
+    notifier = Notifier.on_bus(
+        bus,
+        close_bus=False,
+        retry_policy={"max_retries": 0},
+        declare_queues=[dead_letter_queue(settings), indexer_queue(settings)],
+    )
+    ops = Operations(registry, notifier, publisher_id="test")
+    engine = EmbeddedEngine(settings.index_path)
+    proc = _indexer(settings, workers)
+    try:
+        uuids = _changes(ops, "before")
+        wait_for(lambda: _matches(registry, engine), 60, "index == cells before the kill")
+        dead = _kill_the_bus(tmp_path)
+        uuids += _changes(ops, "after")
+        wait_for(lambda: _matches(registry, engine), 60, "index == cells after the kill")
+        # Every worker revived (each lost its connection): one server came of it.
+        servers = embedded_redis_servers(tmp_path)
+        assert len(servers) == 1 and servers != [dead]
+        assert engine.count("instance") == len(uuids)
+        assert proc.poll() is None  # the same indexer all along
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out + err
+    assert "was gone; started" in err, err
+    notifier.close()
+    bus.close()  # the last handle, opened before the kill, stops the revived server
+    assert not embedded_redis_servers(tmp_path)
+    assert not (settings.bus_dir / REGISTRY).exists()
+    engine.close()
+    registry.close()
+
+
+def test_the_demo_brings_a_killed_bus_back(tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "demo.out"
+    command = [sys.executable, "-m", "cellsight", "--data-dir", str(data), "demo"]
+    args = ["--cells", "1", "--instances", "20", "--port", "0", "--interval", "0.5"]
+    with out.open("w") as sink:
+        proc = subprocess.Popen(
+            [*command, *args], stdout=sink, stderr=subprocess.STDOUT, cwd=tmp_path
+        )
+    notifier = None
+    try:
+        wait_for(lambda: "curl " in out.read_text() or proc.poll() is not None, 180, "the demo")
+        assert proc.poll() is None, out.read_text()
+        settings = load_settings(data_dir=data)
+        registry = CellRegistry.from_settings(settings)
+        engine = EmbeddedEngine(settings.index_path)
+        notifier = build_notifier(settings)  # attached before the kill: starts no server
+        ops = Operations(registry, notifier, publisher_id="test")
+        dead = _kill_the_bus(tmp_path)
+        # The demo's live stream goes on meanwhile; so do this producer's changes.
+        _changes(ops, "after")
+        wait_for(lambda: _matches(registry, engine), 90, "index == cells after the kill")
+        servers = embedded_redis_servers(tmp_path)
+        assert len(servers) == 1 and servers != [dead]
+        engine.close()
+        registry.close()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if notifier is not None:
+            notifier.close()
+    assert "was gone; started" in out.read_text()
+    assert not embedded_redis_servers(tmp_path)
