@@ -25,7 +25,7 @@ import pytest
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
-from tests.support.es_compat import ES_CLIENT_OPTIONS
+from tests.support.http_engines import make_engine
 from tests.support.indexing import bus_settings
 from tests.support.services import osmem_clone_url
 
@@ -39,17 +39,6 @@ ENGINES = [
 ]
 
 
-def _http_engine(kind: str, url: str, prefix: str) -> SearchEngine:
-    if kind == "opensearch":
-        from cellsight.indexer.engines.opensearch import OpenSearchEngine
-
-        return OpenSearchEngine(url, prefix=prefix, timeout=10.0)
-    from cellsight.indexer.engines.elasticsearch import ElasticsearchEngine
-
-    # osmem answers the Elasticsearch client's compatibility media type with 406.
-    return ElasticsearchEngine(url, prefix=prefix, timeout=10.0, **ES_CLIENT_OPTIONS)
-
-
 @pytest.fixture(params=ENGINES)
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchEngine]:
     kind = str(request.param)
@@ -57,7 +46,7 @@ def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SearchEng
     if kind == "embedded":
         eng: SearchEngine = EmbeddedEngine(tmp_path / "index.db", prefix=prefix)
     else:
-        eng = _http_engine(kind, osmem_clone_url(request), prefix)
+        eng = make_engine(kind, osmem_clone_url(request), prefix=prefix, timeout=10.0)
     yield eng
     eng.close()
 

@@ -16,7 +16,7 @@ from cellsight.indexer.engines.http_core import HttpCore
 from cellsight.indexer.outcomes import Verdict
 from cellsight.indexer.planning import EventInfo, Planned
 from cellsight.indexer.writer import BatchWriter
-from tests.indexer.conftest import _http_engine
+from tests.support.http_engines import make_engine
 from tests.support.services import osmem_clone_url
 
 pytestmark = pytest.mark.services
@@ -25,7 +25,8 @@ pytestmark = pytest.mark.services
 @pytest.fixture(params=["elasticsearch", "opensearch"])
 def old_index(request: pytest.FixtureRequest) -> Iterator[SearchEngine]:
     """An engine whose instance index has the mapping of before ``tags_version``."""
-    engine = _http_engine(str(request.param), osmem_clone_url(request), f"t{uuid.uuid4().hex[:8]}")
+    url, prefix = osmem_clone_url(request), f"t{uuid.uuid4().hex[:8]}"
+    engine = make_engine(str(request.param), url, prefix=prefix, timeout=10.0)
     assert isinstance(engine, HttpCore)
     body: dict[str, Any] = engine._index_body("instance", bulk_load=False)  # type: ignore[attr-defined]
     del body["mappings"]["properties"]["tags_version"]
