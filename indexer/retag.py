@@ -34,6 +34,11 @@ def tags_version(stored: StoredDocument) -> int:
     return value if type(value) is int else stored.version
 
 
+def needed(op: WriteOp, stored: StoredDocument | None) -> bool:
+    """Whether ``op``'s tags are newer than the stored document's (None: none stored)."""
+    return stored is not None and op.version > tags_version(stored)
+
+
 def carries_tags(op: WriteOp) -> bool:
     """The op's tags came with its own event (not merged from another version)."""
     return op.resource == "instance" and op.document.get("tags_version") == op.version
@@ -81,7 +86,7 @@ def retag_ops(stale: dict[str, WriteOp], stored: dict[str, StoredDocument]) -> l
     out: list[WriteOp] = []
     for doc_id, op in stale.items():
         s = stored.get(doc_id)
-        if s is None or op.version <= tags_version(s):
+        if s is None or not needed(op, s):
             continue  # purged, or its tags are as new as the event's
         if s.version < op.version:
             out.append(op)

@@ -51,6 +51,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+TAGS_VERSION = ("tags_version",)
 CellResolver = Callable[[Sequence[str]], dict[str, str]]
 # What a commit waits out, unacked: the engine's outages, and the API database's, which
 # the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
@@ -108,12 +109,14 @@ class BatchWriter:
             self._retrying(lambda: self._ensure_ready(resources), "making the indexes ready")
             self._retrying(lambda: self._prepare(planned, outcomes), "reading stored tags")
             todo = [p for p in planned if outcomes[p.position] is None]
-            stale: list[WriteOp] = []
+            stale: list[tuple[WriteOp, int | None]] = []
             if todo:
                 self._retrying(lambda: self._write(todo, outcomes, stale), "the bulk write")
             if stale:
-                newest = newest_carrying_tags(stale)
-                self._retrying(lambda: self._retag(newest), "rewriting stale events' tags")
+                newest = newest_carrying_tags(op for op, _ in stale)
+                # The embedded engine says which stored tags are older; the others: read.
+                known = all(tags is not None for _, tags in stale)
+                self._retrying(lambda: self._retag(newest, known), "rewriting stale events' tags")
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
         if self.record_metrics:
             record_outcomes(final)
@@ -169,9 +172,13 @@ class BatchWriter:
                 p.op.document["cell_uuid"] = cells.get(p.op.id)
 
     def _write(
-        self, todo: list[Planned], outcomes: list[Outcome | None], stale: list[WriteOp]
+        self,
+        todo: list[Planned],
+        outcomes: list[Outcome | None],
+        stale: list[tuple[WriteOp, int | None]],
     ) -> None:
-        """The bulk write; ``stale`` gets the stale ops that carried their own tags."""
+        """The bulk write; ``stale`` gets the stale ops that carried their own tags and
+        may be newer than the stored ones, with the stored tags version if known."""
         pending = [p for p in todo if outcomes[p.position] is None]
         if not pending:
             return
@@ -192,8 +199,9 @@ class BatchWriter:
                 outcomes[p.position] = Outcome(
                     Verdict.STALE, "stale", event_type=event_type, resource=p.op.resource
                 )
-                if carries_tags(p.op):
-                    stale.append(p.op)
+                known = result.tags_version
+                if carries_tags(p.op) and (known is None or known < p.op.version):
+                    stale.append((p.op, known))
             elif result.status is WriteStatus.REJECTED:
                 outcomes[p.position] = dead(
                     "rejected", f"engine rejected document: {result.reason}", event_type
@@ -203,19 +211,30 @@ class BatchWriter:
         if retry:
             raise ItemsToRetry(f"{retry} of {len(pending)} items must be retried")
 
-    def _retag(self, pending: dict[str, WriteOp]) -> None:
-        """Stale events' tags newer than the stored ones replace them (``retag``)."""
+    def _retag(self, pending: dict[str, WriteOp], known: bool) -> None:
+        """Stale events' tags newer than the stored ones replace them (``retag``).
+        ``known``: the stored tags were found older (no need to read their version)."""
         for _ in range(retag.ATTEMPTS):
-            stored = self.engine.get_many("instance", sorted(pending))
-            ops = retag_ops(pending, stored)
+            if not known:
+                light = self.engine.get_many("instance", sorted(pending), fields=TAGS_VERSION)
+                pending = {i: op for i, op in pending.items() if retag.needed(op, light.get(i))}
+                if not pending:
+                    return
+            known = False
+            ops = retag_ops(pending, self.engine.get_many("instance", sorted(pending)))
             if not ops:
                 return
             lost: dict[str, WriteOp] = {}
+            retry = 0
             for op, result in zip(ops, self.engine.bulk(ops), strict=True):
                 if result.status is WriteStatus.REJECTED:
                     log.warning("instance %s: its tags were refused: %s", op.id, result.reason)
-                elif result.status is not WriteStatus.OK:
-                    lost[op.id] = pending[op.id]  # a newer version came in between
+                elif result.status is WriteStatus.RETRY:
+                    retry += 1
+                elif result.status is WriteStatus.STALE:
+                    lost[op.id] = pending[op.id]  # another write came in between: look again
+            if retry:
+                raise ItemsToRetry(f"{retry} of {len(ops)} tag rewrites must be retried")
             if not lost:
                 return
             pending = lost

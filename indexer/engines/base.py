@@ -69,7 +69,9 @@ class WriteOp(NamedTuple):
     version: int
     document: dict[str, Any]
     # Also replace a stored document of the same version (Elasticsearch's
-    # ``external_gte``): a correction of that version's document, not a newer one.
+    # ``external_gte``): a correction of that version's tags, never a new document. The
+    # embedded engine takes it only while the stored tags are older (``tags_version``);
+    # the HTTP engines cannot compare that (see README, Limits).
     same_version: bool = False
 
 
@@ -79,6 +81,9 @@ class WriteResult(msgspec.Struct, frozen=True):
 
     status: WriteStatus
     reason: str | None = None
+    # For a STALE instance: the tags version of the stored document it met, where the
+    # engine knows it (the embedded engine; an HTTP conflict does not say).
+    tags_version: int | None = None
 
 
 class StoredDocument(msgspec.Struct, frozen=True):
@@ -167,9 +172,11 @@ class DocumentStore(abc.ABC):
     def get_many(
         self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
     ) -> dict[str, StoredDocument]:
-        """From the write alias's newest index (what the writer compares against). With
-        ``fields``, each document holds only those of them it stores (the engine may add
-        others): the writer needs a stored document's tags, not its 3 KB."""
+        """From the write alias's indexes, the highest version of each id (what the
+        writer compares against: during a sync the new index lacks what it has not
+        loaded yet). With ``fields``, each document holds only those of them it stores
+        (the engine may add others): the writer needs a stored document's tags, not its
+        3 KB."""
 
 
 class Search(abc.ABC):

@@ -100,12 +100,26 @@ class HttpDocuments(HttpCore):
     ) -> dict[str, StoredDocument]:
         if not ids:
             return {}
-        index = self._newest_write_index(resource)
+        # Every index behind the write alias, the highest version of each id: during a
+        # sync the new index lacks what it has not loaded yet.
+        indexes = self._alias_indexes(self.write_alias(resource))
         params = None if fields is None else {"_source_includes": ",".join(fields)}
-        body = self._send(
-            "POST", f"/{index}/_mget", params=params, body={"ids": list(dict.fromkeys(ids))}
-        )
-        return {doc["_id"]: stored(doc) for doc in body.get("docs", []) if doc.get("found")}
+        unique = list(dict.fromkeys(ids))
+        request: dict[str, Any]
+        if len(indexes) == 1:
+            request = {"ids": unique}
+            path = f"/{indexes[0]}/_mget"
+        else:
+            request = {"docs": [{"_index": i, "_id": d} for i in indexes for d in unique]}
+            path = "/_mget"
+        body = self._send("POST", path, params=params, body=request)
+        out: dict[str, StoredDocument] = {}
+        for doc in body.get("docs", []):
+            if doc.get("found"):
+                s = stored(doc)
+                if s.id not in out or s.version > out[s.id].version:
+                    out[s.id] = s
+        return out
 
     def bulk_index(
         self,

@@ -31,6 +31,12 @@ OK = WriteResult(WriteStatus.OK)
 STALE = WriteResult(WriteStatus.STALE)
 
 
+def tags_version_of(op: WriteOp) -> int:
+    """The version of the event an op's tags came from (``cellsight.indexer.retag``)."""
+    value = op.document.get("tags_version")
+    return value if type(value) is int else op.version
+
+
 def rejected(reason: str) -> WriteResult:
     return WriteResult(WriteStatus.REJECTED, reason)
 
@@ -86,7 +92,7 @@ class Writer:
                 self._current[(id(conn), index)] = version
         conn.execute("SAVEPOINT bulk")
         try:
-            took = self._upsert(conn, schema, targets, prepared)
+            took, stored_tags = self._upsert(conn, schema, targets, prepared)
         except UnicodeEncodeError:
             # Rare: a lone surrogate in a string. Find the culprits, write the rest.
             conn.execute("ROLLBACK TO bulk")
@@ -97,10 +103,15 @@ class Writer:
                 else:
                     results[i] = rejected("a string is not valid Unicode (lone surrogate)")
             prepared = good
-            took = self._upsert(conn, schema, targets, prepared)
+            took, stored_tags = self._upsert(conn, schema, targets, prepared)
         conn.execute("RELEASE bulk")
         for i, _ in prepared:
-            results[i] = OK if i in took else STALE
+            if i in took:
+                results[i] = OK
+            elif i in stored_tags:
+                results[i] = WriteResult(WriteStatus.STALE, tags_version=stored_tags[i])
+            else:
+                results[i] = STALE
 
     def _upsert(
         self,
@@ -108,33 +119,46 @@ class Writer:
         schema: Schema,
         targets: Sequence[str],
         prepared: Sequence[tuple[int, Prepared]],
-    ) -> set[int]:
-        """Positions that some target took (the others already held a newer version)."""
+    ) -> tuple[set[int], dict[int, int]]:
+        """Positions that some target took (the others already held a newer version),
+        and the stored tags version a stale one met (the oldest over the targets)."""
         took: set[int] = set()
+        stored_tags: dict[int, int] = {}
         if not prepared:
-            return took
+            return took, stored_tags
         ids = json.dumps([p.op.id for _, p in prepared])
         for index in targets:
             table = quote(index)
             sql = self._sql(schema, index)
-            existing: dict[str, tuple[int, int]] = {
-                doc_id: (version, rid)
-                for doc_id, version, rid in conn.execute(sql.select_versions, (ids,))
-            }
-            # In op order, as the engines with external versions do: a later duplicate
-            # wins only with a greater version. Only each id's final winner is written.
-            held = {doc_id: version for doc_id, (version, _) in existing.items()}
+            existing: dict[str, tuple[int, int]] = {}
+            # (version, tags version): in op order, as the engines with external versions
+            # do, a later duplicate wins only with a greater version. Only each id's final
+            # winner is written.
+            held: dict[str, tuple[int, int]] = {}
+            for doc_id, version, rid, tags in conn.execute(sql.select_versions, (ids,)):
+                existing[doc_id] = (version, rid)
+                held[doc_id] = (version, tags)
             winners: dict[str, tuple[int, Prepared]] = {}
             for i, p in prepared:
-                current = held.get(p.op.id)
-                if (
-                    current is None
-                    or p.op.version > current
-                    or (p.op.same_version and p.op.version == current)
+                op = p.op
+                current = held.get(op.id)
+                if current is None:
+                    if op.same_version:
+                        continue  # a correction of a document that is gone: nothing to do
+                elif op.version > current[0]:
+                    pass
+                elif not (
+                    # A same-version write corrects the tags; it takes the stored document
+                    # only while that holds older tags (another writer may have been first).
+                    op.same_version
+                    and op.version == current[0]
+                    and current[1] < tags_version_of(op)
                 ):
-                    held[p.op.id] = p.op.version
-                    winners[p.op.id] = (i, p)
-                    took.add(i)
+                    stored_tags[i] = min(stored_tags.get(i, current[1]), current[1])
+                    continue
+                held[op.id] = (op.version, tags_version_of(op))
+                winners[op.id] = (i, p)
+                took.add(i)
             if not winners:
                 continue
             next_rid = conn.execute(f"SELECT coalesce(max(rid), 0) FROM {table}").fetchone()[0]
@@ -167,7 +191,7 @@ class Writer:
                 side.extend(self._side_changes(conn, sql, replaced))
             if side:
                 conn.executemany(sql.insert_side, side)
-        return took
+        return took, stored_tags
 
     def _row_changes(
         self, conn: sqlite3.Connection, sql: Statements, replaced: dict[int, Prepared]
@@ -239,8 +263,12 @@ class Statements(NamedTuple):
     def of(cls, schema: Schema, index: str) -> Statements:
         many = side_table(index)
         columns = ", ".join(quote(n) for n in schema.row_names)
+        has_tags = "tags_version" in schema.row_names
+        tags = 'coalesce("tags_version", version)' if has_tags else "version"
         return cls(
-            select_versions=f"SELECT id, version, rid FROM {quote(index)} "
+            # Documents without a tags version (nodes; instances written before it existed)
+            # have tags as new as themselves.
+            select_versions=f"SELECT id, version, rid, {tags} FROM {quote(index)} "
             "WHERE id IN (SELECT value FROM json_each(?))",
             select_rows=f"SELECT rid, {columns} FROM {quote(index)} "
             "WHERE rid IN (SELECT value FROM json_each(?))",
