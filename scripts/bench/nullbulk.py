@@ -40,6 +40,7 @@ class State:
         self.created: dict[str, int] = {}  # index -> creation date (ms)
         self.aliases: dict[str, set[str]] = {}  # alias -> indexes
         self.ids: dict[str, set[str]] = {}  # index -> ids written
+        self.mappings: dict[str, dict[str, Any]] = {}  # index -> its mapping
         self.items = 0
         self.requests = 0
 
@@ -116,6 +117,7 @@ class Handler(BaseHTTPRequestHandler):
         if len(parts) == 1 and method == "PUT":
             st.created[parts[0]] = int(time.time() * 1000)
             spec = orjson.loads(body) if body else {}
+            st.mappings[parts[0]] = spec.get("mappings", {})
             for alias in spec.get("aliases", {}):
                 st.aliases.setdefault(alias, set()).add(parts[0])
             return self._answer(200, {"acknowledged": True, "index": parts[0]})
@@ -134,12 +136,24 @@ class Handler(BaseHTTPRequestHandler):
                     for i in st.resolve(parts[0])
                 },
             )
+        if len(parts) == 2 and parts[1] == "_mapping":  # the writer adds missing fields
+            if method == "PUT":
+                for i in st.resolve(parts[0]):
+                    props = st.mappings.setdefault(i, {}).setdefault("properties", {})
+                    props.update(orjson.loads(body).get("properties", {}))
+                return self._answer(200, {"acknowledged": True})
+            return self._answer(
+                200, {i: {"mappings": st.mappings.get(i, {})} for i in st.resolve(parts[0])}
+            )
         if len(parts) >= 2 and parts[1] == "_doc" and method == "GET":
             return self._answer(404, {"_index": parts[0], "_id": parts[-1], "found": False})
         if parts[-1] == "_mget":  # nothing is stored, so nothing is found
-            ids = orjson.loads(body).get("ids", []) if body else []
+            spec = orjson.loads(body) if body else {}
+            asked = [(parts[0], i) for i in spec.get("ids", [])] + [
+                (d["_index"], d["_id"]) for d in spec.get("docs", [])
+            ]
             return self._answer(
-                200, {"docs": [{"_index": parts[0], "_id": i, "found": False} for i in ids]}
+                200, {"docs": [{"_index": x, "_id": i, "found": False} for x, i in asked]}
             )
         if parts[-1] == "_refresh":
             return self._answer(200, {"_shards": SHARDS})
