@@ -155,9 +155,12 @@ def test_prometheus_scrapes_the_ports_the_services_listen_on() -> None:
         for group in job["static_configs"]
         for target in group["targets"]
     }
-    assert targets == {"indexer:9100", "api:8774"}
     base_env = compose["x-cellsight"]["environment"]
     assert base_env["CELLSIGHT_METRICS_PORT"] == "9100"
+    # Worker i of ``indexer --workers N`` serves its metrics on the port + i.
+    indexer = services["indexer"]["command"]
+    workers = int(indexer[indexer.index("--workers") + 1]) if "--workers" in indexer else 1
+    assert targets == {*(f"indexer:{9100 + i}" for i in range(workers)), "api:8774"}
     assert "--port" in services["api"]["command"]
     assert services["api"]["command"][services["api"]["command"].index("--port") + 1] == "8774"
     assert "9100" in " ".join(services["indexer"]["healthcheck"]["test"])
