@@ -16,7 +16,6 @@ import pytest
 
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier, dead_letter_queue, indexer_queue
 from cellsight.indexer.engines.base import IndexMissing
@@ -25,17 +24,8 @@ from cellsight.notifications.embedded import REGISTRY
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import Settings, load_settings
 from tests.support.drift import index_differences
-from tests.support.indexing import bus_settings, wait_for
+from tests.support.indexing import bus_settings, sqlite_cluster, wait_for
 from tests.support.services import embedded_redis_servers
-
-
-def _cluster(settings: Settings) -> CellRegistry:
-    registry = CellRegistry.from_settings(settings)
-    for name in ("cell1", "cell2"):
-        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
-        for host in ("host1", "host2"):
-            add_compute_node(registry.cell_engine(cell), host, availability_zone="az1")
-    return registry
 
 
 def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
@@ -102,7 +92,7 @@ def test_the_indexer_brings_a_killed_bus_back_and_indexes_everything(
     tmp_path: Path, workers: int
 ) -> None:
     settings = bus_settings(tmp_path / "data", "embedded")
-    registry = _cluster(settings)
+    registry = sqlite_cluster(settings)
     # A producer beside the indexer, on the server it started: it cannot start another.
     # Without retries, what it publishes while the bus is down waits in the cells'
     # outboxes for the relay beside the indexer.

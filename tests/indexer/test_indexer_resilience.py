@@ -19,7 +19,6 @@ import pytest
 from cellsight.cells.errors import CellsError
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier
 from cellsight.indexer.dlq import peek
@@ -29,19 +28,16 @@ from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from cellsight.indexer.metrics import REGISTRY
 from cellsight.settings import Settings
 from tests.support.drift import index_differences
-from tests.support.indexing import PIPELINES, bus_settings, running_indexer, wait_for
+from tests.support.indexing import (
+    PIPELINES,
+    bus_settings,
+    running_indexer,
+    sqlite_cluster,
+    wait_for,
+)
 from tests.support.publishers import CountingPublisher
 
 pytestmark = pytest.mark.services
-
-
-def _cluster(settings: Settings) -> CellRegistry:
-    registry = CellRegistry.from_settings(settings)
-    for name in ("cell1", "cell2"):
-        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
-        for host in ("host1", "host2", "host3"):
-            add_compute_node(registry.cell_engine(cell), host, availability_zone="az1")
-    return registry
 
 
 class Producer(threading.Thread):
@@ -129,7 +125,7 @@ def _index_matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
 
 def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> None:
     settings = bus_settings(tmp_path / "data", "rabbitmq")
-    registry = _cluster(settings)
+    registry = sqlite_cluster(settings, hosts=3)
     notifier = build_notifier(settings)
     publisher = CountingPublisher(notifier)
     producer = Producer(Operations(registry, publisher, publisher_id="test"), seed=7)
@@ -183,7 +179,7 @@ def test_engine_outage_acks_nothing_then_drains(
 ) -> None:
     server = own_osmem
     settings = bus_settings(tmp_path / "data", "rabbitmq")
-    registry = _cluster(settings)
+    registry = sqlite_cluster(settings, hosts=3)
     engine = OpenSearchEngine(server.url, prefix="outage", timeout=1.0)
     engine.ensure_ready("instance")
     publisher = CountingPublisher(build_notifier(settings))

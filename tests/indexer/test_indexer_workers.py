@@ -16,7 +16,6 @@ from kombu import Connection
 
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_notifier
 from cellsight.indexer.dlq import peek
@@ -24,21 +23,12 @@ from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
 from tests.support.drift import index_differences
-from tests.support.indexing import bus_settings, wait_for
+from tests.support.indexing import bus_settings, sqlite_cluster, wait_for
 from tests.support.publishers import CountingPublisher
 
 pytestmark = pytest.mark.services
 
 STOPPED = re.compile(r"^indexer\[(\d+)\] stopped: (\{.*\})$")
-
-
-def _cluster(settings: Settings) -> CellRegistry:
-    registry = CellRegistry.from_settings(settings)
-    for name in ("cell1", "cell2"):
-        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
-        for host in ("host1", "host2"):
-            add_compute_node(registry.cell_engine(cell), host, availability_zone="az1")
-    return registry
 
 
 def _workers(settings: Settings, n: int) -> subprocess.Popen[str]:
@@ -82,7 +72,7 @@ def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
 
 def test_two_workers_converge_and_stop_on_sigterm(rabbitmq_url: str, tmp_path: Path) -> None:
     settings = bus_settings(tmp_path / "data", "rabbitmq")
-    registry = _cluster(settings)
+    registry = sqlite_cluster(settings)
     notifier = build_notifier(settings)  # declares the queue the workers consume
     publisher = CountingPublisher(notifier)
     ops = Operations(registry, publisher, publisher_id="test")
@@ -136,7 +126,7 @@ def test_three_workers_on_a_fresh_data_dir_with_the_embedded_bus(tmp_path: Path)
         assert proc.stdout is not None
         first = proc.stdout.readline()  # printed once the shared parts exist
         assert first.startswith("indexer: 3 worker processes"), first
-        registry = _cluster(settings)
+        registry = sqlite_cluster(settings)
         notifier = build_notifier(settings)
         ops = Operations(registry, CountingPublisher(notifier), publisher_id="test")
         made = ops.boot(BootRequest("vm", "m1.small", project_id="p1", user_id="u", count=6))

@@ -21,6 +21,7 @@ from cellsight.notifications.bus import SOCKET_PATH_MAX, EmbeddedRedis, open_bus
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.errors import PublishError
 from cellsight.notifications.notifier import Notifier
+from tests.support.waiting import alive
 
 Exact = Callable[[list[tuple[str, dict[str, Any]]], list[Notification]], None]
 
@@ -86,15 +87,6 @@ def run_python(script: str, *args: str, timeout: float = 30) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def alive(pid: int) -> bool:
-    """Running, not merely a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def test_publisher_in_another_process_delivers_every_message_exactly(

@@ -22,7 +22,7 @@ from cellsight.notifications.embedded import REGISTRY
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.notifier import Notifier
 from tests.support.services import embedded_redis_servers
-from tests.support.waiting import wait_for
+from tests.support.waiting import alive, wait_for
 
 Exact = Callable[[list[tuple[str, dict[str, Any]]], list[Notification]], None]
 
@@ -42,15 +42,6 @@ REVIVER = textwrap.dedent(
     bus.close()
     """
 )
-
-
-def alive(pid: int) -> bool:
-    """Running, not merely a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def kill(pid: int) -> None:

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodes import add_compute_node
 from cellsight.clients import build_bus, build_consumer_config
 from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine
@@ -90,3 +92,14 @@ def consuming(consumer: IndexerConsumer) -> Iterator[IndexerConsumer]:
         consumer.stop.set()
         thread.join(30)
         assert not thread.is_alive(), "indexer did not stop"
+
+
+def sqlite_cluster(settings: Settings, hosts: int = 2) -> CellRegistry:
+    """Two SQLite cells in the data directory, each with ``hosts`` compute nodes in az1:
+    the cluster of the indexer's process-level tests."""
+    registry = CellRegistry.from_settings(settings)
+    for name in ("cell1", "cell2"):
+        cell = registry.add_cell(name, f"sqlite:///{settings.data_dir.resolve() / (name + '.db')}")
+        for n in range(1, hosts + 1):
+            add_compute_node(registry.cell_engine(cell), f"host{n}", availability_zone="az1")
+    return registry
