@@ -147,6 +147,7 @@ class IndexerConsumer:
         self.acked = 0
         self.received = 0
         self._consuming_since: float | None = None  # monotonic, on the current connection
+        self._ever_consumed = False  # an outage at start-up is "unreachable", not "lost"
 
     # Run loop ---------------------------------------------------------------
     def run(self, max_batches: int | None = None) -> None:
@@ -170,7 +171,8 @@ class IndexerConsumer:
                     return
                 except self.connection.connection_errors as exc:
                     backoff = self._backoff(backoff)
-                    self._lost(f"bus connection lost ({exc})", backoff)
+                    what = "bus connection lost" if self._ever_consumed else "bus unreachable"
+                    self._lost(f"{what} ({exc})", backoff)
                     self._revive()
                     self.connection = self.connection.clone()
                 except ChannelLost as exc:
@@ -230,6 +232,7 @@ class IndexerConsumer:
             )
             with consumer, routed_deliveries(self.connection, channel, self._on_message):
                 self._consuming_since = time.monotonic()
+                self._ever_consumed = True
                 frames = buffered_frames(self.connection)
                 try:
                     while not self.stop.is_set():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -71,4 +72,26 @@ def test_the_backoff_starts_afresh_once_the_bus_was_back(
             wait_for(lambda: engine.get("instance", third) is not None, 30, "consuming again")
     finally:
         proxy.stop()
+        engine.close()
+
+
+def test_a_bus_refused_from_the_start_is_unreachable_not_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator's wrong port: the indexer retries, and says it never reached the bus."""
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    settings = bus_settings(tmp_path / "data", "rabbitmq").model_copy(
+        update={"bus_url": f"amqp://guest:guest@127.0.0.1:{port}//"}
+    )
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    try:
+        with running_indexer(settings, engine):
+            wait_for(lambda: bool(_waits(caplog)), 30, "a failed connect")
+        lines = [r.getMessage() for r in caplog.records if WAIT.search(r.getMessage())]
+        assert lines[0].startswith("bus unreachable ("), lines
+        assert not any("lost" in line for line in lines), lines
+    finally:
         engine.close()
