@@ -91,6 +91,35 @@ def ensure_tables(engine: sa.Engine) -> None:
     outbox_lease.create(engine, checkfirst=True)
 
 
+def subject(notification: Notification) -> str:
+    """What a notification is about, as an operator looks it up: ``instance <uuid>``."""
+    uuid = getattr(notification.payload, "uuid", None)
+    return f"{notification.event.object} {uuid}" if uuid else notification.event.object
+
+
+def undelivered(error: str, notifications: Sequence[Notification]) -> str:
+    """A publisher's error with the notification it names by message id told by its
+    subject (the ``Notifier`` says ``instance.create.start <message id> not delivered``):
+    ``instance.create.start of instance <uuid> (message <message id>) not delivered``.
+    A publisher that names none gets the first of the batch, whose rows all stay."""
+    for notification in notifications:
+        named = f"{notification.event_type} {notification.message_id}"
+        if notification.message_id and named in error:
+            told = (
+                f"{notification.event_type} of {subject(notification)} "
+                f"(message {notification.message_id})"
+            )
+            return error.replace(named, told, 1)
+    if not notifications:
+        return error
+    first = notifications[0]
+    rest = f" and the {len(notifications) - 1} after it" if len(notifications) > 1 else ""
+    return (
+        f"{first.event_type} of {subject(first)} (message {first.message_id}){rest} "
+        f"not delivered: {error}"
+    )
+
+
 @dataclass
 class RelayReport:
     published: int = 0
@@ -173,7 +202,7 @@ class Outbox:
                 try:
                     self.publisher.publish_many(notifications)
                 except PublishError as exc:
-                    report.error = str(exc)
+                    report.error = undelivered(str(exc), notifications)
                     break
                 last = len(rows) < self.batch
                 with write_transaction(engine) as conn:

@@ -6,6 +6,7 @@ the TOML file given with ``--config``. Every default is embedded: no server need
 
 from __future__ import annotations
 
+import tomllib
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -123,6 +124,11 @@ class Settings(BaseSettings):
         "dev", description="dev: X-Auth-Token user:project; token: tokens from token_file"
     )
     token_file: Path | None = Field(None, description="JSON/TOML token map for auth_mode token")
+    api_token: str | None = Field(
+        None,
+        description="X-Auth-Token `query --url` and `nodes refresh --url` send to a running "
+        "API (`--token` wins); default: cli:admin, an administrator in auth_mode dev",
+    )
     max_limit: int = Field(1000, ge=1, description="Largest page the API returns")
     safe_connect_cooldown: float = Field(
         30.0, ge=0, description="0 keeps the fallback until restart"
@@ -167,7 +173,7 @@ class Settings(BaseSettings):
             )
         return value
 
-    @field_validator("bus_url", "search_url", "api_db_url")
+    @field_validator("bus_url", "search_url", "api_db_url", "api_token")
     @classmethod
     def _blank_is_default(cls, value: str | None) -> str | None:
         return value or None
@@ -218,6 +224,9 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         raise ConfigError(
             f"invalid setting {name} (CELLSIGHT_{name.upper()}): {first['msg']}{more}"
         ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        # Only the --config file is parsed as TOML or decoded from bytes here.
+        raise ConfigError(f"--config {config}: invalid TOML: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"invalid settings: {exc}") from None
     finally:

@@ -17,8 +17,34 @@ from cellsight.notifications.confirm import (
     confirming_connection,
     publish_confirmed,
 )
-from cellsight.notifications.errors import PublishError
+from cellsight.notifications.errors import NotificationError, PublishError
 from cellsight.notifications.limits import MAX_BODY_BYTES
+
+
+def _contract_reasons() -> list[str]:
+    """The codes of the contract's errors the decoder raises (``notifications.errors``;
+    not those of ``PublishError`` and its kinds, a producer's, nor the base's, which
+    none raises)."""
+    codes: list[str] = []
+    kinds = list(NotificationError.__subclasses__())
+    while kinds:
+        kind = kinds.pop(0)
+        if issubclass(kind, PublishError):
+            continue
+        kinds.extend(kind.__subclasses__())
+        if kind.reason not in codes:
+            codes.append(kind.reason)
+    return codes
+
+
+REASON_CODES: tuple[str, ...] = (
+    *_contract_reasons(),
+    "not_an_instance",  # indexer.planning: an instance event without InstancePayload's fields
+    "rejected",  # indexer.writer: the engine refused the document
+    "internal",  # indexer.planning.INTERNAL: an exception nobody foresaw
+    "unknown",  # indexer.deadletter: a letter that came without a code
+)
+"""Every reason code a dead letter can carry (``x-cellsight-reason-code``)."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
 from cellsight.cli.context import State, error_line, fail
+from cellsight.cli.pipes import flush_stdout, silence_stdout, stdout_closed
 
 
 class BoundaryGroup(TyperGroup):
@@ -38,6 +39,11 @@ class BoundaryGroup(TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            # A pipe holds the output until exit: a reader gone by now is told here
+            # (a command that failed keeps its own code).
+            closed = flush_stdout()
+            if closed is not None and not code:
+                code = closed
         except NoArgsIsHelpError as exc:  # the help was printed: nothing more to say
             sys.exit(exc.exit_code)
         except ClickException as exc:
@@ -57,6 +63,8 @@ class BoundaryGroup(TyperGroup):
         except (typer.Exit, typer.Abort, ClickException):
             raise
         except (Exception, KeyboardInterrupt) as exc:
+            if isinstance(exc, BrokenPipeError) and stdout_closed():
+                raise typer.Exit(silence_stdout()) from None  # see cellsight.cli.pipes
             state = ctx.obj
             if isinstance(state, State) and state.debug:
                 raise
@@ -74,15 +82,13 @@ app = typer.Typer(
     epilog=(
         "Exit codes: 0 done; 1 runtime failure (a bus, engine or database failed or "
         "refused); 2 usage (bad option, value, setting or name); 3 lock held; "
-        "130 interrupted."
+        "130 interrupted; 141 output's reader gone (| head)."
     ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-LEVELS = {0: "WARNING", 1: "INFO"}
 
 
 @app.callback()
@@ -118,12 +124,9 @@ def _root(
                 param_hint="'--data-dir'",
             )
         overrides["data_dir"] = Path(data_dir)
-    import logging
+    from cellsight.cli import logs
 
-    logging.basicConfig(
-        level=LEVELS.get(verbose, "DEBUG"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    logs.configure(logs.for_options(verbose, debug))
     ctx.obj = State(config, overrides, debug)
 
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cellsight.cli.context import settings_of
+from cellsight.cli.context import fail, settings_of
 
 # Literal so that --help needs no settings import; a test checks them against Settings.
 DEFAULT_HOST = "127.0.0.1"
@@ -39,12 +39,22 @@ def serve(
     import uvicorn
 
     from cellsight.api.app import create_app
+    from cellsight.cli.errors import RUNTIME
+    from cellsight.cli.ports import check_bind
 
     settings = settings_of(ctx)
+    bind_host = host or settings.api_host
+    bind_port = settings.api_port if port is None else port
+    check_bind(bind_host, bind_port)  # named --host/--port, whose help names the settings
     app = create_app(settings, freeze_startup=True)  # a process that only serves the API
-    uvicorn.run(
-        app,
-        host=host or settings.api_host,
-        port=settings.api_port if port is None else port,
-        log_level=settings.log_level.lower(),
-    )
+    try:
+        uvicorn.run(app, host=bind_host, port=bind_port, log_level=settings.log_level.lower())
+    except SystemExit as exc:
+        # uvicorn's startup failure (3, this CLI's lock-held code): the port was taken
+        # between the check and the bind, or the app's startup failed; its log says why.
+        if exc.code in (None, 0):
+            raise
+        fail(
+            f"the API did not start on {bind_host}:{bind_port} (uvicorn's log above says why)",
+            code=RUNTIME,
+        )

@@ -144,6 +144,11 @@ def seed(
 
     from cellsight.cells.seed import seed as seed_cells
 
+    if db_url and len(db_url) != cells:
+        fail(
+            f"--db-url: {len(db_url)} given for --cells {cells}; give one per cell "
+            "(or none: SQLite files in the data directory)"
+        )
     settings = settings_of(ctx)
     with open_registry(ctx) as registry, ExitStack() as stack:
         publisher = None

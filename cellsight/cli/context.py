@@ -23,7 +23,17 @@ if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
     from cellsight.settings import Settings
 
-console = Console()
+
+class _StdoutConsole(Console):
+    def on_broken_pipe(self) -> None:
+        # Rich would exit 1 (a runtime failure here): the closed-pipe code instead.
+        from cellsight.cli.pipes import silence_stdout
+
+        self.quiet = True
+        raise typer.Exit(silence_stdout())
+
+
+console = _StdoutConsole()
 err_console = Console(stderr=True)
 
 

@@ -41,20 +41,6 @@ def _get(port: int, path: str, headers: dict[str, str]) -> tuple[int, Any, dict[
         return response.status, json.loads(response.read()), dict(response.headers)
 
 
-def _check_port(host: str, port: int) -> None:
-    """Fail before starting anything when the port is taken (uvicorn would only log)."""
-    if port == 0:
-        return
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            fail(
-                f"--port {port}: {host}:{port} is not free ({exc.strerror}); choose another --port"
-            )
-
-
 def _start_over(data_dir: Path) -> None:
     if not data_dir.exists():
         return
@@ -87,14 +73,16 @@ def demo(
     stream of cluster operations on the embedded defaults. Serves on 127.0.0.1:8774."""
     from cellsight.cells.mappings import CellRegistry
     from cellsight.cli.cells_cmd import seed
+    from cellsight.cli.ports import check_bind
     from cellsight.cli.progress import progress_for
     from cellsight.clients import build_engine
     from cellsight.indexer.sync import SyncOptions, run_sync
 
     settings = settings_of(ctx)
-    bind = settings.api_port if port is None else port
-    if serve:
-        _check_port(settings.api_host, bind)
+    # --no-serve only shows a few requests and exits: on a free port unless --port is
+    # given, so it runs beside a service that holds 8774 (CI's smoke test, an API).
+    bind = (settings.api_port if serve else 0) if port is None else port
+    check_bind(settings.api_host, bind, host_option="api_host (CELLSIGHT_API_HOST)")
     if fresh:
         _start_over(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)

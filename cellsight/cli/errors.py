@@ -10,6 +10,8 @@ Exit codes, the one convention every command follows:
       or already taken (a cell, a flavor, an instance uuid)
 3     another sync, verify or purge of the same type holds the lock
 130   interrupted (Ctrl-C or SIGTERM), cleaned up
+141   the reader of stdout went away (``| head``): stopped quietly, 128 + SIGPIPE
+      (``cellsight.cli.pipes``)
 ====  ==========================================================================
 
 Errors are classified by type, never by message text. The named errors of each
@@ -27,6 +29,7 @@ RUNTIME = 1
 USAGE = 2
 LOCKED = 3
 INTERRUPTED = 130
+CLOSED_PIPE = 141
 
 
 def _first_line(value: object) -> str:

@@ -99,8 +99,11 @@ def dlq_replay(
 ) -> None:
     """Republish dead letters to the notifications exchange (after a fix)."""
     from cellsight.clients import bus_connection
-    from cellsight.indexer.dlq import ReplayRefused, replay
+    from cellsight.indexer.dlq import REASON_CODES, ReplayRefused, replay
 
+    if reason is not None and reason not in REASON_CODES:
+        # A typo would replay nothing and say so as if all were well.
+        fail(f"--reason {reason!r}: not a reason code (known: {', '.join(REASON_CODES)})")
     settings = settings_of(ctx)
     with bus_connection(settings) as connection:
         try:

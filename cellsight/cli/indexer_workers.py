@@ -22,11 +22,17 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable, Sequence
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from cellsight.cli.context import console, error_line
 from cellsight.settings import Settings
+
+if TYPE_CHECKING:
+    from cellsight.cli.logs import LogSetup
+    from cellsight.indexer.engines.base import SearchEngine
 
 JOIN_POLL = 0.5  # seconds between checks that every worker is alive
 PARENT_POLL = 0.5  # seconds between a worker's checks that its supervisor is alive
@@ -54,13 +60,13 @@ def consume(
     """One indexer consumer until SIGTERM/SIGINT; returns its verdict totals. Worker 0
     also runs the periodic anti-entropy repair; worker ``i`` serves metrics on
     ``metrics_port + i``. A worker stops when its ``supervisor`` process is gone."""
+    from cellsight.cli import logs
     from cellsight.cli.outbox_cmd import relay_beside_indexer
     from cellsight.clients import (
         build_bus,
         build_cell_resolver,
         build_consumer_config,
         build_engine,
-        build_write_side,
     )
     from cellsight.indexer import metrics
     from cellsight.indexer.consumer import IndexerConsumer
@@ -98,7 +104,7 @@ def consume(
                 stop=stop,
                 cell_resolver=build_cell_resolver(settings),
                 write_process=(
-                    functools.partial(build_write_side, settings)
+                    functools.partial(_write_side, settings, logs.current())
                     if settings.write_process
                     else None
                 ),
@@ -124,9 +130,31 @@ def consume(
         engine.close()
 
 
-def _worker_main(settings: Settings, worker: int, supervisor: int, debug: bool = False) -> None:
+def _write_side(
+    settings: Settings, log_setup: LogSetup
+) -> tuple[SearchEngine, Callable[[Sequence[str]], dict[str, str]]]:
+    """``clients.build_write_side`` in an indexer's writer process, which logs as the
+    command does (the engine's client lives there)."""
+    from cellsight.cli import logs
+    from cellsight.clients import build_write_side
+
+    logs.configure(log_setup)
+    return build_write_side(settings)
+
+
+def _worker_main(
+    settings: Settings,
+    worker: int,
+    supervisor: int,
+    debug: bool = False,
+    log_setup: LogSetup | None = None,
+) -> None:
     """One worker process. What stops it is told as the CLI tells it, in one line naming
     the worker (``--debug``: the traceback instead); it exits 1, as before."""
+    if log_setup is not None:
+        from cellsight.cli import logs
+
+        logs.configure(log_setup)
     try:
         consume(settings, worker, supervisor)
     except Exception as exc:
@@ -143,6 +171,7 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
     """Run ``workers`` consumer processes until a signal (then 0 if all stopped cleanly)
     or until one of them exits on its own (then non-zero, after stopping the others)."""
     from cellsight.cells.mappings import CellRegistry
+    from cellsight.cli import logs
     from cellsight.clients import build_engine
 
     # Indexes, aliases and the API database's schema are created once, here: N processes
@@ -161,7 +190,7 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
         ctx.Process(
             target=_worker_main,
             # Our pid, not the worker's first getppid(): we may die before it starts.
-            args=(settings, i, os.getpid(), debug),
+            args=(settings, i, os.getpid(), debug, logs.current()),
             name=f"indexer-{i}",
             daemon=False,
         )

@@ -18,7 +18,13 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.context import console, err_console, fail, settings_of
-from cellsight.cli.querysource import LocalSource, RemoteSource, Source, SourceError
+from cellsight.cli.querysource import (
+    ADMIN_TOKEN,
+    LocalSource,
+    RemoteSource,
+    Source,
+    SourceError,
+)
 
 app = typer.Typer(name="query", help="Query v2 for people: tables of instances and nodes.")
 nodes_app = typer.Typer(name="nodes", help="Compute nodes: the API's node state cache.")
@@ -33,10 +39,25 @@ Url = Annotated[
     str | None,
     typer.Option("--url", help="A running API (default: the local data directory)"),
 ]
+Token = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        help="X-Auth-Token to send to --url (default: CELLSIGHT_API_TOKEN, else cli:admin, "
+        "an administrator in auth_mode dev)",
+        show_default=False,
+    ),
+]
 
 
-def _source(ctx: typer.Context, url: str | None) -> Source:
-    return RemoteSource(url) if url else LocalSource(settings_of(ctx))
+def _source(ctx: typer.Context, url: str | None, token: str | None) -> Source:
+    if token is not None and not token.strip():
+        fail("--token: must not be empty")
+    if not url:
+        if token is not None:
+            fail("--token: only with --url (the local data directory needs none)")
+        return LocalSource(settings_of(ctx))
+    return RemoteSource(url, token or settings_of(ctx).api_token or ADMIN_TOKEN)
 
 
 def format_unit(mib: float, units: str) -> str:
@@ -107,12 +128,14 @@ def run_query(
     units: str,
     strict: bool,
     url: str | None,
+    token: str | None = None,
 ) -> None:
     names = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+    source = _source(ctx, url, token)
     try:
-        answer = _source(ctx, url).query(resource, names or DEFAULT_FIELDS[resource], filter_text)
+        answer = source.query(resource, names or DEFAULT_FIELDS[resource], filter_text)
     except SourceError as exc:
-        fail(str(exc))
+        fail(str(exc), code=exc.code)
     if as_json:
         console.print_json(json.dumps(answer.body))
         return
@@ -151,12 +174,13 @@ def _command(resource: str) -> Any:
         units: Annotated[str, typer.Option("--units", help="h, m or g")] = "h",
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 if data is missing")] = False,
         url: Url = None,
+        token: Token = None,
     ) -> None:
         if units not in ("h", "m", "g"):
             fail(f"--units {units!r}: use h, m or g")
         run_query(
             ctx, resource, fields, filter_text, as_json=as_json, separator=separator,
-            no_headers=no_headers, units=units, strict=strict, url=url,
+            no_headers=no_headers, units=units, strict=strict, url=url, token=token,
         )  # fmt: skip
 
     command.__doc__ = f"List {resource}s as a table (fields: cellsight query fields {resource})."
@@ -172,12 +196,14 @@ def fields(
     ctx: typer.Context,
     resource: Annotated[str, typer.Argument(help="instance or node")],
     url: Url = None,
+    token: Token = None,
 ) -> None:
     """The fields of a resource: name, title, kind and description."""
+    source = _source(ctx, url, token)
     try:
-        definitions = _source(ctx, url).fields(resource)
+        definitions = source.fields(resource)
     except SourceError as exc:
-        fail(str(exc))
+        fail(str(exc), code=exc.code)
     table = [[d["name"], d["title"], d["kind"], d["doc"]] for d in definitions]
     heads = [
         {"name": n, "title": n, "kind": "text"} for n in ("Name", "Title", "Kind", "Description")
@@ -187,12 +213,13 @@ def fields(
 
 
 @nodes_app.command("refresh")
-def refresh(ctx: typer.Context, url: Url = None) -> None:
+def refresh(ctx: typer.Context, url: Url = None, token: Token = None) -> None:
     """Snapshot every cell's nodes into the node state cache (of the API at --url)."""
+    source = _source(ctx, url, token)
     try:
-        summary = _source(ctx, url).refresh_nodes()
+        summary = source.refresh_nodes()
     except SourceError as exc:
-        fail(str(exc))
+        fail(str(exc), code=exc.code)
     skipped = ", ".join(summary["skipped_cells"]) or "none"
     console.print(
         f"{summary['nodes']} nodes from {summary['source']} in {summary['seconds']:.3f} s; "

@@ -11,10 +11,23 @@ if TYPE_CHECKING:  # pydantic-settings costs a tenth of a second: `--help` never
     from cellsight.settings import Settings
 
 ADMIN_TOKEN = "cli:admin"
+TOKEN_HINT = "--token or CELLSIGHT_API_TOKEN: a token of the API's token_file"
 
 
 class SourceError(Exception):
-    """The source refused the request or could not be reached; the message says why."""
+    """The source refused the request or could not be reached; the message says why.
+    ``code`` is the exit code (``cellsight.cli.errors``): 2 for a request the source
+    refuses as bad (4xx), 1 for a source that is down, unreachable or failing (5xx)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _code(status: int) -> int:
+    from cellsight.cli.errors import RUNTIME, USAGE
+
+    return USAGE if 400 <= status < 500 else RUNTIME
 
 
 @dataclass
@@ -39,7 +52,13 @@ class RemoteSource:
         # urllib.request pulls in http.client and email: 20 ms every `--help` would pay
         import urllib.error
         import urllib.request
+        from urllib.parse import urlsplit
 
+        from cellsight.cli.errors import RUNTIME, USAGE
+
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise SourceError(f"--url {self.url}: not an http:// or https:// URL", USAGE)
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -49,12 +68,22 @@ class RemoteSource:
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return json.loads(response.read() or b"null"), dict(response.headers)
+                raw, headers = response.read(), dict(response.headers)
         except urllib.error.HTTPError as exc:
-            raise SourceError(_fault(exc.read(), exc.code)) from None
+            fault = _fault(exc.read(), exc.code)
+            if exc.code in (401, 403):
+                fault = f"{fault} ({TOKEN_HINT})"
+            raise SourceError(f"{self.url}: {fault}", _code(exc.code)) from None
         except (urllib.error.URLError, OSError) as exc:
+            # Down or unreachable: the service failed, not the command line (exit 1).
             reason = getattr(exc, "reason", exc)
-            raise SourceError(f"cannot reach {self.url}: {reason}") from None
+            raise SourceError(f"cannot reach {self.url}: {reason}", RUNTIME) from None
+        try:
+            return json.loads(raw or b"null"), headers
+        except ValueError:
+            raise SourceError(
+                f"--url {self.url}: answered, but not as the API does", USAGE
+            ) from None
 
     def query(self, resource: str, fields: list[str], filter_text: str | None) -> Answer:
         body, headers = self._call(
@@ -106,14 +135,16 @@ class LocalSource:
                 self.app.state, dev_principal(ADMIN_TOKEN), resource, QueryBody(fields, filter_text)
             )
         except ApiError as exc:
-            raise SourceError(exc.message) from None
+            raise SourceError(exc.message, _code(exc.status)) from None
         return Answer(json.loads(bytes(response.body)), response.headers.get(SKIPPED_CELLS))
 
     def fields(self, resource: str) -> list[dict[str, str]]:
         from cellsight.api.query2.fields import RESOURCES, definitions
 
         if resource not in RESOURCES:
-            raise SourceError(f"unknown resource {resource!r} (use {' or '.join(RESOURCES)})")
+            raise SourceError(
+                f"unknown resource {resource!r} (use {' or '.join(RESOURCES)})", _code(400)
+            )
         return definitions(resource, None)
 
     def refresh_nodes(self) -> dict[str, Any]:

@@ -3,6 +3,9 @@ survive a bus failure, are relayed in order, and two relays never interleave a c
 
 from __future__ import annotations
 
+import logging
+import re
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +21,7 @@ from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.cells.outbox import Outbox, relay_cells, start_periodic_relay
 from cellsight.notifications.envelope import Notification
+from cellsight.notifications.notifier import Notifier
 from tests.support.publishers import CollectingPublisher, FailingPublisher
 
 
@@ -205,3 +209,37 @@ def test_the_periodic_relay_delivers_what_producers_left(
     assert not thread.is_alive()
     assert waiting(registry, cell) == 0
     assert up.event_types[0] == "instance.create.start" and len(up.sent) == BOOT_EVENTS
+
+
+def test_an_undelivered_notification_is_told_by_its_instance(
+    registry: CellRegistry, cell: CellMapping, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Notifier names a notification it could not deliver by its message id; what an
+    # operator looks up is the instance (the message id stays, labelled).
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    retry = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1}
+    with Notifier(f"amqp://guest:guest@127.0.0.1:{port}//", timeout=1.0, retry_policy=retry) as bus:
+        with caplog.at_level(logging.WARNING, logger="cellsight.cells.outbox"):
+            uuid = boot(Operations(registry, bus, publisher_id="t"))
+        told = re.compile(
+            rf"instance\.create\.start of instance {uuid} \(message [0-9a-f-]{{36}}\) "
+            "not delivered to exchange 'nova'"
+        )
+        assert told.search(caplog.text), caplog.text
+        report = Outbox(bus).relay(registry.cell_engine(cell))
+    assert report.error and told.search(report.error), report.error
+    assert report.left == BOOT_EVENTS
+
+
+def test_a_publisher_that_names_no_message_gets_the_first_of_the_batch(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    uuid = boot(Operations(registry, FailingPublisher()))
+    report = Outbox(FailingPublisher()).relay(registry.cell_engine(cell))
+    assert report.error is not None
+    assert report.error.startswith(f"instance.create.start of instance {uuid} (message ")
+    assert report.error.endswith(
+        f"and the {BOOT_EVENTS - 1} after it not delivered: bus down (test)"
+    )

@@ -1,0 +1,45 @@
+"""Whether the API can listen where it is told to, checked before anything starts.
+
+``cellsight api`` and ``cellsight demo`` call ``check_bind`` first: uvicorn only finds
+out once the app has started, logs several lines and exits 3, which is this CLI's
+lock-held code.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from cellsight.cli.context import fail
+from cellsight.cli.errors import USAGE
+
+# A port another process holds, or one below 1024 without the privilege: the port is at
+# fault. Anything else (an address not of this machine, a name that does not resolve,
+# an IPv6 address without IPv6) is the host's.
+_PORT_ERRORS = {errno.EADDRINUSE: "is not free", errno.EACCES: "needs a privilege to bind"}
+
+
+def check_bind(
+    host: str, port: int, *, host_option: str = "--host", port_option: str = "--port"
+) -> None:
+    """Exit with one usage line (2: the option's value is unusable here) naming
+    ``port_option`` or ``host_option`` when ``host:port`` cannot be bound. Port 0 (any
+    free port) checks the host only."""
+    # As uvicorn binds: IPv6 for an address with a colon, SO_REUSEADDR (so a port left
+    # in TIME_WAIT by a previous run counts as free, and a listening one does not).
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except socket.gaierror as exc:
+        fail(f"{host_option} {host}: not an address or a name that resolves ({exc.strerror})")
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        if exc.errno in _PORT_ERRORS:
+            fail(
+                f"{port_option} {port}: {host}:{port} {_PORT_ERRORS[exc.errno]} ({why}); "
+                f"choose another {port_option}",
+                code=USAGE,
+            )
+        fail(f"{host_option} {host}: cannot listen on it ({why})", code=USAGE)

@@ -1,0 +1,108 @@
+"""What a new operator met walking through the README's "Operating it": each is one
+``error:`` line naming the option, file or value at fault with the documented exit code,
+or no error at all. Run as the operator runs it: a subprocess of ``python -m cellsight``."""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cellsight.cli.errors import RUNTIME, USAGE
+from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
+
+ROOT = Path(__file__).resolve().parents[2]
+# RFC 5737's TEST-NET-1: never an address of this machine.
+FOREIGN_ADDRESS = "192.0.2.1"
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port another process listens on."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        yield int(holder.getsockname()[1])
+
+
+def test_api_on_a_busy_port_is_one_line_naming_the_port(tmp_path: Path, busy_port: int) -> None:
+    result = cellsight(tmp_path / "d", "api", "--port", str(busy_port))
+    err = assert_one_line_error(result, USAGE, f"--port {busy_port}", "not free")
+    assert "uvicorn" not in err.lower() and "INFO" not in result.stderr
+
+
+def test_api_on_an_address_not_of_this_machine_names_the_host(tmp_path: Path) -> None:
+    result = cellsight(tmp_path / "d", "api", "--host", FOREIGN_ADDRESS, "--port", "0")
+    assert_one_line_error(result, USAGE, f"--host {FOREIGN_ADDRESS}")
+
+
+def test_demo_no_serve_does_not_need_the_api_port(tmp_path: Path, busy_port: int) -> None:
+    # The demo's API port (8774 unless CELLSIGHT_API_PORT) is held by another process.
+    env = {"CELLSIGHT_API_PORT": str(busy_port)}
+    args = ("demo", "--no-serve", "--cells", "1", "--instances", "10")
+    result = cellsight(tmp_path / "d", *args, env=env)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "alice (project demo) sees 2 servers" in " ".join(result.stdout.split())
+    # Serving, it does need the port: refused before anything starts, naming it.
+    served = cellsight(tmp_path / "d", "demo", env=env)
+    assert_one_line_error(served, USAGE, f"--port {busy_port}", "not free")
+
+
+def test_seed_with_fewer_database_urls_than_cells_is_a_usage_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    result = cellsight(tmp_path / "d", "cells", "seed", "--cells", "2", "--db-url", url)
+    err = assert_one_line_error(result, USAGE, "--db-url", "--cells 2")
+    assert "internal error" not in err
+
+
+def test_a_toml_syntax_error_names_the_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "cellsight.toml"
+    config.write_text('api_port = 8774\ndata_dir = "x" y\n')
+    result = cellsight(tmp_path / "d", "--config", str(config), "cells", "list")
+    assert_one_line_error(result, USAGE, f"--config {config}", "line 2")
+
+
+def test_replaying_an_unknown_reason_code_is_refused_naming_the_known_ones(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "d"
+    result = cellsight(data, "dlq", "replay", "--reason", "malformd")
+    err = assert_one_line_error(result, USAGE, "--reason 'malformd'", "malformed", "internal")
+    assert all(code in err for code in readme_reason_codes())
+    assert not (data / "bus").exists()  # refused before the bus was opened
+
+
+def readme_reason_codes() -> set[str]:
+    """The reason codes the README's "Dead letters" lists for operators."""
+    section = (ROOT / "README.md").read_text().split("**Dead letters.**", 1)[1]
+    listed = section.split("Codes:", 1)[1].split("The dead-letter publish", 1)[0]
+    codes = set(re.findall(r"`([a-z_]+)`", listed))
+    assert {"malformed", "too_large", "rejected", "internal"} <= codes, codes
+    return codes
+
+
+def test_every_reason_code_the_indexer_writes_is_known_to_replay() -> None:
+    from cellsight.indexer.dlq import REASON_CODES
+
+    # The codes the indexer gives a dead letter, from its source, and the ones the
+    # README lists (the decoder's among them): replay accepts each.
+    written = set()
+    for path in (ROOT / "indexer").glob("*.py"):
+        written |= set(re.findall(r'\bdead\(\s*"([a-z_]+)"', path.read_text()))
+    planning = (ROOT / "indexer" / "planning.py").read_text()
+    written |= set(re.findall(r'INTERNAL = "([a-z_]+)"', planning))
+    assert {"rejected", "internal", "not_an_instance"} <= written
+    written |= readme_reason_codes()
+    assert written <= set(REASON_CODES), written - set(REASON_CODES)
+
+
+@pytest.mark.parametrize(
+    "command", [["query", "instance"], ["query", "fields", "node"], ["nodes", "refresh"]]
+)
+def test_query_an_unreachable_api_is_a_runtime_failure(tmp_path: Path, command: list[str]) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = cellsight(tmp_path / "d", *command, "--url", url)
+    assert_one_line_error(result, RUNTIME, "cannot reach", url)
