@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cli.errors import RUNTIME, USAGE
-from tests.support.waiting import wait_for
+from tests.support.waiting import spawned, wait_for
 
 SECRET = "s3cr3t-pw"
 
@@ -262,23 +262,6 @@ def test_command_modules_do_not_import_each_other_in_a_cycle() -> None:
     assert not cycles, cycles
 
 
-def _writer_of(pid: int) -> int | None:
-    """The indexer's writer process: its spawned child (not the resource tracker, not
-    the embedded bus's Redis server)."""
-    try:
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    for kid in kids:
-        try:
-            cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
-            return int(kid)
-    return None
-
-
 def test_an_idle_indexer_whose_writer_dies_exits_with_one_line(tmp_path: Path) -> None:
     data = tmp_path / "data"
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
@@ -291,8 +274,8 @@ def test_an_idle_indexer_whose_writer_dies_exits_with_one_line(tmp_path: Path) -
         cwd=tmp_path,
     )
     try:
-        wait_for(lambda: _writer_of(proc.pid) is not None, 60, "the writer process")
-        writer = _writer_of(proc.pid)
+        wait_for(lambda: bool(spawned(proc.pid)), 60, "the writer process")
+        writer = spawned(proc.pid)[0]
         assert writer is not None
         os.kill(writer, signal.SIGKILL)
         code = proc.wait(60)

@@ -11,26 +11,7 @@ import sys
 from pathlib import Path
 
 from cellsight.cli.errors import RUNTIME
-from tests.support.waiting import wait_for
-
-
-def spawned(pid: int) -> list[int]:
-    """The ``multiprocessing`` spawn children of ``pid`` (not its resource tracker, not
-    the embedded bus's Redis server), from every thread of it."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for kid in kids:
-            try:
-                cmdline = Path(f"/proc/{kid}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
-                found.append(int(kid))
-    return found
+from tests.support.waiting import spawned, wait_for
 
 
 def writers(supervisor: int) -> list[int]:
