@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from cellsight.indexer.engines.base import StoredDocument, WriteOp
+from cellsight.indexer.engines.base import StoredDocument, WriteOp, tags_version_of
 
 if TYPE_CHECKING:
     from cellsight.indexer.planning import Planned
@@ -29,14 +29,9 @@ if TYPE_CHECKING:
 ATTEMPTS = 5
 
 
-def tags_version(stored: StoredDocument) -> int:
-    value = stored.document.get("tags_version")
-    return value if type(value) is int else stored.version
-
-
 def needed(op: WriteOp, stored: StoredDocument | None) -> bool:
     """Whether ``op``'s tags are newer than the stored document's (None: none stored)."""
-    return stored is not None and op.version > tags_version(stored)
+    return stored is not None and op.version > tags_version_of(stored.document, stored.version)
 
 
 def carries_tags(op: WriteOp) -> bool:
@@ -52,11 +47,13 @@ def merge_tags(planned: Sequence[Planned], stored: dict[str, StoredDocument]) ->
     for doc_id, s in stored.items():
         tags = s.document.get("tags")
         if isinstance(tags, list):
-            sources.setdefault(doc_id, []).append((s.version, tags_version(s), tags))
+            sources.setdefault(doc_id, []).append(
+                (s.version, tags_version_of(s.document, s.version), tags)
+            )
     for p in planned:
         doc = p.op.document
         if "tags" in doc:
-            version = doc.get("tags_version", p.op.version)
+            version = tags_version_of(doc, p.op.version)
             sources.setdefault(p.op.id, []).append((p.op.version, version, doc["tags"]))
     for p in planned:
         doc = p.op.document

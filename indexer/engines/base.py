@@ -75,6 +75,14 @@ class WriteOp(NamedTuple):
     same_version: bool = False
 
 
+def tags_version_of(document: dict[str, Any], version: int) -> int:
+    """The version of the event a document's tags came from (``cellsight.indexer.retag``):
+    its ``tags_version``, or, without one (written before it existed, a sync's row), the
+    document's own version."""
+    value = document.get("tags_version")
+    return value if type(value) is int else version
+
+
 class WriteResult(msgspec.Struct, frozen=True):
     """Structs, like ``WriteOp``'s named tuple: engines make one per document, and a
     frozen dataclass's ``__init__`` costs several times a Struct's."""

@@ -20,7 +20,7 @@ from itertools import compress, count
 from operator import ne
 from typing import Any, NamedTuple
 
-from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus
+from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus, tags_version_of
 from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_rows import InvalidDocument, Prepared, RowBuilder
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, quote, side_table
@@ -29,12 +29,6 @@ from cellsight.indexer.engines.sqlite_schema import SCHEMAS, Schema, doc_table, 
 MAX_UPDATE_SHAPES = 256
 OK = WriteResult(WriteStatus.OK)
 STALE = WriteResult(WriteStatus.STALE)
-
-
-def tags_version_of(op: WriteOp) -> int:
-    """The version of the event an op's tags came from (``cellsight.indexer.retag``)."""
-    value = op.document.get("tags_version")
-    return value if type(value) is int else op.version
 
 
 def rejected(reason: str) -> WriteResult:
@@ -152,11 +146,11 @@ class Writer:
                     # only while that holds older tags (another writer may have been first).
                     op.same_version
                     and op.version == current[0]
-                    and current[1] < tags_version_of(op)
+                    and current[1] < tags_version_of(op.document, op.version)
                 ):
                     stored_tags[i] = min(stored_tags.get(i, current[1]), current[1])
                     continue
-                held[op.id] = (op.version, tags_version_of(op))
+                held[op.id] = (op.version, tags_version_of(op.document, op.version))
                 winners[op.id] = (i, p)
                 took.add(i)
             if not winners:
