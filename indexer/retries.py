@@ -27,7 +27,6 @@ from tenacity import (
 
 from cellsight.indexer.engines.base import EngineUnavailable, WriteOp, WriteResult, WriteStatus
 from cellsight.indexer.sync_request import RETRY_BACKOFF
-from cellsight.indexer.writer import ItemsToRetry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -37,6 +36,10 @@ T = TypeVar("T")
 RETRY_ROUNDS = 6
 MAX_BACKOFF = 8.0
 STOP_POLL = 0.1  # seconds between looks at the stop flag while backing off
+
+
+class ItemsToRetry(EngineUnavailable):
+    """Some items got 429/5xx: write those again after a backoff."""
 
 
 class RetryStopped(Exception):
@@ -63,7 +66,7 @@ def retrying(
         # The jitter keeps workers that failed together from coming back together.
         wait=wait_exponential(multiplier=backoff, max=MAX_BACKOFF) + wait_random(0, backoff),
         sleep=_pause(stopped),
-        before_sleep=_warn(what),
+        before_sleep=warn_before_retry(log, what, RETRY_ROUNDS),
         reraise=True,
     )(fn)
 
@@ -117,18 +120,19 @@ def _pause(stopped: Callable[[], bool]) -> Callable[[float], None]:
     return pause
 
 
-def _warn(what: str) -> Callable[[RetryCallState], None]:
+def warn_before_retry(
+    logger: logging.Logger, what: str, rounds: int | None = None
+) -> Callable[[RetryCallState], None]:
+    """tenacity's ``before_sleep``: one line naming the step, the failure and the wait
+    (tenacity's own names the function, which a lambda leaves as ``<unknown>``), and with
+    ``rounds`` which retry of how many it is."""
+
     def warn(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
         wait = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning(
-            "%s: %s: %s; retry %d of %d in %.1f s",
-            what,
-            type(error).__name__,
-            error,
-            state.attempt_number,
-            RETRY_ROUNDS,
-            wait,
+        tries = "retrying" if rounds is None else f"retry {state.attempt_number} of {rounds}"
+        logger.warning(
+            "%s failed (%s: %s); %s in %.1f s", what, type(error).__name__, error, tries, wait
         )
 
     return warn

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tenacity import (
-    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_when_event_set,
@@ -37,6 +36,7 @@ from cellsight.indexer.outcomes import Outcome, Verdict, dead
 from cellsight.indexer.planning import Planned, plan
 from cellsight.indexer.purge import read_floor
 from cellsight.indexer.retag import carries_tags, merge_tags, newest_carrying_tags, retag_ops
+from cellsight.indexer.retries import ItemsToRetry, warn_before_retry
 
 __all__ = [
     "BatchWriter",
@@ -57,10 +57,6 @@ CellResolver = Callable[[Sequence[str]], dict[str, str]]
 # the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
 # index nothing until restarted, where one that waits resumes on its own).
 TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
-
-
-class ItemsToRetry(EngineUnavailable):
-    """Some items got 429/5xx: write those again after a backoff."""
 
 
 class BatchWriter:
@@ -133,7 +129,7 @@ class BatchWriter:
             retry=retry_if_exception_type(TRANSIENT),
             wait=wait_random_exponential(multiplier=0.1, max=self.max_backoff),
             stop=stop_when_event_set(self.stop),
-            before_sleep=_warn(what),
+            before_sleep=warn_before_retry(log, what),
             reraise=True,
         ):
             with attempt:
@@ -239,18 +235,6 @@ class BatchWriter:
                 return
             pending = lost
         log.warning("tags of %d instances not replaced: newer versions kept arriving", len(pending))
-
-
-def _warn(what: str) -> Callable[[RetryCallState], None]:
-    """A line naming the step and the failure (tenacity's own names the function, which
-    a lambda leaves as ``<unknown>``)."""
-
-    def warn(state: RetryCallState) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        wait = state.next_action.sleep if state.next_action else 0.0
-        log.warning("%s failed (%s: %s); retrying in %.1f s", what, type(exc).__name__, exc, wait)
-
-    return warn
 
 
 def record_outcomes(outcomes: Iterable[Outcome]) -> None:
