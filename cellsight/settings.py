@@ -6,7 +6,11 @@ the TOML file given with ``--config``. Every default is embedded: no server need
 
 from __future__ import annotations
 
+import difflib
+import logging
+import os
 import tomllib
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -21,6 +25,22 @@ from pydantic_settings import (
 )
 
 _config_file: ContextVar[Path | None] = ContextVar("cellsight_config_file", default=None)
+log = logging.getLogger(__name__)
+ENV_PREFIX = "CELLSIGHT_"
+# ``CELLSIGHT_*`` variables that are not settings: read by the test suite and by the
+# deployment's HAProxy example, which share the environment.
+NOT_SETTINGS = frozenset(
+    {
+        "CELLSIGHT_BACKEND",
+        "CELLSIGHT_DIFF_EXAMPLES",
+        "CELLSIGHT_NOVA_SAMPLES",
+        "CELLSIGHT_REQUIRE_SERVICES",
+        "CELLSIGHT_SCHEMATHESIS_EXAMPLES",
+        "CELLSIGHT_TEST_AMQP_URL",
+        "CELLSIGHT_TEST_MARIADB_URL",
+        "CELLSIGHT_TEST_POSTGRES_URL",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -28,7 +48,7 @@ class ConfigError(Exception):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CELLSIGHT_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
     data_dir: Path = Field(
         Path(".cellsight"),
@@ -210,8 +230,29 @@ class Settings(BaseSettings):
         return self.data_dir / "index.db"
 
 
+def unknown_variables(environ: Mapping[str, str]) -> list[str]:
+    """One line per ``CELLSIGHT_*`` variable that is no setting, naming the setting it
+    most resembles: pydantic-settings passes over such a variable in silence, so a typo
+    (``CELLSIGHT_BUS_ULR``) would leave the embedded default in place unnoticed."""
+    known = [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+    lines = []
+    for name in sorted(environ):
+        # pydantic-settings reads the names case-insensitively: compare as it does.
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS or upper in known:
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        lines.append(f"ignoring {name}: not a setting{hint}")
+    return lines
+
+
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
-    """Build the settings once; ``config`` is a TOML file of the same keys."""
+    """Build the settings once; ``config`` is a TOML file of the same keys. An unknown
+    ``CELLSIGHT_*`` variable is a warning, not an error (where an unknown TOML key is
+    one): the environment is shared with other programs, the TOML file is Cellsight's."""
+    for line in unknown_variables(os.environ):
+        log.warning("%s", line)
     if config is not None and not config.is_file():
         raise ConfigError(f"--config {config}: no such file")
     token = _config_file.set(config)

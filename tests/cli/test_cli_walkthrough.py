@@ -106,3 +106,21 @@ def test_query_an_unreachable_api_is_a_runtime_failure(tmp_path: Path, command: 
     url = f"http://127.0.0.1:{closed_port()}"
     result = cellsight(tmp_path / "d", *command, "--url", url)
     assert_one_line_error(result, RUNTIME, "cannot reach", url)
+
+
+def test_an_unknown_environment_variable_is_named_with_the_setting_it_resembles(
+    tmp_path: Path,
+) -> None:
+    """A typo in a variable's name leaves that setting at its default: the command still
+    runs (the environment is shared with other programs) but says which one it ignored."""
+    env = {
+        "CELLSIGHT_SEARCH_ULR": "http://search:9200",
+        "CELLSIGHT_API_port": "8775",  # read: names are case-insensitive
+        "CELLSIGHT_REQUIRE_SERVICES": "1",  # the test suite's own: not a setting, not named
+    }
+    result = cellsight(tmp_path / "d", "cells", "list", env=env)
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "ignoring CELLSIGHT_SEARCH_ULR: not a setting" in warnings[0]
+    assert "did you mean CELLSIGHT_SEARCH_URL?" in warnings[0]
