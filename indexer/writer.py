@@ -28,6 +28,7 @@ from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.indexer import metrics, retag
 from cellsight.indexer.engines.base import (
     EngineUnavailable,
+    IndexMissing,
     SearchEngine,
     WriteOp,
     WriteStatus,
@@ -57,6 +58,10 @@ CellResolver = Callable[[Sequence[str]], dict[str, str]]
 # the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
 # index nothing until restarted, where one that waits resumes on its own).
 TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
+# An engine that comes back empty (an in-memory peer restarted, a wiped cluster) gets its
+# indexes made again as at start-up, which is what a restart would do; an index missing
+# again this many times over one batch is something else, and stops the indexer.
+RECREATIONS = 3
 
 
 class BatchWriter:
@@ -101,22 +106,39 @@ class BatchWriter:
     def commit(self, outcomes: list[Outcome | None], planned: list[Planned]) -> list[Outcome]:
         """Engine reads and the versioned bulk write of a planned batch: a verdict each."""
         if planned:
-            resources = {p.op.resource for p in planned}
-            self._retrying(lambda: self._ensure_ready(resources), "making the indexes ready")
-            self._retrying(lambda: self._prepare(planned, outcomes), "reading stored tags")
-            todo = [p for p in planned if outcomes[p.position] is None]
-            stale: list[tuple[WriteOp, int | None]] = []
-            if todo:
-                self._retrying(lambda: self._write(todo, outcomes, stale), "the bulk write")
-            if stale:
-                newest = newest_carrying_tags(op for op, _ in stale)
-                # The embedded engine says which stored tags are older; the others: read.
-                known = all(tags is not None for _, tags in stale)
-                self._retrying(lambda: self._retag(newest, known), "rewriting stale events' tags")
+            for recreated in range(RECREATIONS + 1):
+                try:
+                    self._commit(outcomes, planned)
+                    break
+                except IndexMissing as exc:
+                    if recreated == RECREATIONS:
+                        raise
+                    # Writes are versioned: what this batch wrote before is written again
+                    # harmlessly, and what the engine lost is for `index sync` to restore.
+                    log.warning(
+                        "the engine has lost its indexes (%s): making them again as at "
+                        "start-up; run `cellsight index sync` to restore what they held",
+                        exc,
+                    )
+                    self._ready.clear()
         final = [o if o is not None else dead("internal", "no verdict") for o in outcomes]
         if self.record_metrics:
             record_outcomes(final)
         return final
+
+    def _commit(self, outcomes: list[Outcome | None], planned: list[Planned]) -> None:
+        resources = {p.op.resource for p in planned}
+        self._retrying(lambda: self._ensure_ready(resources), "making the indexes ready")
+        self._retrying(lambda: self._prepare(planned, outcomes), "reading stored tags")
+        todo = [p for p in planned if outcomes[p.position] is None]
+        stale: list[tuple[WriteOp, int | None]] = []
+        if todo:
+            self._retrying(lambda: self._write(todo, outcomes, stale), "the bulk write")
+        if stale:
+            newest = newest_carrying_tags(op for op, _ in stale)
+            # The embedded engine says which stored tags are older; the others: read.
+            known = all(tags is not None for _, tags in stale)
+            self._retrying(lambda: self._retag(newest, known), "rewriting stale events' tags")
 
     def _ensure_ready(self, resources: set[str]) -> None:
         # Node notifications may be the first a fresh index sees of its node alias.
