@@ -89,6 +89,17 @@ class DuplicateCell(CellsError):
         self.value = value
 
 
+class CellNotEmpty(CellsError):
+    """``cells remove`` refused: the cell still holds what Nova's ``delete_cell`` refuses
+    to drop (living instances always; compute nodes or mappings without ``--force``)."""
+
+    reason = "cell_not_empty"
+
+    def __init__(self, name: str, what: str) -> None:
+        super().__init__(f"cell {name!r} is not empty: {what}")
+        self.name = name
+
+
 class InstanceNotFound(CellsError):
     reason = "instance_not_found"
 

@@ -161,6 +161,28 @@ class CellRegistry:
             raise UnknownCell(ref, [c.name for c in self.list_cells()])
         return _cell(row)
 
+    def set_disabled(self, ref: str, disabled: bool) -> CellMapping:
+        """A disabled cell takes no new instances (the scheduler and reservations skip
+        it); its instances are listed, changed and deleted as before, as in Nova."""
+        cell = self.get_cell(ref)
+        with write_transaction(self.api_engine) as conn:
+            conn.execute(
+                cell_mappings.update()
+                .where(cell_mappings.c.uuid == cell.uuid)
+                .values(disabled=disabled, updated_at=utcnow())
+            )
+        return self.get_cell(cell.uuid)
+
+    def delete_cell_mapping(self, cell_uuid: str) -> int:
+        """The cell's mapping and its instances' mappings, in one transaction (the checks
+        of what the cell still holds are ``cell_removal``'s); how many of the latter."""
+        with write_transaction(self.api_engine) as conn:
+            gone = conn.execute(
+                instance_mappings.delete().where(instance_mappings.c.cell_uuid == cell_uuid)
+            ).rowcount
+            conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell_uuid))
+        return int(gone)
+
     def cell_engine(self, cell: CellMapping | str) -> sa.Engine:
         """The cell's engine; it opens an existing database only (a missing SQLite file
         is ``DatabaseMissing`` on connect, never a new empty cell)."""

@@ -14,7 +14,9 @@ if TYPE_CHECKING:
     pass
 
 app = typer.Typer(
-    name="cells", help="The cell databases: register, list, seed.", no_args_is_help=True
+    name="cells",
+    help="The cell databases: register, list, disable, remove, seed.",
+    no_args_is_help=True,
 )
 
 
@@ -84,6 +86,54 @@ def list_cells(
                     extra = [f"unavailable: {exc.message}"]
             table.add_row(cell.name, cell.uuid, cell.safe_url, str(cell.disabled), *extra)
     console.print(table)
+
+
+@app.command("disable")
+def disable(
+    ctx: typer.Context, cell: Annotated[str, typer.Argument(help="Cell name or uuid")]
+) -> None:
+    """Place no new instances in the cell (the scheduler and reservations skip it); its
+    instances are listed and changed as before, as Nova's ``update_cell --disable``."""
+    with open_registry(ctx) as registry:
+        done = registry.set_disabled(cell, True)
+    console.print(f"disabled cell {done.name} {done.uuid}", highlight=False, soft_wrap=True)
+
+
+@app.command("enable")
+def enable(
+    ctx: typer.Context, cell: Annotated[str, typer.Argument(help="Cell name or uuid")]
+) -> None:
+    """Place instances in the cell again."""
+    with open_registry(ctx) as registry:
+        done = registry.set_disabled(cell, False)
+    console.print(f"enabled cell {done.name} {done.uuid}", highlight=False, soft_wrap=True)
+
+
+@app.command("remove")
+def remove(
+    ctx: typer.Context,
+    cell: Annotated[str, typer.Argument(help="Cell name or uuid")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Remove it with its compute nodes and deleted instances' mappings"
+        ),
+    ] = False,
+) -> None:
+    """Unregister a cell, as Nova's ``delete_cell``: never while it holds instances that
+    are not deleted. Its database is left as it is; `index sync` drops what the index
+    holds of it."""
+    from cellsight.cells.cell_removal import remove_cell
+
+    with open_registry(ctx) as registry:
+        done = remove_cell(registry, cell, force=force)
+    left = f"; {done.nodes} compute nodes left in its database" if done.nodes else ""
+    console.print(
+        f"removed cell {done.cell.name} {done.cell.uuid} and {done.mappings} instance "
+        f"mappings{left}; run `cellsight index sync` to drop what the index holds of it",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @app.command("add-host")
