@@ -8,10 +8,8 @@ documents in the same form (``comparable``), so what is rendered from them is th
 
 Both paths leave out instances deleted before the purge floor: ``index purge`` removed
 their tombstones from the index, while the cells keep the rows (as Nova keeps them until
-it archives them). The floor is read from the index whenever the API talks to it (a
-request's path decision, at most every ``PURGE_FLOOR_RECHECK_S``, and each background
-probe) and kept for when it cannot; an API that has not reached the index since it
-started does not know it.
+it archives them). The floor is the higher of the index's record and the API database's
+(``cellsight.api.purge_floor``).
 """
 
 from __future__ import annotations
@@ -33,6 +31,7 @@ from cellsight.api.index_probe import DeferredEngine
 from cellsight.api.markers import marker_document
 from cellsight.api.merge_order import sort_values
 from cellsight.api.metrics import ApiMetrics
+from cellsight.api.purge_floor import PurgeFloors
 from cellsight.api.render import Unreachable
 from cellsight.api.safe_connect import SafeConnect
 from cellsight.cells.database import connect
@@ -41,16 +40,12 @@ from cellsight.cells.schema import instance_mappings
 from cellsight.indexer.documents import comparable
 from cellsight.indexer.engines.base import EngineError, SearchEngine
 from cellsight.indexer.index_roles import is_synced
-from cellsight.indexer.purge import BadFloor, read_floor
 from cellsight.query.tree import Compare, Not, Op, Scalar, SearchRequest, SortKey, conjunction
 
 log = logging.getLogger(__name__)
 
 # How long a "not synced yet" answer is trusted before the marker is read again.
 UNSYNCED_RECHECK_S = 5.0
-# How long a purge floor read from the index is trusted before it is read again (the
-# indexer's writer trusts its own copy as long).
-PURGE_FLOOR_RECHECK_S = 30.0
 
 
 @dataclass
@@ -101,8 +96,7 @@ class InstanceSearch:
         self.metrics = metrics or ApiMetrics()
         self._synced = False
         self._unsynced_at: float | None = None
-        self._floor: datetime | None = None
-        self._floor_read_at: float | None = None
+        self._floors = PurgeFloors(engine, registry, self.metrics)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the decision
@@ -123,27 +117,13 @@ class InstanceSearch:
         return synced
 
     def _read_floor(self, *, force: bool = False) -> None:
-        """Refresh the purge floor from the index; raises ``EngineError`` if it fails."""
-        with self._lock:
-            read_at = self._floor_read_at
-        if not force and read_at is not None and time.monotonic() - read_at < PURGE_FLOOR_RECHECK_S:
-            return
-        try:
-            floor = read_floor(self.engine)
-        except BadFloor as exc:
-            # Not the index's unavailability: keep the floor known so far, and count it.
-            self.metrics.bug("purge floor", exc, log)
-            with self._lock:
-                self._floor_read_at = time.monotonic()
-            return
-        with self._lock:
-            self._floor, self._floor_read_at = floor, time.monotonic()
+        """Refresh the index's purge floor; raises ``EngineError`` if it fails."""
+        self._floors.read_index(force=force)
 
     @property
     def purge_floor(self) -> datetime | None:
-        """The last purge floor read from the index (None: none recorded, or not read)."""
-        with self._lock:
-            return self._floor
+        """The purge floor both paths apply (None: none recorded)."""
+        return self._floors.value()
 
     def probe(self) -> str:
         """One background probe: connect if need be, read the synced marker. A success

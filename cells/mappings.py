@@ -6,6 +6,7 @@ receive: it owns the API engine and the cache of cell engines.
 
 from __future__ import annotations
 
+import json
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cellsight.cells.database import (
 )
 from cellsight.cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
 from cellsight.cells.schema import (
+    api_meta,
     cell_mappings,
     create_api_schema,
     create_cell_schema,
@@ -274,3 +276,19 @@ class CellRegistry:
             query = query.where(instance_mappings.c.cell_uuid == cell_uuid)
         with connect(self.api_engine) as conn:
             return int(conn.execute(query).scalar_one())
+
+    # ------------------------------------------------------------- records
+
+    def get_meta(self, key: str) -> dict[str, Any] | None:
+        with connect(self.api_engine) as conn:
+            value = conn.execute(
+                sa.select(api_meta.c.value).where(api_meta.c.key == key)
+            ).scalar_one_or_none()
+        return None if value is None else dict(json.loads(value))
+
+    def put_meta(self, key: str, value: dict[str, Any]) -> None:
+        with write_transaction(self.api_engine) as conn:
+            conn.execute(api_meta.delete().where(api_meta.c.key == key))
+            conn.execute(
+                api_meta.insert().values(key=key, value=json.dumps(value), updated_at=utcnow())
+            )

@@ -128,6 +128,17 @@ instance_mappings = sa.Table(
     **TABLE_OPTIONS,
 )
 
+# Cellsight's own records about the cluster, JSON by key: the purge floor, which both
+# listing paths apply and the fan-out must know without the index.
+api_meta = sa.Table(
+    "cellsight_meta",
+    api_metadata,
+    sa.Column("key", Str(255), primary_key=True),
+    sa.Column("value", sa.Text(), nullable=False),
+    sa.Column("updated_at", UTCDateTime(), nullable=False),
+    **TABLE_OPTIONS,
+)
+
 # --------------------------------------------------------------- cell database
 
 cell_metadata = sa.MetaData()

@@ -2,15 +2,24 @@
 
 A purge holds the instance maintenance lock (``cellsight.indexer.lock``), as a sync and a
 verify do: it never runs beside them (a sync's scope and a repair read the floor it
-moves, and a sync swaps the index it deletes from)."""
+moves, and a sync swaps the index it deletes from).
+
+The floor is recorded in the index, which the writer and the index path read, and in the
+API database, which the fan-out path reads without the index; the API applies the higher
+of the two on both paths."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.lock import TTL, MaintenanceLock
+
+if TYPE_CHECKING:
+    from cellsight.cells.mappings import CellRegistry
 
 PURGE_FLOOR_KEY = "purge_floor:instance"
 
@@ -22,7 +31,20 @@ class BadFloor(ValueError):
 def read_floor(engine: SearchEngine) -> datetime | None:
     """The recorded purge floor (aware), or None; raises the engine's ``EngineError``, or
     ``BadFloor`` for a record that does not hold one."""
-    meta = engine.get_meta(PURGE_FLOOR_KEY)
+    return _floor_of(engine.get_meta(PURGE_FLOOR_KEY))
+
+
+def read_database_floor(registry: CellRegistry) -> datetime | None:
+    """The purge floor recorded in the API database; raises ``DatabaseUnavailable`` or
+    ``BadFloor`` as ``read_floor`` does."""
+    return _floor_of(registry.get_meta(PURGE_FLOOR_KEY))
+
+
+def record_database_floor(registry: CellRegistry, floor: datetime) -> None:
+    registry.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
+
+
+def _floor_of(meta: Mapping[str, Any] | None) -> datetime | None:
     if not meta:
         return None
     try:
@@ -33,11 +55,17 @@ def read_floor(engine: SearchEngine) -> datetime | None:
 
 
 def purge_tombstones(
-    engine: SearchEngine, deleted_before: datetime, chunk: int = 1000, *, lock_ttl: float = TTL
+    engine: SearchEngine,
+    deleted_before: datetime,
+    chunk: int = 1000,
+    *,
+    registry: CellRegistry | None = None,
+    lock_ttl: float = TTL,
 ) -> int:
     """Delete instance tombstones whose ``deleted_at`` is before the floor: ``deleted_before``,
-    or a higher floor an earlier purge recorded (below it nothing is listed on either path
-    and a full sync rebuilds nothing, so a tombstone written there late is removed too).
+    or a higher floor an earlier purge recorded in the index or in ``registry``'s API
+    database (below it nothing is listed on either path and a full sync rebuilds nothing,
+    so a tombstone written there late is removed too). The floor is recorded in both.
 
     Holds the instance maintenance lock throughout: raises ``LockHeld`` (nothing done)
     when a sync, verify or purge holds it, and ``LockLost`` between chunks when another
@@ -49,10 +77,14 @@ def purge_tombstones(
     documents exist) keep their normal versioned writes.
     """
     with MaintenanceLock(engine, "instance", "purge", ttl=lock_ttl) as lock:
-        current = read_floor(engine)
-        floor = deleted_before
-        if current and current > floor:
-            floor = current
+        recorded = [read_floor(engine)]
+        if registry is not None:
+            recorded.append(read_database_floor(registry))
+        floor = max([deleted_before, *(f for f in recorded if f is not None)])
+        # The API database first: a fan-out that knows the floor before the index does
+        # only leaves out what is about to go.
+        if registry is not None:
+            record_database_floor(registry, floor)
         engine.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
         removed = 0
         tombstones = engine.iter_tombstones("instance", floor)

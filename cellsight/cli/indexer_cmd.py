@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cellsight.cli.context import State, console, fail, settings_of
+from cellsight.cli.context import State, console, fail, open_registry, settings_of
 
 dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
@@ -166,7 +166,8 @@ def index_purge(
         fail(f"--older-than: {exc}")
     engine = build_engine(settings_of(ctx))
     try:
-        removed = purge_tombstones(engine, datetime.now(UTC) - age)
+        with open_registry(ctx) as registry:
+            removed = purge_tombstones(engine, datetime.now(UTC) - age, registry=registry)
     except LockHeld as exc:
         fail(str(exc), code=LOCKED)
     except LockLost as exc:

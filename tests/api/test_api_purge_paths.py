@@ -5,7 +5,7 @@ them until ``archive_deleted_rows``). The fan-out path reads those rows, so with
 purge floor it listed purged servers that the index path no longer has (``deleted=true``,
 ``changes-since``, query v2), and paging by a deleted marker differed. Both paths now
 leave out what is deleted before the floor, which the API reads from the index whenever
-it talks to it and keeps for when it cannot.
+it talks to it, and from the API database, where the purge records it too.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from fastapi.testclient import TestClient
 from cellsight.api.headers import PATH
 from cellsight.indexer.engines.base import EngineUnavailable
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from cellsight.indexer.purge import purge_tombstones, read_floor
-from tests.support.api_world import ADMIN, World, load_index, make_client
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
+from cellsight.indexer.purge import purge_tombstones, read_database_floor, read_floor
+from tests.cli.test_cli_errors import closed_port
+from tests.support.api_world import ADMIN, World, build_world, load_index, make_client
 
 LISTINGS = [
     "/v2.1/servers/detail?all_tenants=1&deleted=true",
@@ -197,3 +199,42 @@ def test_the_background_probe_reads_the_floor(
     assert search.purge_floor is None
     assert search.probe() == "synced"
     assert search.purge_floor == cut
+
+
+def test_an_api_that_never_reached_the_index_has_the_floor_from_the_api_database(
+    tmp_path: Path,
+) -> None:
+    """The floor is recorded in the API database too: an API started while the index is
+    down, or whose index came back without its meta records, leaves out what a purge
+    removed, as the index path does."""
+    world = build_world(tmp_path / "world", "sqlite")
+    try:
+        engine = EmbeddedEngine(tmp_path / "index.db", prefix="pd")
+        load_index(engine, world)
+        dead = tombstones(world)
+        cut = sorted({at for at, _ in dead})[len({at for at, _ in dead}) // 2]
+        gone = {u for at, u in dead if at < cut}
+        assert purge_tombstones(engine, cut, registry=world.registry) == len(gone) > 0
+        assert read_database_floor(world.registry) == read_floor(engine) == cut
+        down = OpenSearchEngine(f"http://127.0.0.1:{closed_port()}", prefix="pd", timeout=0.5)
+        clients = {
+            "index": make_client(tmp_path / "index", world, engine),
+            "down since start": make_client(tmp_path / "down", world, down),
+            "index without records": make_client(tmp_path / "empty", world),
+        }
+        for url in LISTINGS:
+            answers = {name: c.get(url, headers=ADMIN) for name, c in clients.items()}
+            paths = {name: a.headers[PATH] for name, a in answers.items()}
+            assert paths == {
+                "index": "index",
+                "down since start": "fanout",
+                "index without records": "fanout",
+            }
+            bodies = [a.json() for a in answers.values()]
+            assert all(b == bodies[0] for b in bodies), url
+            assert not set(ids(bodies[0])) & gone, url
+        for client in clients.values():
+            client.close()
+        engine.close()
+    finally:
+        world.close()

@@ -288,3 +288,16 @@ def test_statement_timeout_interrupts_a_slow_query(registry: CellRegistry) -> No
             assert conn.execute(sa.select(sa.func.count()).select_from(probe)).scalar() == 1000
     finally:
         engines.dispose()
+
+
+def test_the_api_database_keeps_records_by_key(registry: CellRegistry) -> None:
+    """Cellsight's own records in the API database (the purge floor), on every dialect."""
+    assert registry.get_meta("purge_floor:instance") is None
+    registry.put_meta("purge_floor:instance", {"before": "2026-01-01T00:00:00+00:00"})
+    registry.put_meta("purge_floor:instance", {"before": "2026-02-01T00:00:00+00:00", "n": 2})
+    registry.put_meta("other", {"é": "ü" * 300})
+    assert registry.get_meta("purge_floor:instance") == {
+        "before": "2026-02-01T00:00:00+00:00",
+        "n": 2,
+    }
+    assert registry.get_meta("other") == {"é": "ü" * 300}

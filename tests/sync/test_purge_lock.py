@@ -15,12 +15,18 @@ from typing import Any, cast
 import pytest
 from typer.testing import CliRunner
 
+from cellsight.cells.mappings import CellRegistry
 from cellsight.cli import _register, app
 from cellsight.cli.errors import LOCKED
 from cellsight.clients import build_engine
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.lock import MaintenanceLock, lock_key
-from cellsight.indexer.purge import PURGE_FLOOR_KEY, purge_tombstones
+from cellsight.indexer.purge import (
+    PURGE_FLOOR_KEY,
+    purge_tombstones,
+    read_database_floor,
+    read_floor,
+)
 from cellsight.settings import Settings
 from tests.support.sync_world import seeded_settings
 
@@ -57,10 +63,12 @@ def refused(result: Any, holder: str) -> None:
 
 
 def test_a_purge_waits_for_no_sync(synced: Settings, engine: SearchEngine) -> None:
+    registry = CellRegistry.from_settings(synced)
     with MaintenanceLock(engine, "instance", "sync"):
         result = cli(synced, "purge", "--older-than", "0s")
         refused(result, "sync")
         assert engine.get_meta(PURGE_FLOOR_KEY) is None  # refused before it did anything
+        assert read_database_floor(registry) is None
     with MaintenanceLock(engine, "instance", "verify"):
         refused(cli(synced, "purge", "--older-than", "0s"), "verify")
     with MaintenanceLock(engine, "node", "sync"):  # another resource's lock: no matter
@@ -68,7 +76,10 @@ def test_a_purge_waits_for_no_sync(synced: Settings, engine: SearchEngine) -> No
     assert done.exit_code == 0, done.output
     assert done.stdout.startswith("purged "), done.output
     assert engine.get_meta(PURGE_FLOOR_KEY) is not None
+    # The API database holds the same floor, for an API that cannot reach the index.
+    assert read_database_floor(registry) == read_floor(engine) is not None
     assert engine.get_meta(lock_key("instance"))["released"]  # type: ignore[index]
+    registry.close()
 
 
 class Paused:
