@@ -21,10 +21,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
+from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 from cellsight.cells.schema import compute_nodes, instances
 from cellsight.indexer.engines.base import SearchEngine, WriteOp
-from cellsight.indexer.purge import read_floor
+from cellsight.indexer.purge import current_floor
 from cellsight.indexer.row_documents import (
     FastInstanceDocs,
     NeedsReference,
@@ -67,8 +68,8 @@ class Scope:
         return [sa.not_(purged)]
 
 
-def scope_of(engine: SearchEngine, resource: str) -> Scope:
-    return Scope(resource, read_floor(engine) if resource == "instance" else None)
+def scope_of(engine: SearchEngine, resource: str, registry: CellRegistry) -> Scope:
+    return Scope(resource, current_floor(engine, registry) if resource == "instance" else None)
 
 
 def count_rows(conn: sa.Connection, scope: Scope) -> int:

@@ -40,8 +40,19 @@ def read_database_floor(registry: CellRegistry) -> datetime | None:
     return _floor_of(registry.get_meta(PURGE_FLOOR_KEY))
 
 
+def current_floor(engine: SearchEngine, registry: CellRegistry) -> datetime | None:
+    """The higher of the floors recorded in the index and in the API database (an engine
+    that came back empty has lost its own)."""
+    recorded = [read_floor(engine), read_database_floor(registry)]
+    return max((f for f in recorded if f is not None), default=None)
+
+
 def record_database_floor(registry: CellRegistry, floor: datetime) -> None:
     registry.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
+
+
+def record_floor(engine: SearchEngine, floor: datetime) -> None:
+    engine.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
 
 
 def _floor_of(meta: Mapping[str, Any] | None) -> datetime | None:
@@ -77,15 +88,13 @@ def purge_tombstones(
     documents exist) keep their normal versioned writes.
     """
     with MaintenanceLock(engine, "instance", "purge", ttl=lock_ttl) as lock:
-        recorded = [read_floor(engine)]
-        if registry is not None:
-            recorded.append(read_database_floor(registry))
-        floor = max([deleted_before, *(f for f in recorded if f is not None)])
+        recorded = read_floor(engine) if registry is None else current_floor(engine, registry)
+        floor = max(deleted_before, recorded) if recorded else deleted_before
         # The API database first: a fan-out that knows the floor before the index does
         # only leaves out what is about to go.
         if registry is not None:
             record_database_floor(registry, floor)
-        engine.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
+        record_floor(engine, floor)
         removed = 0
         tombstones = engine.iter_tombstones("instance", floor)
         while ids := list(islice(tombstones, chunk)):

@@ -52,6 +52,7 @@ from cellsight.indexer.index_roles import (
     retire,
 )
 from cellsight.indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
+from cellsight.indexer.purge import read_floor, record_floor
 from cellsight.indexer.retries import retrying
 from cellsight.indexer.row_documents import SYNC_EVENT
 from cellsight.indexer.sync_loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
@@ -229,7 +230,10 @@ class _Run:
     # Full sync ---------------------------------------------------------------------------
     def full(self) -> SyncReport:
         engine, resource, report = self.engine, self.resource, self.report
-        scope = scope_of(engine, resource)
+        scope = scope_of(engine, resource, self.registry)
+        if scope.purge_floor is not None and read_floor(engine) != scope.purge_floor:
+            # An engine that came back empty lost the floor the writer guards with.
+            record_floor(engine, scope.purge_floor)
         cells = self._cells()
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
@@ -359,7 +363,7 @@ class _Run:
     # Partial sync -------------------------------------------------------------------------
     def partial(self) -> SyncReport:
         engine, resource, report = self.engine, self.resource, self.report
-        scope = scope_of(engine, resource)
+        scope = scope_of(engine, resource, self.registry)
         cells = self._cells()
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)

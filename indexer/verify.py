@@ -100,7 +100,7 @@ class Verifier:
         self.workers = max(1, workers)
         self.on_progress = on_progress
         self.backoff = backoff  # before the first retry of a transient engine failure
-        self.scope: Scope = scope_of(engine, resource)
+        self.scope: Scope = scope_of(engine, resource, registry)
         # Set when the run is interrupted: the cells' threads stop at their next chunk
         # instead of finishing their comparison and repairs first.
         self._stop = threading.Event()

@@ -33,7 +33,7 @@ def collect(engine: Any, registry: Any, resource: str) -> dict[str, Any]:
 
     marker = engine.get_meta(marker_key(resource))
     lock = engine.get_meta(lock_key(resource))
-    scope = scope_of(engine, resource)
+    scope = scope_of(engine, resource, registry)
     cells = []
     for cell in registry.list_cells():
         entry: dict[str, Any] = {"name": cell.name, "uuid": cell.uuid}

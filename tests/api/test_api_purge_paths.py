@@ -23,6 +23,7 @@ from cellsight.indexer.engines.base import EngineUnavailable
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from cellsight.indexer.purge import purge_tombstones, read_database_floor, read_floor
+from cellsight.indexer.sync import SyncOptions, run_sync
 from tests.cli.test_cli_errors import closed_port
 from tests.support.api_world import ADMIN, World, build_world, load_index, make_client
 
@@ -236,5 +237,13 @@ def test_an_api_that_never_reached_the_index_has_the_floor_from_the_api_database
         for client in clients.values():
             client.close()
         engine.close()
+        # An engine that came back empty, rebuilt by a full sync: what the purge removed
+        # stays removed, and the writer's guard against its return is recorded again.
+        fresh = EmbeddedEngine(tmp_path / "fresh.db", prefix="pd")
+        run_sync(fresh, world.registry, SyncOptions())
+        assert [u for u in gone if fresh.get("instance", u) is not None] == []
+        assert fresh.count("instance") == len(world.rows()) - len(gone)
+        assert read_floor(fresh) == cut
+        fresh.close()
     finally:
         world.close()
