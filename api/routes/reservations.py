@@ -95,6 +95,15 @@ class ReservationChange(_NoNul):
     host: str | None = Name
 
 
+# Documented on every reservation operation (the Fault schema is ``cellsight.api.openapi``'s).
+CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {
+        "description": "Not a reservation, a commit lacking attributes, or no host with room",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Fault"}}},
+    }
+}
+
+
 def _body(model: type[BaseModel]) -> dict[str, Any]:
     """The route's request body for the OpenAPI document: ``_parse`` reads it by hand (so
     that a bad one is Nova's 400, not FastAPI's 422), where FastAPI cannot see it."""
@@ -238,6 +247,7 @@ async def _call(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
     status_code=201,
     summary="Reserve a forthcoming instance",
     openapi_extra=_body(NewReservation),
+    responses=CONFLICT,
 )
 async def reserve(request: Request, principal: Principal = Depends(current_principal)) -> Any:
     _admin(principal)
@@ -254,6 +264,7 @@ async def reserve(request: Request, principal: Principal = Depends(current_princ
     "/v2.1/reservations/{uuid}",
     summary="Modify or rename a reservation",
     openapi_extra=_body(ReservationChange),
+    responses=CONFLICT,
 )
 async def modify(
     uuid: str, request: Request, principal: Principal = Depends(current_principal)
@@ -270,7 +281,9 @@ async def modify(
     return JSONResponse({"reservation": _view(payload)})
 
 
-@router.post("/v2.1/reservations/{uuid}/commit", summary="Build a reserved instance")
+@router.post(
+    "/v2.1/reservations/{uuid}/commit", summary="Build a reserved instance", responses=CONFLICT
+)
 async def commit(
     uuid: str, request: Request, principal: Principal = Depends(current_principal)
 ) -> Any:
@@ -279,7 +292,12 @@ async def commit(
     return JSONResponse({"reservation": _view(payload)})
 
 
-@router.delete("/v2.1/reservations/{uuid}", status_code=204, summary="Cancel a reservation")
+@router.delete(
+    "/v2.1/reservations/{uuid}",
+    status_code=204,
+    summary="Cancel a reservation",
+    responses=CONFLICT,
+)
 async def cancel(
     uuid: str, request: Request, principal: Principal = Depends(current_principal)
 ) -> Response:

@@ -164,10 +164,12 @@ def make_client(
 
 
 def project_tokens(world: World) -> list[dict[str, str]]:
-    """A token for each project, biggest first (non-administrators)."""
+    """A token for each project, biggest first (non-administrators); a reservation not
+    yet given a project (a test may have made one) is nobody's."""
     counts: dict[str, int] = {}
     for _, row in world.rows():
-        counts[row["project_id"]] = counts.get(row["project_id"], 0) + 1
+        if row["project_id"]:
+            counts[row["project_id"]] = counts.get(row["project_id"], 0) + 1
     ordered = sorted(counts, key=lambda p: (-counts[p], p))
     return [{"X-Auth-Token": f"user-{p[:6]}:{p}"} for p in ordered]
 
