@@ -4,47 +4,136 @@ never removed; one with compute nodes, or with mappings of deleted instances, on
 ``force``, which removes those mappings with it. The cell's database is left as it is:
 it is the operator's, and Cellsight only stops reading it.
 
-What the index holds of the cell (its deleted instances' tombstones, its nodes) stays
-until ``index sync`` rebuilds without it; disable the cell first so that nothing is
-placed there between the checks and the removal.
+Unlike Nova, the cell must be disabled first (``cells disable``), and the removal is one
+transaction of the API database that holds the cell's row under an exclusive lock and
+removes only the mappings it checked: a placement takes that row under a shared lock
+(``CellRegistry.place_instances``), so none lands in a cell being removed, and a build
+that was mapped before the checks but has no row yet (still being built) refuses the
+removal. ``skip_database_check`` is for a cell whose database is gone for good: nothing
+is read there, and every instance mapped to it is unmapped, living or not.
+
+What the index holds of the cell (its deleted instances' documents, its nodes) stays
+until ``index sync`` rebuilds without it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cellsight.cells.database import connect
+import sqlalchemy as sa
+
+from cellsight.cells.database import connect, write_transaction
 from cellsight.cells.errors import CellNotEmpty
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.reads import count_instances, list_compute_nodes
+from cellsight.cells.schema import cell_mappings, instance_mappings, instances
+
+CHUNK = 500  # uuids per IN (...) query
 
 
 @dataclass(frozen=True)
 class Removal:
     cell: CellMapping
-    nodes: int  # compute nodes left in its database (``force``)
-    mappings: int  # instance mappings removed with it (of deleted instances)
+    nodes: int | None  # compute nodes left in its database; None: not read
+    mappings: int  # instance mappings removed with it
 
 
-def remove_cell(registry: CellRegistry, ref: str, *, force: bool = False) -> Removal:
-    """Raises ``UnknownCell``, ``CellNotEmpty``, or ``DatabaseUnavailable`` when the
-    cell's database cannot be read (what it holds cannot be known then)."""
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def remove_cell(
+    registry: CellRegistry, ref: str, *, force: bool = False, skip_database_check: bool = False
+) -> Removal:
+    """Raises ``UnknownCell``, ``CellNotEmpty`` naming every reason at once, or
+    ``DatabaseUnavailable`` when the cell's database cannot be read (what it holds cannot
+    be known then: ``skip_database_check`` removes it unread)."""
     cell = registry.get_cell(ref)
+    if not cell.disabled:
+        raise CellNotEmpty(cell.name, f"it is enabled: `cellsight cells disable {cell.name}` first")
+    mapped = _mapped(registry, cell.uuid)
+    nodes: int | None = None
+    if not skip_database_check:
+        blockers, nodes = _what_it_holds(registry, cell, mapped, force)
+        if blockers:
+            raise CellNotEmpty(cell.name, "; ".join(blockers))
+    _delete(registry, cell, mapped)
+    return Removal(cell, nodes, len(mapped))
+
+
+def _mapped(registry: CellRegistry, cell_uuid: str) -> set[str]:
+    with connect(registry.api_engine) as conn:
+        rows = conn.execute(
+            sa.select(instance_mappings.c.instance_uuid).where(
+                instance_mappings.c.cell_uuid == cell_uuid
+            )
+        )
+        return {str(u) for (u,) in rows}
+
+
+def _what_it_holds(
+    registry: CellRegistry, cell: CellMapping, mapped: set[str], force: bool
+) -> tuple[list[str], int]:
     with connect(registry.cell_engine(cell)) as conn:
         living = count_instances(conn, include_deleted=False)
         nodes = len(list_compute_nodes(conn))
+        rows = _deleted_flags(conn, sorted(mapped))
+    blockers = []
     if living:
-        raise CellNotEmpty(cell.name, f"{living} instances are not deleted")
-    mapped = registry.count_mappings(cell.uuid)
+        blockers.append(f"{_count(living, 'instance')} not deleted")
+    pending = len(mapped - set(rows))
+    if pending:
+        blockers.append(
+            f"{_count(pending, 'instance')} mapped to it without a row (being built: try "
+            "again once builds have finished)"
+        )
     if not force:
         if nodes:
-            raise CellNotEmpty(
-                cell.name, f"{nodes} compute nodes (--force removes it all the same)"
+            blockers.append(f"{_count(nodes, 'compute node')} (--force removes it anyway)")
+        gone = sum(rows.values())
+        if gone:
+            blockers.append(
+                f"{_count(gone, 'mapping')} of deleted instances (--force removes them with it)"
             )
-        if mapped:
-            raise CellNotEmpty(
-                cell.name,
-                f"{mapped} mappings of deleted instances (--force removes them with it)",
+    return blockers, nodes
+
+
+def _deleted_flags(conn: sa.Connection, uuids: Sequence[str]) -> dict[str, bool]:
+    """Instance uuid → whether its row is deleted, for those of ``uuids`` with a row."""
+    found: dict[str, bool] = {}
+    for start in range(0, len(uuids), CHUNK):
+        chunk = list(uuids[start : start + CHUNK])
+        query = sa.select(instances.c.uuid, instances.c.deleted).where(instances.c.uuid.in_(chunk))
+        found.update((str(u), bool(d)) for u, d in conn.execute(query))
+    return found
+
+
+def _delete(registry: CellRegistry, cell: CellMapping, mapped: set[str]) -> None:
+    """The checked mappings and the cell, under the cell row's exclusive lock; refused if
+    the cell was enabled again or another instance was mapped to it meanwhile."""
+    m = instance_mappings.c
+    with write_transaction(registry.api_engine) as conn:
+        row = conn.execute(
+            sa.select(cell_mappings.c.disabled)
+            .where(cell_mappings.c.uuid == cell.uuid)
+            .with_for_update()
+        ).first()
+        if row is None:
+            return  # another removal was first: the outcome asked for
+        if not row.disabled:
+            raise CellNotEmpty(cell.name, "it was enabled again meanwhile")
+        now = {
+            str(u)
+            for (u,) in conn.execute(sa.select(m.instance_uuid).where(m.cell_uuid == cell.uuid))
+        }
+        if now != mapped:
+            raise CellNotEmpty(cell.name, "its instance mappings changed meanwhile: try again")
+        ordered = sorted(mapped)
+        for start in range(0, len(ordered), CHUNK):
+            conn.execute(
+                instance_mappings.delete().where(
+                    m.instance_uuid.in_(ordered[start : start + CHUNK])
+                )
             )
-    removed = registry.delete_cell_mapping(cell.uuid)
-    return Removal(cell, nodes, removed)
+        conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell.uuid))

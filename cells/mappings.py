@@ -22,7 +22,13 @@ from cellsight.cells.database import (
     parse_url,
     write_transaction,
 )
-from cellsight.cells.errors import DuplicateCell, InstanceNotFound, UnknownCell, safe_url
+from cellsight.cells.errors import (
+    DuplicateCell,
+    InstanceNotFound,
+    NoValidHost,
+    UnknownCell,
+    safe_url,
+)
 from cellsight.cells.schema import (
     api_meta,
     cell_mappings,
@@ -175,15 +181,16 @@ class CellRegistry:
             )
         return self.get_cell(cell.uuid)
 
-    def delete_cell_mapping(self, cell_uuid: str) -> int:
-        """The cell's mapping and its instances' mappings, in one transaction (the checks
-        of what the cell still holds are ``cell_removal``'s); how many of the latter."""
-        with write_transaction(self.api_engine) as conn:
-            gone = conn.execute(
-                instance_mappings.delete().where(instance_mappings.c.cell_uuid == cell_uuid)
-            ).rowcount
-            conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell_uuid))
-        return int(gone)
+    def placeable_cells(self, ref: str | None = None) -> list[CellMapping]:
+        """Where a new instance may go: the cell named (``NoValidHost`` if it is disabled,
+        as Nova's host manager leaves a disabled cell's hosts out even for a forced host),
+        or every enabled cell."""
+        if ref is None:
+            return self.list_cells(include_disabled=False)
+        cell = self.get_cell(ref)
+        if cell.disabled:
+            raise NoValidHost(f"cell {cell.name!r} is disabled")
+        return [cell]
 
     def cell_engine(self, cell: CellMapping | str) -> sa.Engine:
         """The cell's engine; it opens an existing database only (a missing SQLite file
@@ -221,6 +228,29 @@ class CellRegistry:
             return
         with write_transaction(self.api_engine) as own:
             own.execute(instance_mappings.insert(), rows)
+
+    def place_instances(
+        self, cell_uuid: str, mappings: Sequence[tuple[str, str, str | None]]
+    ) -> None:
+        """``map_instances`` for new instances: in the same transaction, the cell's row is
+        read under a shared lock and must still be there and enabled, so a placement
+        chosen before ``cells disable`` or ``cells remove`` cannot land after it
+        (``NoValidHost``). A uuid already mapped raises ``IntegrityError``."""
+        with write_transaction(self.api_engine) as conn:
+            row = (
+                conn.execute(
+                    sa.select(cell_mappings.c.name, cell_mappings.c.disabled)
+                    .where(cell_mappings.c.uuid == cell_uuid)
+                    .with_for_update(read=True)
+                )
+                .mappings()
+                .first()
+            )
+            if row is None:
+                raise NoValidHost(f"cell {cell_uuid} was removed")
+            if row["disabled"]:
+                raise NoValidHost(f"cell {row['name']!r} is disabled")
+            self.map_instances(cell_uuid, mappings, conn)
 
     def unmap_instances(self, instance_uuids: Sequence[str]) -> None:
         with write_transaction(self.api_engine) as conn:

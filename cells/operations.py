@@ -126,7 +126,7 @@ class Operations:
         selections = schedule(self, flavor, request)
         cell = self.registry.get_cell(selections[0][0].cell_uuid)
         try:
-            self.registry.map_instances(
+            self.registry.place_instances(
                 cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
             )
         except sa.exc.IntegrityError:

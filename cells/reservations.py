@@ -142,7 +142,7 @@ class Reservations:
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
         try:
-            self.registry.map_instances(target.uuid, [(uuid, project_id or "", user_id)])
+            self.registry.place_instances(target.uuid, [(uuid, project_id or "", user_id)])
         except sa.exc.IntegrityError:
             raise DuplicateInstance(uuid) from None
         try:
@@ -173,9 +173,9 @@ class Reservations:
         if spec is not None and host is None:
             (choices,) = self.ops.scheduler.select_destinations(spec, cell=cell)
             return self.registry.get_cell(choices[0].cell_uuid), choices
+        cells = self.registry.placeable_cells(cell)
         if cell is not None:
-            return self.registry.get_cell(cell), []
-        cells = self.registry.list_cells(include_disabled=False)
+            return cells[0], []
         if host is not None:  # the cells that have it, among those that answer
             found = read_answering(self.registry, cells, lambda conn: _host_row(conn, host))
             cells = [cell for cell, row in found if row is not None]

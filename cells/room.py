@@ -59,9 +59,7 @@ def make_room(
     ops: Operations, flavor: Mapping[str, Any], cell: str | None, zone: str | None = None
 ) -> bool:
     want = Resources.of_flavor(flavor)
-    cells = (
-        [ops.registry.get_cell(cell)] if cell else ops.registry.list_cells(include_disabled=False)
-    )
+    cells = ops.registry.placeable_cells(cell or None)
     for mapping in cells:
         for _ in range(REPLANS):
             try:

@@ -169,11 +169,7 @@ class Scheduler:
         if count < 1:
             raise ValueError("count must be at least 1")
         want = Resources.of_flavor(flavor)
-        cells = (
-            [self.registry.get_cell(cell)]
-            if cell
-            else self.registry.list_cells(include_disabled=False)
-        )
+        cells = self.registry.placeable_cells(cell or None)
         if not cells:
             raise NoValidHost("no enabled cells are registered")
         excluded = set(exclude_hosts)

@@ -55,6 +55,15 @@ def is_synced(engine: SearchEngine, resource: str) -> bool:
     return any(i.read and i.name == marker.get("index") for i in engine.indexes(resource))
 
 
+def unmark(engine: SearchEngine, resource: str, why: str) -> None:
+    """The serving index no longer answers for the cells as they are (a cell removed):
+    the API serves by fan-out until the next full sync marks a new one."""
+    engine.put_meta(
+        marker_key(resource),
+        {"resource": resource, "cleared": why, "at": datetime.now(UTC).isoformat()},
+    )
+
+
 def new_index_name(engine: SearchEngine, resource: str) -> str:
     # The engines' own scheme: the UTC time sorts as the creation order.
     return f"{engine.prefix}-{resource}-{datetime.now(UTC):%Y%m%d%H%M%S%f}"

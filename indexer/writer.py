@@ -117,7 +117,8 @@ class BatchWriter:
                     # harmlessly, and what the engine lost is for `index sync` to restore.
                     log.warning(
                         "the engine has lost its indexes (%s): making them again as at "
-                        "start-up; run `cellsight index sync` to restore what they held",
+                        "start-up; `cellsight index sync --type instance` and `--type "
+                        "node` restore what they held",
                         exc,
                     )
                     self._ready.clear()
