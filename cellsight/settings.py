@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -27,6 +28,15 @@ from pydantic_settings import (
 _config_file: ContextVar[Path | None] = ContextVar("cellsight_config_file", default=None)
 log = logging.getLogger(__name__)
 ENV_PREFIX = "CELLSIGHT_"
+# What Kubernetes puts in every pod for a Service named cellsight[-...] (its "service
+# links"): SVC_SERVICE_HOST, SVC_SERVICE_PORT[_NAME], SVC_PORT[_N_PROTO[_PROTO|_PORT|_ADDR]].
+# A bare SVC_PORT is told from a typo by its value, tcp://10.0.0.1:8774.
+_SERVICE_LINK = re.compile(
+    r"CELLSIGHT(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
+    r"|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
+)
+_LINK_PORT = re.compile(r"CELLSIGHT(_[A-Z0-9_]+)?_PORT")
+_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://\S+", re.IGNORECASE)
 # ``CELLSIGHT_*`` variables that are not settings: read by the test suite and by the
 # deployment's HAProxy example, which share the environment.
 NOT_SETTINGS = frozenset(
@@ -234,17 +244,28 @@ def unknown_variables(environ: Mapping[str, str]) -> list[str]:
     """One line per ``CELLSIGHT_*`` variable that is no setting, naming the setting it
     most resembles: pydantic-settings passes over such a variable in silence, so a typo
     (``CELLSIGHT_BUS_ULR``) would leave the embedded default in place unnoticed."""
-    known = [ENV_PREFIX + name.upper() for name in Settings.model_fields]
+    known = [name.upper() for name in Settings.model_fields]
     lines = []
     for name in sorted(environ):
         # pydantic-settings reads the names case-insensitively: compare as it does.
         upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS or upper in known:
+        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS:
             continue
-        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.75)
-        hint = f" (did you mean {close[0]}?)" if close else ""
+        rest = upper[len(ENV_PREFIX) :]
+        if rest in known or _service_link(upper, environ[name]):
+            continue
+        # The rest of the name only: the prefix they all share would make anything close.
+        close = difflib.get_close_matches(rest, known, n=1, cutoff=0.75)
+        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
         lines.append(f"ignoring {name}: not a setting{hint}")
     return lines
+
+
+def _service_link(name: str, value: str) -> bool:
+    return bool(
+        _SERVICE_LINK.fullmatch(name)
+        or (_LINK_PORT.fullmatch(name) and _LINK_VALUE.fullmatch(value))
+    )
 
 
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:

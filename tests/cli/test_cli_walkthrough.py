@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cellsight.cli.errors import RUNTIME, USAGE
+from cellsight.settings import unknown_variables
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,3 +125,27 @@ def test_an_unknown_environment_variable_is_named_with_the_setting_it_resembles(
     assert len(warnings) == 1, result.stderr
     assert "ignoring CELLSIGHT_SEARCH_ULR: not a setting" in warnings[0]
     assert "did you mean CELLSIGHT_SEARCH_URL?" in warnings[0]
+
+
+def test_kubernetes_service_links_are_not_named_and_typos_are() -> None:
+    """What Kubernetes puts in every pod for Services named ``cellsight`` and
+    ``cellsight-indexer`` is no typo; a typo close to a setting still is, and its hint
+    compares the part after the prefix (``CELLSIGHT_DEBUG`` resembles no setting)."""
+    links = {
+        "CELLSIGHT_SERVICE_HOST": "10.0.0.1",
+        "CELLSIGHT_SERVICE_PORT": "8774",
+        "CELLSIGHT_SERVICE_PORT_HTTP": "8774",
+        "CELLSIGHT_PORT": "tcp://10.0.0.1:8774",
+        "CELLSIGHT_PORT_8774_TCP": "tcp://10.0.0.1:8774",
+        "CELLSIGHT_PORT_8774_TCP_PROTO": "tcp",
+        "CELLSIGHT_PORT_8774_TCP_PORT": "8774",
+        "CELLSIGHT_PORT_8774_TCP_ADDR": "10.0.0.1",
+        "CELLSIGHT_INDEXER_SERVICE_HOST": "10.0.0.2",
+        "CELLSIGHT_INDEXER_PORT": "tcp://10.0.0.2:9100",
+    }
+    assert unknown_variables(links) == []
+    typos = {"CELLSIGHT_METRIC_PORT": "9100", "CELLSIGHT_DEBUG": "1", "CELLSIGHT_BUS_URL": "x"}
+    assert unknown_variables({**links, **typos}) == [
+        "ignoring CELLSIGHT_DEBUG: not a setting",
+        "ignoring CELLSIGHT_METRIC_PORT: not a setting (did you mean CELLSIGHT_METRICS_PORT?)",
+    ]
