@@ -304,8 +304,13 @@ def relay_cells(
             engine = registry.cell_engine(cell)
             ensure_tables(engine)
             reports[cell.name] = relay.relay(engine)
-        except (CellsError, sa.exc.SQLAlchemyError) as exc:
-            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {exc}")
+        except CellsError as exc:
+            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {exc.message}")
+        except sa.exc.SQLAlchemyError as exc:
+            # The driver's own line, without SQLAlchemy's statement and link.
+            why = getattr(exc, "orig", None) or exc
+            line = (str(why).strip().splitlines() or [type(why).__name__])[0]
+            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {line[:300]}")
     return reports
 
 
@@ -318,7 +323,10 @@ def start_periodic_relay(
         while not stop.wait(interval):
             try:
                 for name, report in relay_cells(registry, relay).items():
-                    if report.published or report.error:
+                    if report.error:
+                        # Its notifications wait in the outbox: the operator should know.
+                        log.warning("outbox relay %s: %s", name, report.error)
+                    elif report.published:
                         log.info("outbox relay %s: %s", name, report.as_dict())
             except Exception:
                 # The relay is a safety net beside the indexer: log and try next time.

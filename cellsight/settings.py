@@ -185,9 +185,16 @@ class Settings(BaseSettings):
         "INFO", description="Log level of the API server; the CLI uses -v unless this is set"
     )
 
-    @field_validator("outbox_relay_interval", "default_availability_zone", mode="before")
+    @field_validator(
+        "outbox_relay_interval",
+        "default_availability_zone",
+        "metrics_port",
+        "verify_interval",
+        mode="before",
+    )
     @classmethod
     def _blank_is_off(cls, value: Any) -> Any:
+        # `CELLSIGHT_METRICS_PORT=` (a template's empty value) is the default: off.
         return None if value == "" else value
 
     @field_validator("data_dir", mode="before")

@@ -132,8 +132,8 @@ def _run(
     from cellsight.api.app import create_app
     from cellsight.cells.operations import Operations
     from cellsight.cli.demo_live import LiveStream
+    from cellsight.cli.ports import serve_metrics
     from cellsight.clients import build_bus, build_consumer_config, build_notifier
-    from cellsight.indexer import metrics
     from cellsight.indexer.consumer import IndexerConsumer
 
     settings = settings_of(ctx)
@@ -171,7 +171,7 @@ def _run(
         time.sleep(0.1)
     console.print(f"indexer: {consumer.totals}", highlight=False)
     metrics_port = settings.metrics_port if settings.metrics_port is not None else _free_port()
-    metrics.serve(metrics_port)
+    serve_metrics(metrics_port)
 
     console.rule("4. the API")
     app = create_app(settings, engine=engine, registry=registry)

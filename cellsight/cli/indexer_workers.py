@@ -68,7 +68,6 @@ def consume(
         build_consumer_config,
         build_engine,
     )
-    from cellsight.indexer import metrics
     from cellsight.indexer.consumer import IndexerConsumer
 
     stop = threading.Event()
@@ -84,7 +83,9 @@ def consume(
     if supervisor is not None:
         watch_supervisor(supervisor, stop, name)
     if settings.metrics_port is not None:
-        metrics.serve(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
+        from cellsight.cli.ports import serve_metrics
+
+        serve_metrics(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
     engine = build_engine(settings)
     try:
         for resource in ("instance", "node"):

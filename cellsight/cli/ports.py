@@ -43,3 +43,19 @@ def check_bind(
                 code=USAGE,
             )
         fail(f"{host_option} {host}: cannot listen on it ({why})", code=USAGE)
+
+
+def serve_metrics(port: int) -> None:
+    """The Prometheus endpoint on ``port`` (0: any free one); a port that cannot be bound
+    is ``ConfigError`` naming the setting (one usage line, exit 2, from any process)."""
+    from cellsight.indexer import metrics
+    from cellsight.settings import ConfigError
+
+    try:
+        metrics.serve(port)
+    except OSError as exc:
+        why = _PORT_ERRORS.get(exc.errno or 0, "cannot be listened on")
+        raise ConfigError(
+            f"metrics_port (CELLSIGHT_METRICS_PORT) {port} {why} ({exc.strerror or exc}); "
+            "choose another"
+        ) from None

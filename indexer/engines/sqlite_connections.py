@@ -3,10 +3,18 @@
 The API reads from a thread pool; a connection per thread (``threading.local``) lets
 those reads run in parallel under WAL, and never shares a connection's transaction
 state between threads. ``transaction`` maps SQLite's errors onto the engine's.
+
+A connection keeps the file it opened, even once that file is removed or replaced
+(``rm index.db*`` to start afresh): everything written after would go to a file nobody
+can open again. So each transaction first checks that the path still names the file
+the connections opened (one ``stat``); when it does not, every connection of this
+process to the old file is closed and the new one opened, empty until the indexer makes
+its indexes again (``IndexMissing``) and a sync refills it, as after a restart.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import threading
@@ -20,6 +28,9 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_checkpoint import Checkpointer
+
+log = logging.getLogger(__name__)
+FileIdentity = tuple[int, int] | None  # (st_dev, st_ino); None: no file at the path
 
 # SQLite's primary result codes that mean "try again later" rather than "bug".
 _TRANSIENT = {
@@ -84,12 +95,15 @@ class Connections:
         self._lock = threading.Lock()
         self._all: list[sqlite3.Connection] = []
         self._catalog_ready = False
+        self._identity: FileIdentity = None  # of the file the open connections hold
 
     def get(self) -> sqlite3.Connection:
         # The pid check: a forked child must not reuse its parent's connection.
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
-            return conn
+            if self._local.identity == self._identity_now():
+                return conn
+            self._reopen(self._local.identity)
         conn = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,10 +125,39 @@ class Connections:
             if isinstance(exc, sqlite3.Error):
                 raise translate(exc) from exc
             raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
+        identity = self._identity_now()
         self._local.conn, self._local.pid, self._local.writes = conn, os.getpid(), False
+        self._local.identity = identity
         with self._lock:
             self._all.append(conn)
+            self._identity = identity
         return conn
+
+    def _identity_now(self) -> FileIdentity:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _reopen(self, stale: FileIdentity) -> None:
+        """The path no longer names the file this thread's connection holds: close every
+        connection to that file (once, whichever thread sees it first) so that none
+        writes on into it, and let the next ``get`` open the path anew."""
+        with self._lock:
+            if self._identity == stale:
+                log.warning(
+                    "index database %s was removed or replaced while open: opening it "
+                    "anew (what the old file held is gone; `cellsight index sync` refills it)",
+                    self.path,
+                )
+                self.checkpointer.close()
+                connections, self._all = self._all, []
+                for old in connections:
+                    old.close()
+                self._identity = None
+                self._catalog_ready = False
+        self._local.conn = None
 
     def _apply(self, conn: sqlite3.Connection, pragma: str) -> None:
         """A journal mode change needs a lock that SQLite does not wait for (the busy

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cellsight.cli.errors import RUNTIME, USAGE
-from cellsight.settings import unknown_variables
+from cellsight.settings import load_settings, unknown_variables
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,3 +149,19 @@ def test_kubernetes_service_links_are_not_named_and_typos_are() -> None:
         "ignoring CELLSIGHT_DEBUG: not a setting",
         "ignoring CELLSIGHT_METRIC_PORT: not a setting (did you mean CELLSIGHT_METRICS_PORT?)",
     ]
+
+
+def test_an_indexer_on_a_busy_metrics_port_names_the_setting(
+    tmp_path: Path, busy_port: int
+) -> None:
+    result = cellsight(tmp_path / "d", "indexer", env={"CELLSIGHT_METRICS_PORT": str(busy_port)})
+    assert_one_line_error(
+        result, USAGE, f"metrics_port (CELLSIGHT_METRICS_PORT) {busy_port} is not free"
+    )
+
+
+def test_an_empty_metrics_port_or_verify_interval_is_off() -> None:
+    """A template's empty value (`CELLSIGHT_METRICS_PORT=`) means the default, off, as for
+    the other optional settings; it was a usage error."""
+    settings = load_settings(metrics_port="", verify_interval="")
+    assert (settings.metrics_port, settings.verify_interval) == (None, None)

@@ -4,10 +4,12 @@ through the real bus, to the indexer."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -175,4 +177,29 @@ def test_relay_every_keeps_running_until_sigterm(tmp_path: Path) -> None:
         relay.kill()
     assert relay.returncode == 0, out + err
     assert "Traceback" not in err
+    registry.close()
+
+
+def test_a_periodic_relay_warns_in_one_line_of_a_cell_it_cannot_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cell whose database is not one (a file replaced by something else): its outbox
+    waits, which the operator hears of at WARNING, in the driver's line, not SQLAlchemy's
+    statement and link (the walk-through saw them at INFO, behind -v)."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = CellRegistry.from_settings(settings)
+    registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    registry.close()  # no pooled connection keeps the real file open
+    (tmp_path / "cell1.db").write_bytes(b"not a database, " * 64)
+    registry = CellRegistry.from_settings(settings)
+    stop = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="cellsight.cells.outbox"):
+        thread = outbox.start_periodic_relay(
+            registry, outbox.Outbox(FailingPublisher()), 0.01, stop
+        )
+        wait_for(lambda: "outbox relay cell1" in caplog.text, what="the relay's warning")
+        stop.set()
+        thread.join(5)
+    (line,) = {r.getMessage() for r in caplog.records if "outbox relay cell1" in r.getMessage()}
+    assert line == "outbox relay cell1: cell cell1: file is not a database"
     registry.close()

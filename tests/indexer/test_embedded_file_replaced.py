@@ -1,0 +1,108 @@
+"""The embedded index's file removed or replaced while an engine has it open (``rm
+index.db*`` to start afresh): nothing is written on into the removed file; the engine
+opens the path anew, says so, and the indexer makes its indexes again there."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from cellsight.indexer.engines.base import IndexMissing, WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.writer import BatchWriter
+from tests.support import novagen
+
+DOC = {"uuid": "u1", "display_name": "a", "deleted": False}
+
+
+def _files(path: Path) -> list[Path]:
+    return [p for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists()]
+
+
+def _write(engine: EmbeddedEngine, doc_id: str, version: int) -> None:
+    (result,) = engine.bulk([WriteOp("instance", doc_id, version, {**DOC, "uuid": doc_id})])
+    assert result.status.value == "ok", result
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_the_engine_opens_the_path_anew(
+    tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    engine.ensure_ready("instance")
+    _write(engine, "u1", 1)
+    if how == "removed":
+        for f in _files(path):
+            f.unlink()
+    else:  # a copy of another index put in its place (a restore)
+        other = EmbeddedEngine(tmp_path / "other.db")
+        other.ensure_ready("instance")
+        _write(other, "u9", 1)
+        other.close()
+        for f in _files(path):
+            f.unlink()
+        shutil.copy(tmp_path / "other.db", path)
+    with caplog.at_level(logging.WARNING):
+        if how == "removed":
+            with pytest.raises(IndexMissing):  # an empty file: no aliases yet
+                _write(engine, "u2", 1)
+            engine.ensure_ready("instance")
+            _write(engine, "u2", 1)
+        else:
+            _write(engine, "u2", 1)
+    assert "was removed or replaced while open" in caplog.text
+    engine.refresh("instance")
+    # What the engine writes now is in the file at the path, for every new reader too.
+    reader = EmbeddedEngine(path)
+    assert reader.get("instance", "u2") is not None
+    assert reader.get("instance", "u1") is None
+    assert (reader.get("instance", "u9") is not None) == (how == "replaced")
+    reader.close()
+    engine.close()
+
+
+def test_every_thread_of_the_engine_leaves_the_removed_file(tmp_path: Path) -> None:
+    """The API reads on a pool of threads: each one's connection is closed and opened
+    anew, none reads the removed file's documents afterwards."""
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    engine.ensure_ready("instance")
+    _write(engine, "u1", 1)
+    seen: list[object] = []
+
+    def read() -> None:
+        seen.append(engine.get("instance", "u1"))
+
+    first = threading.Thread(target=read)
+    first.start()
+    first.join()
+    assert seen[0] is not None
+    for f in _files(path):
+        f.unlink()
+    engine.ensure_ready("instance")  # this thread opens the new file
+    second = threading.Thread(target=read)
+    second.start()
+    second.join()
+    assert seen[1] is None
+    engine.close()
+
+
+def test_the_indexer_writes_on_into_the_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    writer = BatchWriter(engine, max_backoff=0.1, record_metrics=False)
+    (first,) = writer.write([novagen.body(novagen.notification("instance.create.end", seed=1))])
+    assert first.verdict.value == "indexed"
+    for f in _files(path):
+        f.unlink()
+    (second,) = writer.write([novagen.body(novagen.notification("instance.update", seed=2))])
+    assert second.verdict.value == "indexed"
+    reader = EmbeddedEngine(path)
+    assert reader.count("instance") == 1
+    reader.close()
+    engine.close()
