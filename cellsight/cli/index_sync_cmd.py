@@ -215,6 +215,9 @@ def _print_report(report: Any) -> None:
     compared = [c for c in report.cells if c.failed is None]  # a failed cell's is unknown
     drift = sum(c.drift for c in compared)
     verdict = "no drift" if not drift else f"drift {drift}"
+    if report.unattributed:
+        # They make the exit 1 too: "no drift" alone would read as a clean bill.
+        verdict += f"; {report.unattributed:,} documents of no registered cell"
     if report.failed_cells:
         failed = ", ".join(c.name for c in report.failed_cells)
         verdict += f" in {len(compared)} of {len(report.cells)} cells; failed: {failed}"

@@ -240,6 +240,8 @@ def test_verify_reports_documents_of_no_registered_cell(seeded: Settings) -> Non
     found = cli(seeded, "verify", "--type", "instance")
     assert found.exit_code == 1, found.output
     assert "1 documents belong to no registered cell" in found.stdout
+    # The verdict line says why it exits 1 (it read "no drift" alone).
+    assert "instance: no drift; 1 documents of no registered cell" in found.stdout
     as_json = cli(seeded, "verify", "--type", "instance", "--json")
     assert as_json.exit_code == 1
     assert json.loads(as_json.stdout)["reports"][0]["unattributed"] == 1
