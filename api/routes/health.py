@@ -34,7 +34,7 @@ def healthz(request: Request) -> dict[str, Any]:
     return {"status": "ok", **search.status()}
 
 
-def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, str]]]:
+def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, Any]]]:
     try:
         cells = search.registry.list_cells()
     except API_DB_FAILURES as exc:
@@ -45,10 +45,16 @@ def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, 
         probe = sa.select(instances.c.id).limit(1)
         answered = fanout.map_cells(cells, lambda cell, conn: conn.execute(probe).all())
     except Saturated:
-        return "up", [{"name": c.name, "uuid": c.uuid, "state": "busy"} for c in cells]
-    states = {uuid: "up" for uuid in answered.results}
-    states.update({s.uuid: s.reason for s in answered.skipped})
-    return "up", [{"name": c.name, "uuid": c.uuid, "state": states[c.uuid]} for c in cells]
+        answered = None
+    states = {c.uuid: "busy" for c in cells}
+    if answered is not None:
+        states = {uuid: "up" for uuid in answered.results}
+        states.update({s.uuid: s.reason for s in answered.skipped})
+    # A disabled cell is listed and answers as any other; it only takes no new instance.
+    return "up", [
+        {"name": c.name, "uuid": c.uuid, "state": states[c.uuid], "disabled": c.disabled}
+        for c in cells
+    ]
 
 
 @router.get(

@@ -23,7 +23,7 @@ from cellsight.api.headers import PATH
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.api.test_api_safe_connect import Proxy, proxied  # noqa: F401 (fixture)
-from tests.support.api_world import ADMIN, World, api_settings, load_index
+from tests.support.api_world import ADMIN, World, api_settings, build_world, load_index
 
 FAST = {"safe_connect_cooldown": 0.2, "index_probe_interval": 0.2}
 
@@ -159,3 +159,20 @@ def test_an_api_database_that_cannot_answer_is_a_503_on_every_path(
     message = response.json()["serviceUnavailable"]["message"]
     assert message.startswith("The API database is unavailable")
     assert "instance_mappings" not in response.text and "SELECT" not in response.text
+
+
+def test_readiness_names_a_disabled_cell_which_still_serves(tmp_path: Path) -> None:
+    world = build_world(tmp_path / "world", "sqlite")
+    try:
+        (first, *rest) = world.registry.list_cells()
+        world.registry.set_disabled(first.uuid, True)
+        with TestClient(create_app(api_settings(tmp_path), registry=world.registry)) as client:
+            body = client.get("/readyz").json()
+            listed = client.get("/v2.1/servers?all_tenants=1&limit=1000", headers=ADMIN)
+        cells = {c["uuid"]: c for c in body["cells"]}
+        assert cells[first.uuid]["disabled"] is True and cells[first.uuid]["state"] == "up"
+        assert all(cells[c.uuid]["disabled"] is False for c in rest)
+        cell_of = dict(world.registry.cells_of([s["id"] for s in listed.json()["servers"]]))
+        assert first.uuid in cell_of.values()  # its servers are listed as before
+    finally:
+        world.close()
