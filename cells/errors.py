@@ -52,6 +52,14 @@ class DatabaseUnavailable(CellsError):
         self.why = why
 
 
+class TransactionConflict(DatabaseUnavailable):
+    """The database chose this transaction as a deadlock's victim (or could not serialize
+    it) and rolled it back: running it again is the answer (``retry_conflicts``). A kind
+    of ``DatabaseUnavailable`` for the callers that do not retry."""
+
+    reason = "transaction_conflict"
+
+
 class DatabaseMissing(DatabaseUnavailable):
     """A SQLite database file that does not exist (moved, or a typo in its URL).
 

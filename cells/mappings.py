@@ -309,12 +309,14 @@ class CellRegistry:
 
     # ------------------------------------------------------------- records
 
-    def get_meta(self, key: str) -> dict[str, Any] | None:
+    def get_meta(self, key: str) -> Any:
+        """The record's JSON value (None: no record); ``ValueError`` for one that is not
+        JSON (written by hand): what it must hold is the reader's to check."""
         with connect(self.api_engine) as conn:
             value = conn.execute(
                 sa.select(api_meta.c.value).where(api_meta.c.key == key)
             ).scalar_one_or_none()
-        return None if value is None else dict(json.loads(value))
+        return None if value is None else json.loads(value)
 
     def put_meta(self, key: str, value: dict[str, Any]) -> None:
         with write_transaction(self.api_engine) as conn:

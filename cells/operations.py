@@ -6,8 +6,9 @@ IMMEDIATE``), so a lost race raises ``ConcurrentUpdate`` instead of overwriting.
 events (``events.py``) are built from the changed rows and written to the cell's
 outbox (``cellsight.cells.outbox``) in the same transaction; after the commit they are published
 through the injected ``Publisher`` and deleted. An operation that raises inside its
-transaction rolls back and publishes nothing. A publish failure after the commit does
-not fail the operation: the notifications wait in the outbox for the relay.
+transaction rolls back and publishes nothing, but a deadlock's victim runs again
+(``retry_conflicts``). A publish failure after the commit does not fail the operation:
+the notifications wait in the outbox for the relay.
 
 Boot writes two databases. The instance mapping (API database) is written first,
 then the instance rows (cell database). If the cell transaction fails, the mapping is
@@ -45,7 +46,7 @@ from cellsight.cells.actions import (
     UPDATE_METADATA,
     Action,
 )
-from cellsight.cells.database import write_transaction
+from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import (
     ConcurrentUpdate,
     DuplicateInstance,
@@ -69,6 +70,7 @@ from cellsight.cells.scheduler import (
     Resources,
     Scheduler,
     claim,
+    lock_nodes,
     release,
 )
 from cellsight.cells.schema import instances, utcnow
@@ -130,10 +132,12 @@ class Operations:
                 cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
             )
         except sa.exc.IntegrityError:
-            taken = next((u for u in uuids if self._mapped(u)), uuids[0])
+            taken = next((u for u in uuids if self.registry.cells_of([u])), uuids[0])
             raise DuplicateInstance(taken) from None
         try:
-            rows = self._boot_rows(cell, request, flavor, uuids, selections, actor)
+            rows = retry_conflicts(
+                lambda: self._boot_rows(cell, request, flavor, uuids, selections, actor)
+            )
         except BaseException:
             try:
                 self.registry.unmap_instances(uuids)
@@ -144,13 +148,6 @@ class Operations:
             raise
         self.deliver(cell)
         return BootResult(cell, selections, [create_payload(row, cell.uuid) for row in rows])
-
-    def _mapped(self, instance_uuid: str) -> bool:
-        try:
-            self.registry.get_instance_mapping(instance_uuid)
-        except InstanceNotFound:
-            return False
-        return True
 
     def _boot_rows(
         self,
@@ -164,6 +161,7 @@ class Operations:
         want = Resources.of_flavor(flavor)
         now = self.clock()
         with write_transaction(self.cell_engine_ready(cell)) as conn:
+            lock_nodes(conn, (s.compute_node_uuid for choices in selections for s in choices))
             for index, (uuid, choices) in enumerate(zip(uuids, selections, strict=True)):
                 chosen = next((s for s in choices if claim(conn, s.compute_node_uuid, want)), None)
                 if chosen is None:
@@ -318,7 +316,9 @@ class Operations:
     def _act(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
     ) -> InstanceActionPayload:
-        return self._notify(action, *self._commit(uuid, action, actor, mutate))
+        return self._notify(
+            action, *retry_conflicts(lambda: self._commit(uuid, action, actor, mutate))
+        )
 
     def _commit(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation

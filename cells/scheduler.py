@@ -240,6 +240,17 @@ def read_answering(
     return out
 
 
+def lock_nodes(conn: sa.Connection, node_uuids: Iterable[str]) -> None:
+    """Lock these nodes' rows in uuid order, before claims that would lock them in the
+    order of a request's choices: two boots then wait for each other instead of locking
+    two hosts each way round (a deadlock on PostgreSQL and MariaDB; SQLite's write lock
+    already orders them)."""
+    ordered = sorted(set(node_uuids))
+    if ordered and conn.dialect.name != "sqlite":
+        c = compute_nodes.c
+        conn.execute(sa.select(c.id).where(c.uuid.in_(ordered)).order_by(c.uuid).with_for_update())
+
+
 def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:
     """Take ``want`` on a node inside the caller's transaction; False if it no longer fits.
 

@@ -37,7 +37,11 @@ def read_floor(engine: SearchEngine) -> datetime | None:
 def read_database_floor(registry: CellRegistry) -> datetime | None:
     """The purge floor recorded in the API database; raises ``DatabaseUnavailable`` or
     ``BadFloor`` as ``read_floor`` does."""
-    return _floor_of(registry.get_meta(PURGE_FLOOR_KEY))
+    try:
+        meta = registry.get_meta(PURGE_FLOOR_KEY)
+    except ValueError as exc:
+        raise BadFloor(f"{PURGE_FLOOR_KEY} in the API database is not JSON: {exc}") from exc
+    return _floor_of(meta)
 
 
 def current_floor(engine: SearchEngine, registry: CellRegistry) -> datetime | None:
@@ -55,7 +59,11 @@ def record_floor(engine: SearchEngine, floor: datetime) -> None:
     engine.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
 
 
-def _floor_of(meta: Mapping[str, Any] | None) -> datetime | None:
+def _floor_of(meta: Any) -> datetime | None:
+    if meta is None:
+        return None
+    if not isinstance(meta, Mapping):
+        raise BadFloor(f"{PURGE_FLOOR_KEY} holds no date-time: {meta!r:.200}")
     if not meta:
         return None
     try:

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cellsight.cli.context import console, fail, open_registry, operations, settings_of
-from cellsight.cli.errors import RUNTIME
 
 if TYPE_CHECKING:
     pass
@@ -132,18 +131,12 @@ def remove(
     """Unregister a disabled cell, as Nova's ``delete_cell``: never while it holds
     instances that are not deleted. Its database is left as it is; `index sync` (both
     types) drops what the index holds of it."""
-    from cellsight.cells.cell_removal import remove_cell
-    from cellsight.cells.errors import DatabaseUnavailable
+    from cellsight.cli.cell_removal import remove_unsynced
 
     with open_registry(ctx) as registry:
-        try:
-            done = remove_cell(registry, cell, force=force, skip_database_check=skip_database_check)
-        except DatabaseUnavailable as exc:
-            fail(
-                f"{exc.message}: what cell {cell!r} holds cannot be read "
-                "(--skip-database-check removes it unread)",
-                code=RUNTIME,
-            )
+        done = remove_unsynced(
+            settings_of(ctx), registry, cell, force=force, skip_database_check=skip_database_check
+        )
     left = f"; {done.nodes} compute nodes left in its database" if done.nodes else ""
     console.print(
         f"removed cell {done.cell.name} {done.cell.uuid} and {done.mappings} instance "
@@ -152,33 +145,6 @@ def remove(
         highlight=False,
         soft_wrap=True,
     )
-    _unmark_index(ctx, f"cell {done.cell.name} ({done.cell.uuid}) removed")
-
-
-def _unmark_index(ctx: typer.Context, why: str) -> None:
-    """The serving indexes hold the removed cell's documents: not synced any more, so the
-    API does not list them from there (the fan-out no longer reads the cell)."""
-    from rich.markup import escape
-
-    from cellsight.cli.context import err_console
-    from cellsight.clients import build_engine
-    from cellsight.indexer.engines.base import EngineError
-    from cellsight.indexer.index_roles import unmark
-
-    try:
-        engine = build_engine(settings_of(ctx))
-        try:
-            for resource in ("instance", "node"):
-                unmark(engine, resource, why)
-        finally:
-            engine.close()
-    except EngineError as exc:
-        err_console.print(
-            f"[yellow]warning:[/] the index could not be marked unsynced ({escape(str(exc))}): "
-            "until `cellsight index sync`, its listings still hold the removed cell's instances",
-            highlight=False,
-            soft_wrap=True,
-        )
 
 
 @app.command("add-host")

@@ -72,6 +72,17 @@ class Catalog:
         self.conn = conn
         self.prefix = prefix
 
+    def ensure(self) -> None:
+        """``create`` when a catalog table is missing: a read first, so that a connection
+        opened while a writer holds the lock (a sync's load) need not wait for it."""
+        tables = ("_cs_indexes", "_cs_aliases", "_cs_meta")
+        found = self.conn.execute(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+            tables,
+        ).fetchone()[0]
+        if found < len(tables):
+            self.create()
+
     def create(self) -> None:
         """The catalog tables, in their own transaction (at connection time)."""
         self.conn.execute("BEGIN IMMEDIATE")

@@ -7,9 +7,9 @@ state between threads. ``transaction`` maps SQLite's errors onto the engine's.
 A connection keeps the file it opened, even once that file is removed or replaced
 (``rm index.db*`` to start afresh): everything written after would go to a file nobody
 can open again. So each transaction first checks that the path still names the file
-the connections opened (one ``stat``); when it does not, every connection of this
-process to the old file is closed and the new one opened, empty until the indexer makes
-its indexes again (``IndexMissing``) and a sync refills it, as after a restart.
+its thread's connection opened (one ``stat``); when it does not, the thread closes its
+connection and opens the path anew, empty until the indexer makes its indexes again
+(``IndexMissing``) and a sync refills it, as after a restart.
 """
 
 from __future__ import annotations
@@ -93,9 +93,10 @@ class Connections:
         )
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
-        self._catalog_ready = False
-        self._identity: FileIdentity = None  # of the file the open connections hold
+        # Every open connection, the file it holds and the thread that owns it.
+        self._all: list[tuple[sqlite3.Connection, FileIdentity, threading.Thread]] = []
+        self._checkpoints_for: FileIdentity = None  # the file the checkpointer serves
+        self._warned: set[FileIdentity] = set()
 
     def get(self) -> sqlite3.Connection:
         # The pid check: a forked child must not reuse its parent's connection.
@@ -103,7 +104,7 @@ class Connections:
         if conn is not None and self._local.pid == os.getpid():
             if self._local.identity == self._identity_now():
                 return conn
-            self._reopen(self._local.identity)
+            self._leave(conn, self._local.identity)
         conn = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,21 +117,20 @@ class Connections:
             )
             for pragma in self._pragmas:
                 self._apply(conn, pragma)
-            if not self._catalog_ready:
-                Catalog(conn, self.prefix).create()
-                self._catalog_ready = True
+            identity = self._identity_now()  # the file exists once the WAL mode is set
+            # Every new connection: the file may be new to this process, whichever thread
+            # comes to it first.
+            Catalog(conn, self.prefix).ensure()
         except (sqlite3.Error, OSError) as exc:
             if conn is not None:
                 conn.close()
             if isinstance(exc, sqlite3.Error):
                 raise translate(exc) from exc
             raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
-        identity = self._identity_now()
         self._local.conn, self._local.pid, self._local.writes = conn, os.getpid(), False
         self._local.identity = identity
         with self._lock:
-            self._all.append(conn)
-            self._identity = identity
+            self._all.append((conn, identity, threading.current_thread()))
         return conn
 
     def _identity_now(self) -> FileIdentity:
@@ -140,23 +140,27 @@ class Connections:
             return None
         return st.st_dev, st.st_ino
 
-    def _reopen(self, stale: FileIdentity) -> None:
-        """The path no longer names the file this thread's connection holds: close every
-        connection to that file (once, whichever thread sees it first) so that none
-        writes on into it, and let the next ``get`` open the path anew."""
+    def _leave(self, conn: sqlite3.Connection, stale: FileIdentity) -> None:
+        """The path no longer names the file this thread's connection holds: close it, and
+        the connections to that file of threads that have ended. A live thread's own is
+        closed by that thread at its next ``get``: never under its feet (sqlite3 does not
+        survive a connection closed while another thread uses it)."""
         with self._lock:
-            if self._identity == stale:
+            if stale not in self._warned:
+                self._warned.add(stale)
                 log.warning(
                     "index database %s was removed or replaced while open: opening it "
                     "anew (what the old file held is gone; `cellsight index sync` refills it)",
                     self.path,
                 )
-                self.checkpointer.close()
-                connections, self._all = self._all, []
-                for old in connections:
-                    old.close()
-                self._identity = None
-                self._catalog_ready = False
+            done = [
+                entry
+                for entry in self._all
+                if entry[0] is conn or (entry[1] == stale and not entry[2].is_alive())
+            ]
+            self._all = [entry for entry in self._all if entry not in done]
+        for old, _, _ in done:
+            old.close()
         self._local.conn = None
 
     def _apply(self, conn: sqlite3.Connection, pragma: str) -> None:
@@ -181,6 +185,11 @@ class Connections:
             # This connection writes: checkpoints move to their own thread (see
             # ``sqlite_checkpoint``). Readers never checkpoint, so they are left alone.
             conn.execute(self.checkpointer.writer_pragma())
+            with self._lock:
+                moved = self._checkpoints_for != self._local.identity
+                self._checkpoints_for = self._local.identity
+            if moved:  # its thread holds a file that is gone: a new one opens this one
+                self.checkpointer.close()
             self.checkpointer.ensure_running()
             self._local.writes = True
         try:
@@ -188,13 +197,11 @@ class Connections:
             try:
                 yield Catalog(conn, self.prefix)
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            _rollback(conn)
             raise translate(exc) from exc
         if write:
             self.checkpointer.committed()
@@ -204,6 +211,14 @@ class Connections:
         self.checkpointer.close()
         with self._lock:
             connections, self._all = self._all, []
-        for conn in connections:
+        for conn, _, _ in connections:
             conn.close()
         self._local = threading.local()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.ProgrammingError:
+        pass  # closed by ``Connections.close`` meanwhile: nothing left to roll back

@@ -11,7 +11,7 @@ it talks to it, and from the API database, where the purge records it too.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,18 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cellsight.api.headers import PATH
+from cellsight.cells.database import write_transaction
+from cellsight.cells.schema import api_meta
 from cellsight.indexer.engines.base import EngineUnavailable
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
-from cellsight.indexer.purge import purge_tombstones, read_database_floor, read_floor
+from cellsight.indexer.purge import (
+    PURGE_FLOOR_KEY,
+    BadFloor,
+    purge_tombstones,
+    read_database_floor,
+    read_floor,
+)
 from cellsight.indexer.sync import SyncOptions, run_sync
 from tests.cli.test_cli_errors import closed_port
 from tests.support.api_world import ADMIN, World, build_world, load_index, make_client
@@ -177,8 +185,6 @@ def test_purge_removes_what_an_earlier_higher_floor_covers(tmp_path: Path) -> No
 
 
 def test_a_malformed_floor_is_counted_not_a_500(world: World, tmp_path: Path) -> None:
-    from cellsight.indexer.purge import PURGE_FLOOR_KEY
-
     engine = EmbeddedEngine(tmp_path / "index.db", prefix="pm")
     load_index(engine, world)
     engine.put_meta(PURGE_FLOOR_KEY, {"before": "not a date"})
@@ -245,5 +251,52 @@ def test_an_api_that_never_reached_the_index_has_the_floor_from_the_api_database
         assert fresh.count("instance") == len(world.rows()) - len(gone)
         assert read_floor(fresh) == cut
         fresh.close()
+    finally:
+        world.close()
+
+
+@pytest.mark.parametrize("raw", ['{"before": "x"}', "null", "[1]", "not json", '"text"'])
+def test_a_malformed_floor_in_the_api_database_is_counted_not_a_500(
+    tmp_path: Path, raw: str
+) -> None:
+    """A record written by hand that holds no date-time (the review found ``null``, a
+    list and non-JSON made every listing a 500)."""
+    world = build_world(tmp_path / "world", "sqlite")
+    try:
+        with write_transaction(world.registry.api_engine) as conn:
+            conn.execute(
+                api_meta.insert().values(
+                    key=PURGE_FLOOR_KEY, value=raw, updated_at=datetime.now(UTC)
+                )
+            )
+        if raw == "null":  # JSON's null: no floor recorded
+            assert read_database_floor(world.registry) is None
+        else:
+            with pytest.raises(BadFloor):
+                read_database_floor(world.registry)
+        client = make_client(tmp_path / "app", world)
+        for _ in range(2):  # and again, from the floor known so far
+            response = client.get("/v2.1/servers/detail?all_tenants=1&limit=5", headers=ADMIN)
+            assert response.status_code == 200, response.text[:300]
+        counted = 'where="purge floor in the API database"' in client.get("/metrics").text
+        assert counted == (raw != "null")
+        client.close()
+    finally:
+        world.close()
+
+
+def test_a_full_sync_records_the_index_floor_in_the_api_database(tmp_path: Path) -> None:
+    """A floor an earlier version's purge recorded in the index only reaches the API
+    database at the next full sync, so an API that cannot reach the index knows it."""
+    world = build_world(tmp_path / "world", "sqlite")
+    try:
+        engine = EmbeddedEngine(tmp_path / "index.db", prefix="pb")
+        load_index(engine, world)
+        cut = sorted(at for at, _ in tombstones(world))[1]
+        purge_tombstones(engine, cut)  # no registry: the index alone, as before
+        assert read_database_floor(world.registry) is None
+        run_sync(engine, world.registry, SyncOptions())
+        assert read_database_floor(world.registry) == cut == read_floor(engine)
+        engine.close()
     finally:
         world.close()

@@ -19,9 +19,10 @@ from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.cells.reads import count_instances
 from cellsight.cells.reservations import Reservations
-from cellsight.cli.errors import RUNTIME, USAGE
+from cellsight.cli.errors import LOCKED, RUNTIME, USAGE
 from cellsight.clients import build_engine
 from cellsight.indexer.index_roles import is_synced
+from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import load_settings
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight
 
@@ -189,3 +190,24 @@ def test_the_cli_disables_enables_and_removes_naming_what_is_left(tmp_path: Path
         engine.close()
     enabled = cellsight(data, "cells", "enable", "cell2")
     assert enabled.returncode == 0 and "enabled cell cell2" in enabled.stdout
+
+
+def test_a_removal_waits_for_no_sync(tmp_path: Path) -> None:
+    """A sync that listed the cells before a removal would mark its index synced after
+    it, the removed cell's documents in it: the removal is refused while one runs (exit
+    3, naming it), and nothing is removed."""
+    data = tmp_path / "d"
+    assert cellsight(data, "cells", "seed", "--cells", "2", "--instances", "2").returncode == 0
+    assert cellsight(data, "cells", "disable", "cell2").returncode == 0
+    engine = build_engine(load_settings(data_dir=data))
+    try:
+        with MaintenanceLock(engine, "node", "sync"):
+            refused = cellsight(data, "cells", "remove", "cell2", "--skip-database-check")
+        assert_one_line_error(refused, LOCKED, "another node sync, verify or purge is running")
+        registry = CellRegistry.from_settings(load_settings(data_dir=data))
+        assert "cell2" in [c.name for c in registry.list_cells()]
+        registry.close()
+        done = cellsight(data, "cells", "remove", "cell2", "--skip-database-check")
+        assert done.returncode == 0, done.stderr
+    finally:
+        engine.close()

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cellsight.indexer.engines.base import IndexMissing, WriteOp
+from cellsight.indexer.engines.base import EngineError, IndexMissing, WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.writer import BatchWriter
 from tests.support import novagen
+from tests.support.waiting import wait_for
 
 DOC = {"uuid": "u1", "display_name": "a", "deleted": False}
 
@@ -105,4 +106,109 @@ def test_the_indexer_writes_on_into_the_new_file(tmp_path: Path) -> None:
     reader = EmbeddedEngine(path)
     assert reader.count("instance") == 1
     reader.close()
+    engine.close()
+
+
+def test_a_reader_mid_transaction_is_never_closed_under_its_feet(tmp_path: Path) -> None:
+    """Another thread notices the removal while a reader is inside a transaction: the
+    reader finishes on the connection it began with (sqlite3 crashed the process, or
+    raised its own ProgrammingError, when another thread closed it)."""
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    engine.ensure_ready("instance")
+    inside, removed = threading.Event(), threading.Event()
+    outcome: list[BaseException | None] = []
+
+    def reader() -> None:
+        try:
+            with engine._connections.transaction(write=False) as catalog:
+                inside.set()
+                assert removed.wait(10)
+                catalog.conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+            outcome.append(None)
+        except BaseException as exc:  # surfaced below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert inside.wait(10)
+    for f in _files(path):
+        f.unlink()
+    engine.ensure_ready("instance")  # this thread opens the new file
+    removed.set()
+    thread.join()
+    assert outcome == [None]
+    engine.close()
+
+
+def test_many_readers_and_a_removal(tmp_path: Path) -> None:
+    """The API's pool of readers while the file is removed and the indexes made again:
+    each read answers, or is the engine's own error, never the driver's."""
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    engine.ensure_ready("instance")
+    for i in range(50):
+        _write(engine, f"u{i}", 1)
+    stop = threading.Event()
+    unexpected: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                engine.get("instance", "u1")
+                engine.count("instance")
+            except EngineError:
+                pass  # IndexMissing until the indexes are made again
+            except BaseException as exc:  # surfaced below
+                unexpected.append(exc)
+                return
+
+    readers = [threading.Thread(target=read, daemon=True) for _ in range(12)]
+    for t in readers:
+        t.start()
+    try:
+        for f in _files(path):
+            f.unlink(missing_ok=True)  # the readers may be opening the path meanwhile
+        engine.ensure_ready("instance")
+        _write(engine, "u1", 2)
+        wait_for(lambda: all(t.is_alive() for t in readers) and engine.get("instance", "u1"))
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert unexpected == []
+    assert engine.count("instance") == 1
+    engine.close()
+
+
+def test_a_new_thread_first_to_the_new_file_makes_its_catalog(tmp_path: Path) -> None:
+    """A pool thread that starts after the removal opens the new file before the thread
+    that held the old one notices: the catalog is made for the new file all the same,
+    and the old file is left by every thread that has ended."""
+    path = tmp_path / "index.db"
+    engine = EmbeddedEngine(path)
+    engine.ensure_ready("instance")
+    old = threading.Thread(target=lambda: engine.indexes("instance"))
+    old.start()
+    old.join()
+    for f in _files(path):
+        f.unlink()
+    seen: list[BaseException] = []
+
+    def first() -> None:
+        try:
+            engine.get("instance", "u1")
+        except IndexMissing:
+            pass  # no aliases yet: the catalog exists
+        except BaseException as exc:  # surfaced below
+            seen.append(exc)
+
+    fresh = threading.Thread(target=first)
+    fresh.start()
+    fresh.join()
+    assert seen == []
+    engine.ensure_ready("instance")  # the main thread moves to the new file
+    _write(engine, "u1", 1)
+    held = {identity for _, identity, _ in engine._connections._all}
+    assert held == {engine._connections._identity_now()}
     engine.close()
