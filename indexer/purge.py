@@ -51,12 +51,24 @@ def current_floor(engine: SearchEngine, registry: CellRegistry) -> datetime | No
     return max((f for f in recorded if f is not None), default=None)
 
 
-def record_database_floor(registry: CellRegistry, floor: datetime) -> None:
-    registry.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
-
-
-def record_floor(engine: SearchEngine, floor: datetime) -> None:
-    engine.put_meta(PURGE_FLOOR_KEY, {"before": floor.isoformat()})
+def raise_floor(
+    engine: SearchEngine, registry: CellRegistry | None, at_least: datetime | None = None
+) -> datetime | None:
+    """Both records (the index's, and ``registry``'s API database's when given) brought to
+    the highest of themselves and ``at_least``, which is returned (None: none at all).
+    The API database first: a fan-out that knows the floor before the index does only
+    leaves out what is about to go."""
+    in_index = read_floor(engine)
+    in_database = read_database_floor(registry) if registry is not None else None
+    floor = max((f for f in (at_least, in_index, in_database) if f is not None), default=None)
+    if floor is None:
+        return None
+    record = {"before": floor.isoformat()}
+    if registry is not None and in_database != floor:
+        registry.put_meta(PURGE_FLOOR_KEY, record)
+    if in_index != floor:
+        engine.put_meta(PURGE_FLOOR_KEY, record)
+    return floor
 
 
 def _floor_of(meta: Any) -> datetime | None:
@@ -96,13 +108,7 @@ def purge_tombstones(
     documents exist) keep their normal versioned writes.
     """
     with MaintenanceLock(engine, "instance", "purge", ttl=lock_ttl) as lock:
-        recorded = read_floor(engine) if registry is None else current_floor(engine, registry)
-        floor = max(deleted_before, recorded) if recorded else deleted_before
-        # The API database first: a fan-out that knows the floor before the index does
-        # only leaves out what is about to go.
-        if registry is not None:
-            record_database_floor(registry, floor)
-        record_floor(engine, floor)
+        floor = raise_floor(engine, registry, deleted_before) or deleted_before
         removed = 0
         tombstones = engine.iter_tombstones("instance", floor)
         while ids := list(islice(tombstones, chunk)):

@@ -52,12 +52,7 @@ from cellsight.indexer.index_roles import (
     retire,
 )
 from cellsight.indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
-from cellsight.indexer.purge import (
-    read_database_floor,
-    read_floor,
-    record_database_floor,
-    record_floor,
-)
+from cellsight.indexer.purge import raise_floor
 from cellsight.indexer.retries import retrying
 from cellsight.indexer.row_documents import SYNC_EVENT
 from cellsight.indexer.sync_loader import PROCESS_MIN_ROWS, CellTally, Loader, LoadJob
@@ -235,15 +230,11 @@ class _Run:
     # Full sync ---------------------------------------------------------------------------
     def full(self) -> SyncReport:
         engine, resource, report = self.engine, self.resource, self.report
-        scope = scope_of(engine, resource, self.registry)
-        if scope.purge_floor is not None:
-            # Both records hold the higher floor: an engine that came back empty lost the
-            # one the writer guards with, and a purge before the API database kept one
-            # recorded it in the index only.
-            if read_floor(engine) != scope.purge_floor:
-                record_floor(engine, scope.purge_floor)
-            if read_database_floor(self.registry) != scope.purge_floor:
-                record_database_floor(self.registry, scope.purge_floor)
+        # Both records hold the higher floor: an engine that came back empty lost the one
+        # the writer guards with, and a purge before the API database kept one recorded
+        # it in the index only.
+        floor = raise_floor(engine, self.registry) if resource == "instance" else None
+        scope = Scope(resource, floor)
         cells = self._cells()
         engine.ensure_ready(resource)
         report.cleaned_up = clean_up(engine, resource)
