@@ -52,7 +52,8 @@ def remove_cell(
     cell = registry.get_cell(ref)
     if not cell.disabled:
         raise CellNotEmpty(cell.name, f"it is enabled: `cellsight cells disable {cell.name}` first")
-    mapped = _mapped(registry, cell.uuid)
+    with connect(registry.api_engine) as conn:
+        mapped = _mapped(conn, cell.uuid)
     nodes: int | None = None
     if not skip_database_check:
         blockers, nodes = _what_it_holds(registry, cell, mapped, force)
@@ -62,14 +63,12 @@ def remove_cell(
     return Removal(cell, nodes, len(mapped))
 
 
-def _mapped(registry: CellRegistry, cell_uuid: str) -> set[str]:
-    with connect(registry.api_engine) as conn:
-        rows = conn.execute(
-            sa.select(instance_mappings.c.instance_uuid).where(
-                instance_mappings.c.cell_uuid == cell_uuid
-            )
-        )
-        return {str(u) for (u,) in rows}
+def _mapped(conn: sa.Connection, cell_uuid: str) -> set[str]:
+    """The uuids of the instances mapped to the cell."""
+    m = instance_mappings.c
+    return {
+        str(u) for (u,) in conn.execute(sa.select(m.instance_uuid).where(m.cell_uuid == cell_uuid))
+    }
 
 
 def _what_it_holds(
@@ -123,11 +122,7 @@ def _delete(registry: CellRegistry, cell: CellMapping, mapped: set[str]) -> None
             return  # another removal was first: the outcome asked for
         if not row.disabled:
             raise CellNotEmpty(cell.name, "it was enabled again meanwhile")
-        now = {
-            str(u)
-            for (u,) in conn.execute(sa.select(m.instance_uuid).where(m.cell_uuid == cell.uuid))
-        }
-        if now != mapped:
+        if _mapped(conn, cell.uuid) != mapped:
             raise CellNotEmpty(cell.name, "its instance mappings changed meanwhile: try again")
         ordered = sorted(mapped)
         for start in range(0, len(ordered), CHUNK):

@@ -296,7 +296,7 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
     try:
         conn = engine.connect()
     except sa.exc.DBAPIError as exc:
-        raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
+        raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
     try:
         # Closing is inside: a server lost after the last statement fails the rollback
         # that ends the connection's implicit transaction.
@@ -305,7 +305,7 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
     except sa.exc.DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
-        raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
+        raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
 
 
 @contextmanager
@@ -323,10 +323,10 @@ def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
                 yield conn
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             if _conflict(exc.orig):
-                raise TransactionConflict(engine.url, _first_line(exc.orig)) from None
+                raise TransactionConflict(engine.url, first_line(exc.orig)) from None
             # The server went away (or SQLite stayed locked) mid-transaction; whether a
             # failed COMMIT applied is unknown, as for any lost connection.
-            raise DatabaseUnavailable(engine.url, _first_line(exc.orig)) from None
+            raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
 
 
 # Rolled back by the server to break a deadlock, or not serializable: by SQLSTATE
@@ -357,7 +357,7 @@ def retry_conflicts(fn: Callable[[], T]) -> T:
     raise AssertionError("unreachable")
 
 
-def _first_line(exc: BaseException | None) -> str:
+def first_line(exc: BaseException | None) -> str:
     text = str(exc).strip() if exc is not None else "unknown error"
     return text.splitlines()[0] if text else type(exc).__name__
 

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import connect, write_transaction
+from cellsight.cells.database import connect, first_line, write_transaction
 from cellsight.cells.errors import CellsError
 from cellsight.cells.schema import outbox, outbox_lease, utcnow
 from cellsight.notifications.envelope import Notification, decode
@@ -308,8 +308,7 @@ def relay_cells(
             reports[cell.name] = RelayReport(error=f"cell {cell.name}: {exc.message}")
         except sa.exc.SQLAlchemyError as exc:
             # The driver's own line, without SQLAlchemy's statement and link.
-            why = getattr(exc, "orig", None) or exc
-            line = (str(why).strip().splitlines() or [type(why).__name__])[0]
+            line = first_line(getattr(exc, "orig", None) or exc)
             reports[cell.name] = RelayReport(error=f"cell {cell.name}: {line[:300]}")
     return reports
 
