@@ -250,11 +250,7 @@ class RowBuilder:
                 if not _STRINGS.issuperset(map(type, values)):
                     return self._checked(op)
                 side.extend([(name, v) for v in values])
-        try:
-            encoded = _ENCODER.encode(doc).decode()
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise InvalidDocument(f"document is not JSON: {exc}") from None
-        return Prepared(op, tuple(row), encoded, side)
+        return Prepared(op, tuple(row), _encode(doc), side)
 
     def _checked(self, op: WriteOp) -> Prepared:
         """Field by field: the row, or ``InvalidDocument`` naming the first bad field."""
