@@ -18,37 +18,21 @@ from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier, dead_letter_queue, indexer_queue
-from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications.embedded import REGISTRY
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import Settings, load_settings
-from tests.support.drift import index_differences
+from tests.support.drift import index_matches
 from tests.support.indexing import bus_settings, sqlite_cluster, wait_for
 from tests.support.services import embedded_redis_servers
-
-
-def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
-    try:
-        return not index_differences(registry, engine)
-    except IndexMissing:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    """Running, not merely a zombie waiting for init to reap it."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
+from tests.support.waiting import alive
 
 
 def _kill_the_bus(under: Path) -> int:
     """SIGKILL the one embedded redis-server under ``under``; its pid, once it is gone."""
     [pid] = embedded_redis_servers(under)
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not _alive(pid), timeout=10, what=f"redis-server {pid} gone")
+    wait_for(lambda: not alive(pid), timeout=10, what=f"redis-server {pid} gone")
     return pid
 
 
@@ -108,10 +92,10 @@ def test_the_indexer_brings_a_killed_bus_back_and_indexes_everything(
     proc = _indexer(settings, workers)
     try:
         uuids = _changes(ops, "before")
-        wait_for(lambda: _matches(registry, engine), 60, "index == cells before the kill")
+        wait_for(lambda: index_matches(registry, engine), 60, "index == cells before the kill")
         dead = _kill_the_bus(tmp_path)
         uuids += _changes(ops, "after")
-        wait_for(lambda: _matches(registry, engine), 60, "index == cells after the kill")
+        wait_for(lambda: index_matches(registry, engine), 60, "index == cells after the kill")
         # Every worker revived (each lost its connection): one server came of it.
         servers = embedded_redis_servers(tmp_path)
         assert len(servers) == 1 and servers != [dead]
@@ -150,7 +134,7 @@ def test_the_demo_brings_a_killed_bus_back(tmp_path: Path) -> None:
         dead = _kill_the_bus(tmp_path)
         # The demo's live stream goes on meanwhile; so do this producer's changes.
         _changes(ops, "after")
-        wait_for(lambda: _matches(registry, engine), 90, "index == cells after the kill")
+        wait_for(lambda: index_matches(registry, engine), 90, "index == cells after the kill")
         servers = embedded_redis_servers(tmp_path)
         assert len(servers) == 1 and servers != [dead]
         engine.close()

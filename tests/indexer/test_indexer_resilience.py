@@ -18,16 +18,14 @@ import pytest
 
 from cellsight.cells.errors import CellsError
 from cellsight.cells.instances import BootRequest
-from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier
 from cellsight.indexer.dlq import peek
-from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from cellsight.indexer.metrics import REGISTRY
 from cellsight.settings import Settings
-from tests.support.drift import index_differences
+from tests.support.drift import index_differences, index_matches
 from tests.support.indexing import (
     PIPELINES,
     bus_settings,
@@ -116,13 +114,6 @@ def _indexer_process(settings: Settings) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _index_matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
-    try:
-        return not index_differences(registry, engine)
-    except IndexMissing:
-        return False
-
-
 def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> None:
     settings = bus_settings(tmp_path / "data", "rabbitmq")
     registry = sqlite_cluster(settings, hosts=3)
@@ -148,7 +139,7 @@ def test_sigkill_mid_batch_loses_nothing(rabbitmq_url: str, tmp_path: Path) -> N
     final = _indexer_process(settings)
     engine = EmbeddedEngine(settings.index_path)
     try:
-        wait_for(lambda: _index_matches(registry, engine), timeout=90, what="index == cells")
+        wait_for(lambda: index_matches(registry, engine), timeout=90, what="index == cells")
     finally:
         final.send_signal(signal.SIGTERM)
         assert final.wait(30) == 0  # graceful: flush, ack, close

@@ -15,14 +15,12 @@ import pytest
 from kombu import Connection
 
 from cellsight.cells.instances import BootRequest
-from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_notifier
 from cellsight.indexer.dlq import peek
-from cellsight.indexer.engines.base import IndexMissing
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
-from tests.support.drift import index_differences
+from tests.support.drift import index_matches
 from tests.support.indexing import bus_settings, sqlite_cluster, wait_for
 from tests.support.publishers import CountingPublisher
 
@@ -63,13 +61,6 @@ def _consumers(settings: Settings) -> int:
             return 0
 
 
-def _matches(registry: CellRegistry, engine: EmbeddedEngine) -> bool:
-    try:
-        return not index_differences(registry, engine)
-    except IndexMissing:
-        return False
-
-
 def test_two_workers_converge_and_stop_on_sigterm(rabbitmq_url: str, tmp_path: Path) -> None:
     settings = bus_settings(tmp_path / "data", "rabbitmq")
     registry = sqlite_cluster(settings)
@@ -94,7 +85,7 @@ def test_two_workers_converge_and_stop_on_sigterm(rabbitmq_url: str, tmp_path: P
             if i % 5 == 0:
                 ops.delete(vm)
         engine = EmbeddedEngine(settings.index_path)
-        wait_for(lambda: _matches(registry, engine), timeout=120, what="index == cells")
+        wait_for(lambda: index_matches(registry, engine), timeout=120, what="index == cells")
         assert engine.count("instance") == len(uuids)
         engine.close()
     finally:
@@ -131,7 +122,7 @@ def test_three_workers_on_a_fresh_data_dir_with_the_embedded_bus(tmp_path: Path)
         ops = Operations(registry, CountingPublisher(notifier), publisher_id="test")
         made = ops.boot(BootRequest("vm", "m1.small", project_id="p1", user_id="u", count=6))
         engine = EmbeddedEngine(settings.index_path)
-        wait_for(lambda: _matches(registry, engine), timeout=120, what="index == cells")
+        wait_for(lambda: index_matches(registry, engine), timeout=120, what="index == cells")
         assert engine.count("instance") == len(made.instances)
         engine.close()
         notifier.close()

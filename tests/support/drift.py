@@ -9,7 +9,7 @@ from typing import Any
 from cellsight.cells import reads, rows
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.documents import comparable, instance_document
-from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.engines.base import IndexMissing, SearchEngine
 
 
 @dataclass(frozen=True)
@@ -51,3 +51,12 @@ def index_differences(registry: CellRegistry, engine: SearchEngine) -> dict[str,
                 if bad or stored.version != row["revision"]:
                     diffs[row["uuid"]] = Drift(stored.version, row["revision"], tuple(bad))
     return diffs
+
+
+def index_matches(registry: CellRegistry, engine: SearchEngine) -> bool:
+    """Whether the index equals the cells row by row (False while it has no instance
+    index yet), for ``wait_for``."""
+    try:
+        return not index_differences(registry, engine)
+    except IndexMissing:
+        return False
