@@ -17,6 +17,7 @@ a new empty database); ``create_database`` is how a SQLite database comes to exi
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import sqlite3
@@ -59,6 +60,8 @@ ALLOWED_DRIVERS = {
 SQLITE_BUSY_MS = 10_000
 # The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
 SQLITE_PROGRESS_STEPS = 10_000
+
+log = logging.getLogger(__name__)
 
 
 def parse_url(url: str) -> sa.URL:
@@ -350,9 +353,12 @@ def retry_conflicts(fn: Callable[[], T]) -> T:
     for attempt in range(1, CONFLICT_TRIES + 1):
         try:
             return fn()
-        except TransactionConflict:
+        except TransactionConflict as exc:
             if attempt == CONFLICT_TRIES:
                 raise
+            log.info(
+                "database %r rolled a transaction back (%s): running it again", exc.url, exc.why
+            )
             time.sleep(random.uniform(0.0, 0.02 * attempt))
     raise AssertionError("unreachable")
 

@@ -84,7 +84,9 @@ class UnknownCell(CellsError):
 
     def __init__(self, ref: str, known: list[str] | None = None) -> None:
         hint = f" (known cells: {', '.join(known)})" if known else " (no cells registered)"
-        super().__init__(f"unknown cell {ref!r}{hint}")
+        # A mistyped reference may be anything a shell passes: its start names it.
+        shown = repr(ref) if len(ref) <= 80 else f"{ref[:80] + '…'!r} ({len(ref)} characters)"
+        super().__init__(f"unknown cell {shown}{hint}")
         self.ref = ref
 
 

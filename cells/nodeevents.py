@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from cellsight.cells import outbox
+from cellsight.cells.database import retry_conflicts
 from cellsight.cells.errors import CellsError
+from cellsight.cells.node_locks import node_ids
 from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.rows import node_to_payload
 from cellsight.cells.schema import compute_nodes, utcnow
@@ -90,16 +92,21 @@ def set_node_state(
     if offline is not None:
         changes["offline"] = offline
     c = compute_nodes.c
-    with ops.transaction(mapping) as conn:
-        done = conn.execute(
-            compute_nodes.update()
-            .where(c.host == host, c.deleted.is_(False))
-            .values(**changes, revision=c.revision + 1, updated_at=utcnow())
-        )
-        if done.rowcount == 0:
-            raise ComputeNodeNotFound(host, mapping.name)
-        rows = read_nodes(conn, [(host, None)])
-        outbox.add(conn, node_events(rows, mapping.uuid, ops.publisher_id))
+
+    def update() -> list[dict[str, Any]]:
+        with ops.transaction(mapping) as conn:
+            done = conn.execute(
+                compute_nodes.update()
+                .where(c.id.in_(node_ids(conn, c.host == host, c.deleted.is_(False))))
+                .values(**changes, revision=c.revision + 1, updated_at=utcnow())
+            )
+            if done.rowcount == 0:
+                raise ComputeNodeNotFound(host, mapping.name)
+            rows = read_nodes(conn, [(host, None)])
+            outbox.add(conn, node_events(rows, mapping.uuid, ops.publisher_id))
+        return rows
+
+    rows = retry_conflicts(update)
     ops.deliver(mapping)
     return [node_to_payload(row, mapping.uuid) for row in rows]
 

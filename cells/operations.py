@@ -59,6 +59,7 @@ from cellsight.cells.events import action_events, create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor, BootRequest, new_instance_row
 from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.node_locks import lock_nodes
 from cellsight.cells.nodeevents import USAGE_ACTIONS, node_events, places_of, read_nodes
 from cellsight.cells.nodes import migration_destinations, node_uuid
 from cellsight.cells.outbox import Outbox
@@ -70,7 +71,6 @@ from cellsight.cells.scheduler import (
     Resources,
     Scheduler,
     claim,
-    lock_nodes,
     release,
 )
 from cellsight.cells.schema import instances, utcnow
@@ -303,22 +303,21 @@ class Operations:
                 "terminated_at": now,
             }
 
-        cell, before, after, nodes = self._commit(uuid, DELETE, actor, change)
+        cell, _, after, _ = retry_conflicts(lambda: self._commit(uuid, DELETE, actor, change))
         try:
             self.registry.queue_for_delete(uuid)
         except Exception:
             # The cell row is the truth; the flag only schedules the mapping's archival.
             log.exception("instance %s deleted but its mapping was not flagged", uuid)
-        return self._notify(DELETE, cell, before, after, nodes)
+        return self._delivered(cell, after)
 
     # ------------------------------------------------------------ machinery
 
     def _act(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
     ) -> InstanceActionPayload:
-        return self._notify(
-            action, *retry_conflicts(lambda: self._commit(uuid, action, actor, mutate))
-        )
+        cell, _, after, _ = retry_conflicts(lambda: self._commit(uuid, action, actor, mutate))
+        return self._delivered(cell, after)
 
     def _commit(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
@@ -371,14 +370,7 @@ class Operations:
         if row["locked"] and not actor.is_admin and not action.lock_exempt:
             raise InstanceLocked(row["uuid"], action.describe(), row["locked_reason"])
 
-    def _notify(
-        self,
-        action: Action,
-        cell: CellMapping,
-        before: InstanceRow,
-        after: InstanceRow,
-        nodes: list[dict[str, Any]],
-    ) -> InstanceActionPayload:
+    def _delivered(self, cell: CellMapping, after: InstanceRow) -> InstanceActionPayload:
         self.deliver(cell)
         return action_payload(after, cell.uuid)
 

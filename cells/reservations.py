@@ -23,7 +23,6 @@ operation also emits ``compute_node.update`` for the nodes whose counts it chang
 from __future__ import annotations
 
 import logging
-import uuid as uuidlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -31,20 +30,22 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from cellsight.cells import outbox
-from cellsight.cells.database import write_transaction
+from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import CellsError, DuplicateInstance, InstanceNotFound, NoValidHost
 from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor
 from cellsight.cells.mappings import CellMapping
+from cellsight.cells.node_locks import lock_hosts, node_ids
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
-from cellsight.cells.rows import InstanceRow, action_payload, flavor_columns, payload_to_row
+from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, reservation_uuid
+from cellsight.cells.rows import InstanceRow, action_payload
 from cellsight.cells.scheduler import Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
-from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload
+from cellsight.notifications.payloads import InstanceActionPayload
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
@@ -97,7 +98,7 @@ def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta
     total = c.forthcoming_reservations + delta
     conn.execute(
         compute_nodes.update()
-        .where(*where)
+        .where(c.id.in_(node_ids(conn, *where)))
         .values(
             forthcoming_reservations=sa.case((total < 0, 0), else_=total),
             revision=c.revision + 1,
@@ -138,17 +139,18 @@ class Reservations:
         host: str | None = None,
         actor: Actor = ADMIN,
     ) -> ReserveResult:
-        uuid = _uuid(uuid)
+        uuid = reservation_uuid(uuid)
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
         try:
             self.registry.place_instances(target.uuid, [(uuid, project_id or "", user_id)])
         except sa.exc.IntegrityError:
             raise DuplicateInstance(uuid) from None
-        try:
+
+        def insert() -> tuple[InstanceRow, Nodes]:
             with self.ops.transaction(target) as conn:
                 chosen = self._claim(conn, spec, selections, host)
-                row = _new_row(uuid, name, project_id, user_id, spec, chosen, self.ops.clock())
+                row = new_row(uuid, name, project_id, user_id, spec, chosen, self.ops.clock())
                 try:
                     conn.execute(instances.insert().values(**row))
                 except sa.exc.IntegrityError:
@@ -160,6 +162,10 @@ class Reservations:
                 assert after is not None
                 nodes = read_nodes(conn, places_of(after))
                 outbox.add(conn, reservation_event(RESERVE, after, target, nodes, self.ops))
+            return after, nodes
+
+        try:
+            after, nodes = retry_conflicts(insert)
         except BaseException:
             self.registry.unmap_instances([uuid])
             raise
@@ -177,7 +183,7 @@ class Reservations:
         if cell is not None:
             return cells[0], []
         if host is not None:  # the cells that have it, among those that answer
-            found = read_answering(self.registry, cells, lambda conn: _host_row(conn, host))
+            found = read_answering(self.registry, cells, lambda conn: host_row(conn, host))
             cells = [cell for cell, row in found if row is not None]
         if not cells:
             raise NoValidHost("no enabled cell" + (f" has a host {host!r}" if host else ""))
@@ -199,7 +205,7 @@ class Reservations:
             raise NoValidHost("every host picked for the reservation filled up meanwhile")
         if host is None:
             return None, None, None
-        node = _host_row(conn, host)
+        node = host_row(conn, host)
         if node is None:
             raise NoValidHost(f"{host!r} is not a compute host of this cell")
         if spec is not None and not claim(conn, node["uuid"], Resources.of_flavor(spec)):
@@ -233,12 +239,13 @@ class Reservations:
             new_host = row["host"] if host is _UNSET else host
             if new_spec == row["flavor"] and new_host == row["host"]:
                 return out
+            lock_hosts(conn, (row["host"], new_host))
             release(conn, row["host"], row["node"], Resources.of_flavor(row["flavor"] or {}))
             count_on_node(conn, row["host"], row["node"], -1)
             chosen = self._claim(conn, new_spec, [], new_host)
             count_on_node(conn, chosen[0], chosen[1], 1)
             out.update(host=chosen[0], node=chosen[1], availability_zone=chosen[2])
-            out.update(_flavor_fields(new_spec))
+            out.update(flavor_fields(new_spec))
             return out
 
         payload = self._change(uuid, MODIFY, change)
@@ -324,76 +331,28 @@ class Reservations:
         """Change the reservation; its notifications go into the outbox in the same
         transaction and are delivered after the commit."""
         cell = self.registry.locate(uuid)
-        with self.ops.transaction(cell) as conn:
-            before = get_instance(conn, uuid, for_update=True)
-            if before is None:
-                raise InstanceNotFound(uuid, f"cell {cell.name}")
-            if not before["forthcoming"] or before["deleted"]:
-                raise NotForthcoming(uuid)
-            changes = mutate(conn, before)
-            changes.update(revision=before["revision"] + 1, updated_at=self.ops.clock())
-            conn.execute(instances.update().where(instances.c.id == before["id"]).values(**changes))
-            if self.ops.before_commit is not None:
-                self.ops.before_commit(name, conn)
-            after = get_instance(conn, uuid)
-            assert after is not None
-            moved = changes.keys() & {"host", "flavor", "forthcoming", "deleted"}
-            nodes = read_nodes(conn, places_of(before, after)) if moved else []
-            outbox.add(conn, events(cell, after, nodes))
+
+        def update() -> tuple[InstanceRow, Nodes]:
+            with self.ops.transaction(cell) as conn:
+                before = get_instance(conn, uuid, for_update=True)
+                if before is None:
+                    raise InstanceNotFound(uuid, f"cell {cell.name}")
+                if not before["forthcoming"] or before["deleted"]:
+                    raise NotForthcoming(uuid)
+                changes = mutate(conn, before)
+                changes.update(revision=before["revision"] + 1, updated_at=self.ops.clock())
+                where = instances.c.id == before["id"]
+                conn.execute(instances.update().where(where).values(**changes))
+                if self.ops.before_commit is not None:
+                    self.ops.before_commit(name, conn)
+                after = get_instance(conn, uuid)
+                assert after is not None
+                moved = changes.keys() & {"host", "flavor", "forthcoming", "deleted"}
+                nodes = read_nodes(conn, places_of(before, after)) if moved else []
+                outbox.add(conn, events(cell, after, nodes))
+            return after, nodes
+
+        after, nodes = retry_conflicts(update)
         self.touched.update((str(n["uuid"]), cell.uuid) for n in nodes)
         self.ops.deliver(cell)
         return cell, after
-
-
-def _uuid(value: str | None) -> str:
-    if value is None:
-        return str(uuidlib.uuid4())
-    try:
-        return str(uuidlib.UUID(value))
-    except ValueError:
-        raise CellsError(f"not a UUID: {value[:60]!r}") from None
-
-
-def _host_row(conn: sa.Connection, host: str) -> dict[str, Any] | None:
-    c = compute_nodes.c
-    query = sa.select(compute_nodes).where(c.host == host, c.deleted.is_(False))
-    row = conn.execute(query).mappings().first()
-    return None if row is None else dict(row)
-
-
-def _flavor_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
-    return {"flavor": spec, **flavor_columns(spec)}
-
-
-def _new_row(
-    uuid: str,
-    name: str | None,
-    project_id: str | None,
-    user_id: str | None,
-    spec: dict[str, Any] | None,
-    chosen: tuple[str | None, str | None, str | None],
-    now: Any,
-) -> InstanceRow:
-    payload = InstanceActionPayload(
-        uuid=uuid,
-        user_id=user_id,
-        tenant_id=project_id,
-        display_name=name,
-        host_name=name.lower().replace(" ", "-") if name else None,
-        host=chosen[0],
-        node=chosen[1],
-        availability_zone=chosen[2],
-        flavor=FlavorPayload.model_validate(spec) if spec else None,
-        created_at=now,
-        updated_at=now,
-        state="building",
-        power_state="pending",
-        progress=0,
-        metadata={},
-        locked=False,
-        tags=[],
-        instance_name=f"instance-{uuid[:8]}",
-        revision=1,
-        forthcoming=True,
-    )
-    return payload_to_row(payload)

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from cellsight.cells import outbox
+from cellsight.cells.database import retry_conflicts
 from cellsight.cells.errors import ConcurrentUpdate, DatabaseUnavailable, NoValidHost
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping
+from cellsight.cells.node_locks import lock_hosts
 from cellsight.cells.nodeevents import node_events, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservations import MOVE, count_on_node, reservation_event
@@ -63,7 +66,7 @@ def make_room(
     for mapping in cells:
         for _ in range(REPLANS):
             try:
-                outcome = _room_in(ops, mapping, want, zone)
+                outcome = retry_conflicts(partial(_room_in, ops, mapping, want, zone))
             except DatabaseUnavailable as exc:  # as the scheduler: the others may have room
                 log.warning("making room: skipping cell %s: %s", mapping.name, exc)
                 outcome = NOTHING
@@ -161,6 +164,7 @@ def _move(
 ) -> None:
     i = instances.c
     moved = []
+    lock_hosts(conn, [host for row, dest in plan for host in (row["host"], dest.node["host"])])
     for row, dest in plan:
         used = Resources.of_flavor(row["flavor"])
         if not claim(conn, dest.node["uuid"], used):

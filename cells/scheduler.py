@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from cellsight.cells.database import connect
 from cellsight.cells.errors import DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.node_locks import node_ids
 from cellsight.cells.reads import list_compute_nodes
 from cellsight.cells.schema import compute_nodes, utcnow
 from cellsight.notifications.objects import SchedulerLimits, Selection
@@ -240,24 +241,19 @@ def read_answering(
     return out
 
 
-def lock_nodes(conn: sa.Connection, node_uuids: Iterable[str]) -> None:
-    """Lock these nodes' rows in uuid order, before claims that would lock them in the
-    order of a request's choices: two boots then wait for each other instead of locking
-    two hosts each way round (a deadlock on PostgreSQL and MariaDB; SQLite's write lock
-    already orders them)."""
-    ordered = sorted(set(node_uuids))
-    if ordered and conn.dialect.name != "sqlite":
-        c = compute_nodes.c
-        conn.execute(sa.select(c.id).where(c.uuid.in_(ordered)).order_by(c.uuid).with_for_update())
-
-
 def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:
     """Take ``want`` on a node inside the caller's transaction; False if it no longer fits.
 
     A negative ``want`` gives resources back (never below zero) and always succeeds.
     """
     c = compute_nodes.c
-    guards: list[sa.ColumnElement[bool]] = [c.uuid == node_uuid, c.deleted.is_(False)]
+    ids = node_ids(conn, c.uuid == node_uuid)
+    return bool(ids) and _claim_row(conn, ids[0], want)
+
+
+def _claim_row(conn: sa.Connection, node_id: int, want: Resources) -> bool:
+    c = compute_nodes.c
+    guards: list[sa.ColumnElement[bool]] = [c.id == node_id, c.deleted.is_(False)]
     if want.vcpus > 0:
         guards.append(c.vcpus_used + want.vcpus <= c.vcpus * c.cpu_allocation_ratio)
     if want.memory_mb > 0:
@@ -283,12 +279,10 @@ def release(conn: sa.Connection, host: str | None, node: str | None, used: Resou
     if host is None:
         return
     c = compute_nodes.c
-    query = sa.select(c.uuid).where(c.host == host)
-    if node is not None:
-        query = query.where(c.hypervisor_hostname == node)
-    node_uuid = conn.execute(query).scalar()
-    if node_uuid is not None:
-        claim(conn, node_uuid, Resources(-used.vcpus, -used.memory_mb, -used.disk_gb))
+    where = [c.host == host] + ([c.hypervisor_hostname == node] if node is not None else [])
+    ids = node_ids(conn, *where)
+    if ids:
+        _claim_row(conn, ids[0], Resources(-used.vcpus, -used.memory_mb, -used.disk_gb))
 
 
 def _not_below_zero(value: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:

@@ -54,6 +54,12 @@ def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
     unknown = cli("cells", "add-host", "--cell", "west", "--host", "h1")
     assert unknown.exit_code == 2
     assert "unknown cell 'west' (known cells: east)" in one_line(unknown.output)
+    # A huge name is shown by its start and its length, not whole.
+    huge = cli("cells", "add-host", "--cell", "w" * 100_000, "--host", "h1")
+    assert huge.exit_code == 2
+    shown = one_line(huge.output)
+    assert f"unknown cell '{'w' * 80}…' (100000 characters)" in shown
+    assert len(shown) < 400
 
 
 def test_seed_reports_rate_and_fills_cells(cli: Invoke, tmp_path: Path) -> None:

@@ -34,13 +34,20 @@ NODE = {"vcpus": 4, "memory_mb": 16384, "local_gb": 200, "cpu_allocation_ratio":
 
 
 class Cell:
-    def __init__(self, make_database: DatabaseFactory, dialect: str, tmp: Path) -> None:
+    def __init__(
+        self,
+        make_database: DatabaseFactory,
+        dialect: str,
+        tmp: Path,
+        hosts: tuple[str, ...] = ("h1", "h2"),
+        node: dict[str, Any] = NODE,
+    ) -> None:
         self.registry = CellRegistry(make_database(dialect))
         self.registry.create_schema()
         self.cell = self.registry.add_cell("cell1", make_database(dialect))
         self.ops = Operations(self.registry, CollectingPublisher(), publisher_id="probe")
-        for host in ("h1", "h2"):
-            register_node(self.ops, "cell1", host, **NODE)
+        for host in hosts:
+            register_node(self.ops, "cell1", host, **node)
         self.reservations = Reservations(self.ops)
 
     def usage(self) -> tuple[dict[str, tuple[int, int]], dict[str, tuple[int, int]]]:

@@ -1,0 +1,68 @@
+"""The rows a reservation starts as, and the small reads its operations share."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+import sqlalchemy as sa
+
+from cellsight.cells.errors import CellsError
+from cellsight.cells.rows import InstanceRow, flavor_columns, payload_to_row
+from cellsight.cells.schema import compute_nodes
+from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload
+
+
+def reservation_uuid(value: str | None) -> str:
+    """``value`` in canonical form, or a new uuid when none is given."""
+    if value is None:
+        return str(uuidlib.uuid4())
+    try:
+        return str(uuidlib.UUID(value))
+    except ValueError:
+        raise CellsError(f"not a UUID: {value[:60]!r}") from None
+
+
+def host_row(conn: sa.Connection, host: str) -> dict[str, Any] | None:
+    c = compute_nodes.c
+    query = sa.select(compute_nodes).where(c.host == host, c.deleted.is_(False))
+    row = conn.execute(query).mappings().first()
+    return None if row is None else dict(row)
+
+
+def flavor_fields(spec: dict[str, Any] | None) -> dict[str, Any]:
+    return {"flavor": spec, **flavor_columns(spec)}
+
+
+def new_row(
+    uuid: str,
+    name: str | None,
+    project_id: str | None,
+    user_id: str | None,
+    spec: dict[str, Any] | None,
+    chosen: tuple[str | None, str | None, str | None],
+    now: Any,
+) -> InstanceRow:
+    payload = InstanceActionPayload(
+        uuid=uuid,
+        user_id=user_id,
+        tenant_id=project_id,
+        display_name=name,
+        host_name=name.lower().replace(" ", "-") if name else None,
+        host=chosen[0],
+        node=chosen[1],
+        availability_zone=chosen[2],
+        flavor=FlavorPayload.model_validate(spec) if spec else None,
+        created_at=now,
+        updated_at=now,
+        state="building",
+        power_state="pending",
+        progress=0,
+        metadata={},
+        locked=False,
+        tags=[],
+        instance_name=f"instance-{uuid[:8]}",
+        revision=1,
+        forthcoming=True,
+    )
+    return payload_to_row(payload)
