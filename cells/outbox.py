@@ -64,20 +64,29 @@ def add(conn: sa.Connection, notifications: Iterable[Notification]) -> list[int]
     ids: list[int] = []
     now = utcnow()
     for notification in notifications:
-        notification = stamped(notification)
-        uuid = getattr(notification.payload, "uuid", None)
-        result = conn.execute(
-            outbox.insert().values(
-                instance_uuid=uuid if isinstance(uuid, str) else None,
-                event_type=notification.event_type,
-                body=json.dumps(notification.to_dict()),
-                created_at=now,
-            )
-        )
-        key = result.inserted_primary_key
+        key = conn.execute(outbox.insert().values(**_row(notification, now))).inserted_primary_key
         assert key is not None
         ids.append(int(key[0]))
     return ids
+
+
+def add_many(conn: sa.Connection, notifications: Sequence[Notification]) -> int:
+    """``add`` in one ``executemany`` (a bulk load's chunk), without the row ids."""
+    now = utcnow()
+    if notifications:
+        conn.execute(outbox.insert(), [_row(n, now) for n in notifications])
+    return len(notifications)
+
+
+def _row(notification: Notification, now: datetime) -> dict[str, Any]:
+    notification = stamped(notification)
+    uuid = getattr(notification.payload, "uuid", None)
+    return {
+        "instance_uuid": uuid if isinstance(uuid, str) else None,
+        "event_type": notification.event_type,
+        "body": json.dumps(notification.to_dict()),
+        "created_at": now,
+    }
 
 
 def pending(conn: sa.Connection) -> int:

@@ -26,15 +26,17 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from multiprocessing.queues import Queue as ProcessQueue
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
-from cellsight.cells import bulk
+from cellsight.cells import bulk, outbox
 from cellsight.cells.database import create_database, create_engine
 from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.outbox import Outbox
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
     compute_nodes,
@@ -50,6 +52,7 @@ from cellsight.notifications.publisher import Publisher
 Progress = Callable[[int], None]
 Tuples = list[tuple[Any, ...]]
 
+RELAY_BATCH = 1000  # notifications a publish with confirms, as the seed delivers its outbox
 # Below this many instances per cell, starting worker processes costs more than it saves.
 PARALLEL_MIN_INSTANCES = 20_000
 
@@ -60,7 +63,8 @@ class SeedReport:
     instances: int = 0
     compute_nodes: int = 0
     mappings: int = 0
-    notifications: int = 0
+    notifications: int = 0  # published
+    waiting: int = 0  # left in the cells' outboxes, for the relay (the bus failed)
     seconds: float = 0.0
 
     @property
@@ -99,12 +103,13 @@ def seed(
 ) -> SeedReport:
     """Create ``cells`` new cells holding ``instances_per_cell`` instances each.
 
-    Cells are SQLite files in ``cells_dir`` unless ``db_urls`` gives one URL per cell.
-    The same ``seed``, ``now`` and starting registry give the same data (serial or
-    parallel); a second run continues the cell numbering and so makes new uuids. With a
-    ``publisher``, ``instance.create.end`` is published for each chunk after it commits.
-    ``workers`` processes load cells in parallel (default: one per CPU, when there are
-    several big cells and no publisher).
+        Cells are SQLite files in ``cells_dir`` unless ``db_urls`` gives one URL per cell.
+        The same ``seed``, ``now`` and starting registry give the same data (serial or
+        parallel); a second run continues the cell numbering and so makes new uuids. With a
+        ``publisher``, each chunk's ``instance.create.end`` notifications go into the cell's
+    outbox in the chunk's transaction and are delivered from it after the commit.
+        ``workers`` processes load cells in parallel (default: one per CPU, when there are
+        several big cells and no publisher).
     """
     if cells < 1:
         raise ValueError("cells must be at least 1")
@@ -201,6 +206,8 @@ def load_cell(
     usage: dict[str, HostUsage] = {}
     kept: Tuples = []
     dates_as_text = engine.dialect.name == "sqlite"
+    relay = None if publisher is None else Outbox(publisher, batch=RELAY_BATCH)
+    failed = False
     with ExitStack() as stack:
         api = stack.enter_context(bulk.loading(api_engine)) if api_engine is not None else None
         conn = stack.enter_context(bulk.loading(engine))
@@ -215,18 +222,15 @@ def load_cell(
                 with api.begin():
                     bulk.insert(api, instance_mappings, bulk.MAPPING_COLUMNS, mappings)
                 report.mappings += len(mappings)
-            fresh = _insert_rows(conn, gen.columns, rows, want_rows=publisher is not None)
+            notify = None if relay is None else partial(_announce, job.cell_uuid, publisher_id)
+            _insert_rows(conn, gen.columns, rows, notify)
             report.instances += n
-            if publisher is not None and fresh:
-                publisher.publish_many(
-                    [
-                        Notification.create(
-                            "instance.create.end", publisher_id, create_payload(row, job.cell_uuid)
-                        )
-                        for row in fresh
-                    ]
-                )
-                report.notifications += len(fresh)
+            if relay is not None and not failed:
+                # A bus that failed once is not tried again per chunk: what it did not
+                # take waits in the outbox, as everything after it does.
+                delivered = relay.deliver(engine)
+                report.notifications += delivered.published
+                failed = delivered.error is not None
             done += n
             if progress is not None:
                 progress(n)
@@ -236,20 +240,32 @@ def load_cell(
                 conn.execute(compute_nodes.insert(), nodes)
         report.compute_nodes += len(nodes)
         create_cell_indexes(conn)
+        if relay is not None:
+            with conn.begin():
+                report.waiting += outbox.pending(conn)
     return kept
 
 
 def _insert_rows(
-    conn: sa.Connection, columns: Sequence[str], rows: Tuples, *, want_rows: bool
-) -> list[dict[str, Any]]:
-    """Insert a chunk; with ``want_rows``, read it back (to notify) in the same transaction."""
+    conn: sa.Connection,
+    columns: Sequence[str],
+    rows: Tuples,
+    notify: Callable[[list[dict[str, Any]]], list[Notification]] | None,
+) -> None:
+    """Insert a chunk; with ``notify``, read it back and put its notifications into the
+    cell's outbox in the same transaction, as every operation does (none is lost to a
+    bus that fails between the commit and the publish)."""
     with conn.begin():
         last_id = conn.execute(sa.select(sa.func.max(instances.c.id))).scalar() or 0
         bulk.insert(conn, instances, columns, rows)
-        if not want_rows:
-            return []
-        query = sa.select(instances).where(instances.c.id > last_id)
-        return [dict(r) for r in conn.execute(query).mappings()]
+        if notify is not None:
+            query = sa.select(instances).where(instances.c.id > last_id)
+            outbox.add_many(conn, notify([dict(r) for r in conn.execute(query).mappings()]))
+
+
+def _announce(cell_uuid: str, publisher_id: str, rows: list[dict[str, Any]]) -> list[Notification]:
+    end = "instance.create.end"
+    return [Notification.create(end, publisher_id, create_payload(r, cell_uuid)) for r in rows]
 
 
 # ----------------------------------------------------------------- worker processes

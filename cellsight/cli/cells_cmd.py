@@ -243,6 +243,11 @@ def seed(
         )
     names = ", ".join(c.name for c in report.cells)
     notified = f", {report.notifications} notifications" if notify else ""
+    if report.waiting:
+        notified += (
+            f" ({report.waiting} more wait in the cells' outboxes: the bus failed; "
+            "`cellsight outbox relay` publishes them)"
+        )
     console.print(
         f"seeded {len(report.cells)} cells ({names}): {report.instances} instances, "
         f"{report.compute_nodes} compute nodes{notified} in {report.seconds:.2f} s "

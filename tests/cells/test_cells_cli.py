@@ -86,6 +86,20 @@ def test_seed_reports_rate_and_fills_cells(cli: Invoke, tmp_path: Path) -> None:
     assert data["revision"] >= 1
 
 
+def test_seed_notify_with_the_bus_down_keeps_every_notification(
+    cli: Invoke, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CELLSIGHT_BUS_URL", "amqp://guest:guest@127.0.0.1:1//")  # refused
+    down = cli("cells", "seed", "--instances", "30", "--chunk-size", "10", "--notify")
+    assert down.exit_code == 0, down.output
+    text = one_line(down.output)
+    assert "30 instances" in text and "0 notifications (30 more wait in the cells' outboxes" in text
+    monkeypatch.delenv("CELLSIGHT_BUS_URL")  # the embedded bus, which answers
+    relayed = cli("outbox", "relay")
+    assert relayed.exit_code == 0, relayed.output
+    assert "cell1: published 30, 0 left" in one_line(relayed.output)
+
+
 def test_ops_on_the_embedded_bus(cli: Invoke, tmp_path: Path) -> None:
     assert (
         cli("cells", "add", "--name", "c1", "--db-url", f"sqlite:///{tmp_path / 'c1.db'}").exit_code

@@ -7,15 +7,18 @@ are in ``test_cells_operations.py``, the ones that fail or are refused in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from cellsight.cells import outbox
 from cellsight.cells.database import Engines, connect, write_transaction
 from cellsight.cells.errors import BadDatabaseURL, DatabaseUnavailable, UnknownCell
 from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.outbox import Outbox
 from cellsight.cells.reads import (
     count_instances,
     iter_instance_batches,
@@ -26,6 +29,8 @@ from cellsight.cells.reads import (
 from cellsight.cells.rows import payload_to_row, row_to_payload
 from cellsight.cells.schema import cell_metadata, instances
 from cellsight.cells.seed import seed
+from cellsight.notifications.envelope import Notification
+from cellsight.notifications.errors import PublishError
 from cellsight.notifications.payloads import (
     InstanceActionPayload,
     InstanceCreatePayload,
@@ -191,7 +196,46 @@ def test_seed_notifies_each_instance_after_commit(
         assert isinstance(payload, InstanceCreatePayload)
         row = rows[payload.uuid]
         assert (payload.revision, payload.cell_uuid) == (row["revision"], report.cells[0].uuid)
-        assert payload == row_to_payload(row, report.cells[0].uuid, InstanceCreatePayload)
+        # Through the outbox: decoded from its JSON, so compared by content (a decoded
+        # object also remembers the wire version it was read at).
+        expected = row_to_payload(row, report.cells[0].uuid, InstanceCreatePayload)
+        assert payload.model_dump() == expected.model_dump()
+
+
+class BusFailsAfterFirstPublish(CollectingPublisher):
+    """Takes the first batch, then fails as the Notifier does when the bus goes away."""
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        if self.sent:
+            raise PublishError("bus down (test)")
+        super().publish_many(notifications)
+
+
+def test_a_bus_failing_mid_seed_leaves_the_rest_in_the_outbox(
+    registry: CellRegistry, make_database: Any, dialect: str, tmp_path: Any
+) -> None:
+    publisher = BusFailsAfterFirstPublish()
+    report = seed(
+        registry,
+        cells=1,
+        instances_per_cell=25,
+        cells_dir=tmp_path,
+        db_urls=[make_database(dialect)],
+        chunk_size=10,
+        publisher=publisher,
+        now=NOW,
+    )
+    # The first chunk was published; the second chunk's publish failed after its commit,
+    # the third was not tried: both wait in the outbox, none is lost.
+    assert (report.instances, report.notifications, report.waiting) == (25, 10, 15)
+    engine = registry.cell_engine(report.cells[0])
+    relayed = CollectingPublisher()
+    assert Outbox(relayed).relay(engine).published == 15
+    with connect(engine) as conn:
+        assert outbox.pending(conn) == 0
+        rows = {r["uuid"] for r in iter_instances(conn)}
+    told = [n.payload.uuid for n in publisher.sent + relayed.sent]  # type: ignore[union-attr]
+    assert sorted(told) == sorted(rows) and len(rows) == 25
 
 
 # ------------------------------------------------------------------ named errors
