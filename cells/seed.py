@@ -64,7 +64,7 @@ class SeedReport:
     compute_nodes: int = 0
     mappings: int = 0
     notifications: int = 0  # published
-    waiting: int = 0  # left in the cells' outboxes, for the relay (the bus failed)
+    waiting: int = 0  # left in the cells' outboxes for a relay (the bus failed, or one ran)
     seconds: float = 0.0
 
     @property

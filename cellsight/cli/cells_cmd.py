@@ -245,8 +245,8 @@ def seed(
     notified = f", {report.notifications} notifications" if notify else ""
     if report.waiting:
         notified += (
-            f" ({report.waiting} more wait in the cells' outboxes: the bus failed; "
-            "`cellsight outbox relay` publishes them)"
+            f" ({report.waiting} more wait in the cells' outboxes: the relay, "
+            "`cellsight outbox relay` or an indexer's, publishes them)"
         )
     console.print(
         f"seeded {len(report.cells)} cells ({names}): {report.instances} instances, "
