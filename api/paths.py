@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -96,25 +97,35 @@ class InstanceSearch:
         self.metrics = metrics or ApiMetrics()
         self._synced = False
         self._unsynced_at: float | None = None
+        self._identity: Hashable = None  # the store whose marker was read
         self._floors = PurgeFloors(engine, registry, self.metrics)
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------ the decision
 
     def _is_synced(self) -> bool:
-        """Whether bulk sync has completed; raises ``EngineError`` if the engine fails."""
-        if self._synced:
-            return True
+        """Whether bulk sync has completed; raises ``EngineError`` if the engine fails.
+
+        A store put in the place of the one whose marker was read (the embedded index's
+        file removed, and made again by the indexer) has its marker read again at once,
+        not at the next probe: until a sync it is unsynced, and the cells answer."""
+        identity = self.engine.store_identity()
         with self._lock:
+            if identity != self._identity:
+                self._synced, self._unsynced_at = False, None
+            if self._synced:
+                return True
             if self._unsynced_at is not None and (
                 time.monotonic() - self._unsynced_at < UNSYNCED_RECHECK_S
             ):
                 return False
-        synced = is_synced(self.engine, "instance")
+        self._record(is_synced(self.engine, "instance"), identity)
+        return self._synced
+
+    def _record(self, synced: bool, identity: Hashable) -> None:
         with self._lock:
-            self._synced = synced
+            self._synced, self._identity = synced, identity
             self._unsynced_at = None if synced else time.monotonic()
-        return synced
 
     def _read_floor(self, *, force: bool = False) -> None:
         """Refresh the index's purge floor; raises ``EngineError`` if it fails."""
@@ -131,6 +142,7 @@ class InstanceSearch:
         try:
             if isinstance(self.engine, DeferredEngine):
                 self.engine.connect()
+            identity = self.engine.store_identity()
             synced = is_synced(self.engine, "instance")
             self._read_floor(force=True)
         except EngineError as exc:
@@ -139,9 +151,7 @@ class InstanceSearch:
         except Exception as exc:  # a bug: counted and logged; the thread must go on
             self.metrics.bug("index probe", exc, log)
             return f"error: {type(exc).__name__}"
-        with self._lock:
-            self._synced = synced
-            self._unsynced_at = None if synced else time.monotonic()
+        self._record(synced, identity)
         self.safe_connect.succeeded()
         return "synced" if synced else "unsynced: not marked synced by a completed bulk sync"
 

@@ -10,7 +10,7 @@ read alias atomically. ``bulk`` writes every op to every index behind the write 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -298,6 +298,13 @@ class SearchEngine(Names, DocumentStore, Search, IndexAdmin, MetaStore):
 
     @abc.abstractmethod
     def close(self) -> None: ...
+
+    def store_identity(self) -> Hashable:
+        """What tells the store behind this engine from one put in its place (the embedded
+        index's file: its device and inode), read cheaply enough for every request; the
+        API re-reads the synced marker when it changes. ``None`` where no cheap sign
+        exists (the HTTP engines: a wiped cluster is seen at the next probe)."""
+        return None
 
     def reopener(self) -> Callable[[], SearchEngine]:
         """A picklable factory of this engine for another process: the indexer's writer

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC, datetime
 from functools import partial
@@ -98,6 +98,9 @@ class EmbeddedEngine(SearchEngine):
 
     def close(self) -> None:
         self._connections.close()
+
+    def store_identity(self) -> Hashable:
+        return self._connections.identity_now()
 
     def ping(self) -> None:
         try:

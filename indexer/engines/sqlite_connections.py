@@ -102,7 +102,7 @@ class Connections:
         # The pid check: a forked child must not reuse its parent's connection.
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None and self._local.pid == os.getpid():
-            if self._local.identity == self._identity_now():
+            if self._local.identity == self.identity_now():
                 return conn
             self._leave(conn, self._local.identity)
         conn = None
@@ -117,7 +117,7 @@ class Connections:
             )
             for pragma in self._pragmas:
                 self._apply(conn, pragma)
-            identity = self._identity_now()  # the file exists once the WAL mode is set
+            identity = self.identity_now()  # the file exists once the WAL mode is set
             # Every new connection: the file may be new to this process, whichever thread
             # comes to it first.
             Catalog(conn, self.prefix).ensure()
@@ -133,7 +133,7 @@ class Connections:
             self._all.append((conn, identity, threading.current_thread()))
         return conn
 
-    def _identity_now(self) -> FileIdentity:
+    def identity_now(self) -> FileIdentity:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:

@@ -16,8 +16,11 @@ from typing import Any
 
 import pytest
 
+from cellsight.api.cell_query import row_document
 from cellsight.api.headers import PATH
 from cellsight.api.safe_connect import SafeConnect
+from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.support.api_world import ADMIN, World, load_index, make_client
 from tests.support.clock import ManualClock
@@ -125,6 +128,35 @@ def test_an_unsynced_index_is_not_used(sqlite_world: World, tmp_path: Path) -> N
     health = client.get("/healthz").json()
     assert health["path"] == "fanout" and "synced" in health["reason"]
     client.close()
+
+
+def test_an_index_file_made_again_is_not_trusted_at_the_next_request(
+    sqlite_world: World, tmp_path: Path
+) -> None:
+    """``rm index.db*`` under a running API: the indexer makes its index again in a new
+    file, which holds only what came after. The API reads the synced marker again at the
+    next request (it used to answer from the new index until its next probe)."""
+    path, prefix = tmp_path / "index.db", f"f{uuid.uuid4().hex[:8]}"
+    engine = EmbeddedEngine(path, prefix=prefix)
+    load_index(engine, sqlite_world)
+    client = make_client(tmp_path / "api", sqlite_world, engine, index_probe_interval=3600)
+    before = client.get("/v2.1/servers?all_tenants=1", headers=ADMIN)
+    assert before.headers[PATH] == "index"
+    listed = {s["id"] for s in before.json()["servers"]}
+    for name in ("index.db", "index.db-wal", "index.db-shm"):
+        (tmp_path / name).unlink(missing_ok=True)
+    indexer = EmbeddedEngine(path, prefix=prefix)  # as the writer, in its own process
+    indexer.ensure_ready("instance")
+    cell_uuid, row = next(iter(sqlite_world.rows()))
+    stored = row_document(row, cell_uuid)
+    indexer.bulk([WriteOp("instance", stored.id, stored.version, stored.document)])
+    indexer.close()
+    after = client.get("/v2.1/servers?all_tenants=1", headers=ADMIN)
+    assert after.headers[PATH] == "fanout"
+    assert {s["id"] for s in after.json()["servers"]} == listed
+    assert "synced" in client.get("/healthz").json()["reason"]
+    client.close()
+    engine.close()
 
 
 def test_backoff_and_a_single_probe() -> None:

@@ -210,5 +210,5 @@ def test_a_new_thread_first_to_the_new_file_makes_its_catalog(tmp_path: Path) ->
     engine.ensure_ready("instance")  # the main thread moves to the new file
     _write(engine, "u1", 1)
     held = {identity for _, identity, _ in engine._connections._all}
-    assert held == {engine._connections._identity_now()}
+    assert held == {engine._connections.identity_now()}
     engine.close()
