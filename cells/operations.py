@@ -59,7 +59,7 @@ from cellsight.cells.events import action_events, create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor, BootRequest, new_instance_row
 from cellsight.cells.mappings import CellMapping, CellRegistry
-from cellsight.cells.node_locks import lock_nodes
+from cellsight.cells.node_locks import lock_ids, lock_nodes, node_ids
 from cellsight.cells.nodeevents import USAGE_ACTIONS, node_events, places_of, read_nodes
 from cellsight.cells.nodes import migration_destinations, node_uuid
 from cellsight.cells.outbox import Outbox
@@ -73,7 +73,7 @@ from cellsight.cells.scheduler import (
     claim,
     release,
 )
-from cellsight.cells.schema import instances, utcnow
+from cellsight.cells.schema import compute_nodes, instances, utcnow
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstanceActionPayload, InstanceCreatePayload
 from cellsight.notifications.publisher import Publisher
@@ -264,7 +264,11 @@ class Operations:
                     uuid, f"live-migrate to its own host {host}", row["vm_state"], set()
                 )
             want = Resources.of_flavor(row["flavor"] or {})
-            for node in migration_destinations(conn, row, host):
+            destinations = migration_destinations(conn, row, host)
+            # The claim and the release below, locked in id order first (node_locks).
+            source = node_ids(conn, compute_nodes.c.host == row["host"])
+            lock_ids(conn, [*source, *(n["id"] for n in destinations)])
+            for node in destinations:
                 if claim(conn, node["uuid"], want):
                     release(conn, row["host"], row["node"], want)
                     return {

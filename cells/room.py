@@ -20,7 +20,12 @@ import sqlalchemy as sa
 
 from cellsight.cells import outbox
 from cellsight.cells.database import retry_conflicts
-from cellsight.cells.errors import ConcurrentUpdate, DatabaseUnavailable, NoValidHost
+from cellsight.cells.errors import (
+    ConcurrentUpdate,
+    DatabaseUnavailable,
+    NoValidHost,
+    TransactionConflict,
+)
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_hosts
@@ -67,6 +72,8 @@ def make_room(
         for _ in range(REPLANS):
             try:
                 outcome = retry_conflicts(partial(_room_in, ops, mapping, want, zone))
+            except TransactionConflict:
+                raise  # a deadlock that outlasted its retries: not a cell to skip
             except DatabaseUnavailable as exc:  # as the scheduler: the others may have room
                 log.warning("making room: skipping cell %s: %s", mapping.name, exc)
                 outcome = NOTHING

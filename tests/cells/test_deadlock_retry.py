@@ -16,10 +16,13 @@ from cellsight.cells.errors import TransactionConflict
 from tests.support.services import DatabaseFactory
 
 ROWS = sa.table("counters", sa.column("id", sa.Integer), sa.column("v", sa.Integer))
+# The competitor's session (by its server-side id) waiting for a row lock: queued behind
+# our first lock (other tests' sessions on the same server do not count).
+SESSION = {"postgresql": "SELECT pg_backend_pid()", "mysql": "SELECT CONNECTION_ID()"}
 WAITING = {
-    # Another session waiting for a row lock: the competitor, queued behind our first lock.
-    "postgresql": "SELECT count(*) FROM pg_locks WHERE NOT granted",
-    "mysql": "SELECT count(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'",
+    "postgresql": "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = :session",
+    "mysql": "SELECT count(*) FROM information_schema.innodb_trx "
+    "WHERE trx_state = 'LOCK WAIT' AND trx_mysql_thread_id = :session",
 }
 
 
@@ -39,10 +42,11 @@ def _add(conn: sa.Connection, row: int, amount: int) -> None:
     conn.execute(ROWS.update().where(ROWS.c.id == row).values(v=ROWS.c.v + amount))
 
 
-def _until_waiting(engine: sa.Engine, bound: float = 10.0) -> None:
+def _until_waiting(engine: sa.Engine, session: int, bound: float = 10.0) -> None:
     deadline = time.monotonic() + bound
+    waiting = sa.text(WAITING[engine.dialect.name]).bindparams(session=session)
     with engine.connect() as conn:
-        while conn.execute(sa.text(WAITING[engine.dialect.name])).scalar_one() == 0:
+        while conn.execute(waiting).scalar_one() == 0:
             assert time.monotonic() < deadline, "the competitor never queued for the lock"
             conn.rollback()  # a fresh snapshot each look (MariaDB's repeatable reads)
 
@@ -52,10 +56,12 @@ def test_a_deadlock_victim_is_named_and_runs_again(engine: sa.Engine) -> None:
     postgres = engine.dialect.name == "postgresql"
     first_locked, second_locked = threading.Event(), threading.Event()
     failures: list[BaseException] = []
+    session: list[int] = []
 
     def competitor() -> None:  # plain SQLAlchemy: never retried
         try:
             with engine.begin() as conn:
+                session.append(conn.execute(sa.text(SESSION[engine.dialect.name])).scalar_one())
                 if postgres:  # it waits longest, so our side finds the cycle and yields
                     conn.execute(sa.text("SET LOCAL deadlock_timeout = '30s'"))
                 else:  # InnoDB rolls back the lighter transaction: make this one heavy
@@ -78,7 +84,7 @@ def test_a_deadlock_victim_is_named_and_runs_again(engine: sa.Engine) -> None:
                 _add(conn, 1, 10)
                 if not attempts:
                     first_locked.set()
-                    _until_waiting(engine)  # the competitor holds row 2 and wants row 1
+                    _until_waiting(engine, session[0])  # it holds row 2 and wants row 1
                 _add(conn, 2, 10)
                 value: int = conn.execute(sa.select(ROWS.c.v).where(ROWS.c.id == 1)).scalar_one()
         except TransactionConflict as exc:

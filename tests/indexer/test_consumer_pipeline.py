@@ -26,15 +26,13 @@ FIRST_ID = "00000000-0000-4000-8000-000000000000"  # of the first notification p
 class GatedEngine:
     """A real engine whose ``bulk`` of the first published document waits for
     ``release``: a slow write at the head of the pipeline (writer threads may start in
-    any order). Counts the writes that finished and the most at once."""
+    any order). Counts the writes that finished."""
 
     def __init__(self, engine: SearchEngine, held_id: str = FIRST_ID) -> None:
         self.engine = engine
         self.release = threading.Event()
         self.first_started = threading.Event()
         self.finished = 0
-        self.running = 0
-        self.most_running = 0
         self._lock = threading.Lock()
         self.held_id = held_id
 
@@ -43,9 +41,6 @@ class GatedEngine:
 
     def bulk(self, ops: Sequence[WriteOp]) -> list[WriteResult]:
         first = any(op.id == self.held_id for op in ops)
-        with self._lock:
-            self.running += 1
-            self.most_running = max(self.most_running, self.running)
         try:
             if first:
                 self.first_started.set()
@@ -53,7 +48,6 @@ class GatedEngine:
             return self.engine.bulk(ops)
         finally:
             with self._lock:
-                self.running -= 1
                 self.finished += 1
 
 
@@ -99,7 +93,8 @@ def test_later_batches_are_written_but_acked_only_after_the_first(
         wait_for(gated.first_started.is_set, what="first write")
         wait_for(lambda: gated.finished >= 2, what="later writes while the first is held")
         assert consumer.acked == 0  # written, but the first batch's verdict is not known
-        assert gated.most_running >= 2
+        # Not asserted: that the held write overlapped the others. Writer threads start
+        # in any order, and later batches may finish before it starts.
         gated.release.set()
         wait_for(lambda: consumer.acked >= len(uuids), what="all acked")
     assert consumer.totals == {"indexed": 40, "stale": 0, "ignored": 0, "dead": 0}
