@@ -28,7 +28,7 @@ from cellsight.cells.reads import (
 )
 from cellsight.cells.rows import payload_to_row, row_to_payload
 from cellsight.cells.schema import cell_metadata, instances
-from cellsight.cells.seed import seed
+from cellsight.cells.seed import SeedReport, seed
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.errors import PublishError
 from cellsight.notifications.payloads import (
@@ -173,20 +173,26 @@ def test_seed_is_deterministic_serial_or_parallel(
     assert run(workers=2) == serial  # worker processes make the same cells
 
 
-def test_seed_notifies_each_instance_after_commit(
-    registry: CellRegistry, make_database: Any, dialect: str, tmp_path: Any
-) -> None:
-    publisher = CollectingPublisher()
-    report = seed(
+def _seed_25_in_chunks_of_10(
+    registry: CellRegistry, url: str, tmp_path: Any, publisher: CollectingPublisher
+) -> SeedReport:
+    return seed(
         registry,
         cells=1,
         instances_per_cell=25,
         cells_dir=tmp_path,
-        db_urls=[make_database(dialect)],
+        db_urls=[url],
         chunk_size=10,
         publisher=publisher,
         now=NOW,
     )
+
+
+def test_seed_notifies_each_instance_after_commit(
+    registry: CellRegistry, make_database: Any, dialect: str, tmp_path: Any
+) -> None:
+    publisher = CollectingPublisher()
+    report = _seed_25_in_chunks_of_10(registry, make_database(dialect), tmp_path, publisher)
     assert report.notifications == 25
     assert set(publisher.event_types) == {"instance.create.end"}
     with connect(registry.cell_engine(report.cells[0])) as conn:
@@ -215,16 +221,7 @@ def test_a_bus_failing_mid_seed_leaves_the_rest_in_the_outbox(
     registry: CellRegistry, make_database: Any, dialect: str, tmp_path: Any
 ) -> None:
     publisher = BusFailsAfterFirstPublish()
-    report = seed(
-        registry,
-        cells=1,
-        instances_per_cell=25,
-        cells_dir=tmp_path,
-        db_urls=[make_database(dialect)],
-        chunk_size=10,
-        publisher=publisher,
-        now=NOW,
-    )
+    report = _seed_25_in_chunks_of_10(registry, make_database(dialect), tmp_path, publisher)
     # The first chunk was published; the second chunk's publish failed after its commit,
     # the third was not tried: both wait in the outbox, none is lost.
     assert (report.instances, report.notifications, report.waiting) == (25, 10, 15)
