@@ -119,8 +119,10 @@ class InstanceSearch:
                 time.monotonic() - self._unsynced_at < UNSYNCED_RECHECK_S
             ):
                 return False
-        self._record(is_synced(self.engine, "instance"), identity)
-        return self._synced
+        synced = is_synced(self.engine, "instance")
+        # This reading, not the shared flag: a probe may record an older store's meanwhile.
+        self._record(synced, identity)
+        return synced
 
     def _record(self, synced: bool, identity: Hashable) -> None:
         with self._lock:

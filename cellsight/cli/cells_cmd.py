@@ -243,6 +243,10 @@ def seed(
         )
     names = ", ".join(c.name for c in report.cells)
     notified = f", {report.notifications} notifications" if notify else ""
+    # Every instance's notification went into its cell's outbox with the row.
+    by_another = report.instances - report.notifications - report.waiting if notify else 0
+    if by_another > 0:
+        notified += f" ({by_another} more published by another relay)"
     if report.waiting:
         notified += (
             f" ({report.waiting} more wait in the cells' outboxes: the relay, "
