@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import write_transaction
+from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import CellsError, NoValidHost
 from cellsight.cells.schema import compute_nodes, utcnow
 
@@ -64,11 +64,15 @@ def add_compute_node(
         "revision": 1,
         "deleted": False,
     }
-    try:
+
+    def insert() -> None:
         with write_transaction(engine) as conn:
             conn.execute(compute_nodes.insert().values(**row))
             if in_transaction is not None:
                 in_transaction(conn, row)
+
+    try:
+        retry_conflicts(insert)
     except sa.exc.IntegrityError:
         raise DuplicateHost(host, row["hypervisor_hostname"]) from None
     return row
