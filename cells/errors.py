@@ -131,10 +131,8 @@ class InvalidInstanceState(CellsError):
     reason = "invalid_instance_state"
 
     def __init__(self, uuid: str, action: str, state: str | None, allowed: set[str]) -> None:
-        super().__init__(
-            f"cannot {action} instance {uuid!r} in state {state!r} "
-            f"(allowed: {', '.join(sorted(allowed))})"
-        )
+        states = f" (allowed: {', '.join(sorted(allowed))})" if allowed else ""
+        super().__init__(f"cannot {action} instance {uuid!r} in state {state!r}{states}")
         self.uuid = uuid
         self.state = state
 

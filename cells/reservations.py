@@ -36,7 +36,7 @@ from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor
 from cellsight.cells.mappings import CellMapping
-from cellsight.cells.node_locks import lock_hosts, lock_ids, node_ids
+from cellsight.cells.node_locks import lock_hosts, lock_ids, lock_nodes, node_ids
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, reservation_uuid
@@ -202,6 +202,8 @@ class Reservations:
         """(host, node, availability zone) of the node that now holds the reservation."""
         if selections:
             want = Resources.of_flavor(spec or {})
+            # A claim that finds a node full still holds its row: lock them in id order first.
+            lock_nodes(conn, (s.compute_node_uuid for s in selections))
             for s in selections:
                 if claim(conn, s.compute_node_uuid, want):
                     return s.service_host, s.nodename, s.availability_zone

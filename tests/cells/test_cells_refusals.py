@@ -115,7 +115,9 @@ def test_locked_instance_refuses_non_admin(
     )
 
 
-def test_invalid_requests_are_named(ops: Operations, publisher: CollectingPublisher) -> None:
+def test_invalid_requests_are_named(
+    ops: Operations, publisher: CollectingPublisher, registry: CellRegistry, cell: CellMapping
+) -> None:
     uuid = boot(ops).uuid
     publisher.take()
     with pytest.raises(InvalidInstanceState, match=r"power on.*'active'"):
@@ -128,6 +130,15 @@ def test_invalid_requests_are_named(ops: Operations, publisher: CollectingPublis
         ops.live_migrate(uuid, "no-such-host")
     with pytest.raises(UnknownCell, match=r"'atlantis'.*cell1"):
         boot(ops, cell="atlantis")
+    row = row_of(registry, cell, uuid)
+    assert row is not None
+    for refused in (
+        lambda: ops.resize(uuid, row["flavor"]["name"]),
+        lambda: ops.live_migrate(uuid, row["host"]),
+    ):
+        with pytest.raises(InvalidInstanceState) as why:  # no state would do: none listed
+            refused()
+        assert str(why.value).endswith("in state 'active'"), str(why.value)
     assert publisher.sent == []
 
 
