@@ -26,18 +26,28 @@ def node_ids(conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[int]:
 
 
 def lock_ids(conn: sa.Connection, ids: Iterable[int]) -> None:
+    """Lock these nodes in id order. One alone needs no order: the statement that changes
+    it, by primary key, locks it."""
     ordered = sorted(set(ids))
-    if ordered and conn.dialect.name != "sqlite":
+    if len(ordered) > 1 and conn.dialect.name != "sqlite":
         c = compute_nodes.c
         conn.execute(sa.select(c.id).where(c.id.in_(ordered)).order_by(c.id).with_for_update())
+
+
+def locked_ids(conn: sa.Connection, *where: sa.ColumnElement[bool]) -> list[int]:
+    """``node_ids``, locked in id order (an UPDATE of several locks in its scan order,
+    PostgreSQL's not id order)."""
+    ids = node_ids(conn, *where)
+    lock_ids(conn, ids)
+    return ids
 
 
 def lock_nodes(conn: sa.Connection, node_uuids: Iterable[str]) -> None:
     """Lock these nodes before claims that would take them in the order of a request's
     choices: two boots then wait for each other instead of holding a host each."""
     wanted = sorted(set(node_uuids))
-    if wanted:
-        lock_ids(conn, node_ids(conn, compute_nodes.c.uuid.in_(wanted)))
+    if len(wanted) > 1:
+        locked_ids(conn, compute_nodes.c.uuid.in_(wanted))
 
 
 def lock_hosts(conn: sa.Connection, hosts: Iterable[str | None]) -> None:
@@ -45,4 +55,4 @@ def lock_hosts(conn: sa.Connection, hosts: Iterable[str | None]) -> None:
     and claims on others (a reservation's modify, a move to make room)."""
     wanted = sorted({host for host in hosts if host})
     if wanted:
-        lock_ids(conn, node_ids(conn, compute_nodes.c.host.in_(wanted)))
+        locked_ids(conn, compute_nodes.c.host.in_(wanted))

@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from cellsight.cells import outbox
 from cellsight.cells.database import retry_conflicts
 from cellsight.cells.errors import CellsError
-from cellsight.cells.node_locks import lock_ids, node_ids
+from cellsight.cells.node_locks import locked_ids
 from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.rows import node_to_payload
 from cellsight.cells.schema import compute_nodes, utcnow
@@ -95,8 +95,7 @@ def set_node_state(
 
     def update() -> list[dict[str, Any]]:
         with ops.transaction(mapping) as conn:
-            ids = node_ids(conn, c.host == host, c.deleted.is_(False))
-            lock_ids(conn, ids)  # an UPDATE locks in scan order, PostgreSQL's not id order
+            ids = locked_ids(conn, c.host == host, c.deleted.is_(False))
             done = conn.execute(
                 compute_nodes.update()
                 .where(c.id.in_(ids))

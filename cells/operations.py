@@ -307,7 +307,7 @@ class Operations:
                 "terminated_at": now,
             }
 
-        cell, _, after, _ = retry_conflicts(lambda: self._commit(uuid, DELETE, actor, change))
+        cell, after = retry_conflicts(lambda: self._commit(uuid, DELETE, actor, change))
         try:
             self.registry.queue_for_delete(uuid)
         except Exception:
@@ -320,12 +320,12 @@ class Operations:
     def _act(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
     ) -> InstanceActionPayload:
-        cell, _, after, _ = retry_conflicts(lambda: self._commit(uuid, action, actor, mutate))
+        cell, after = retry_conflicts(lambda: self._commit(uuid, action, actor, mutate))
         return self._delivered(cell, after)
 
     def _commit(
         self, uuid: str, action: Action, actor: Actor, mutate: Mutation
-    ) -> tuple[CellMapping, InstanceRow, InstanceRow, list[dict[str, Any]]]:
+    ) -> tuple[CellMapping, InstanceRow]:
         cell = self.registry.locate(uuid)
         with write_transaction(self.cell_engine_ready(cell)) as conn:
             before = get_instance(conn, uuid, for_update=True)
@@ -358,7 +358,7 @@ class Operations:
                 action_events(action, before, after, cell.uuid, self.publisher_id, self.clock())
                 + node_events(nodes, cell.uuid, self.publisher_id),
             )
-        return cell, before, after, nodes
+        return cell, after
 
     def _check(self, row: InstanceRow, action: Action, actor: Actor) -> None:
         allowed = action.allowed or ANY_STATE

@@ -36,7 +36,7 @@ from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor
 from cellsight.cells.mappings import CellMapping
-from cellsight.cells.node_locks import lock_hosts, lock_ids, lock_nodes, node_ids
+from cellsight.cells.node_locks import lock_hosts, lock_nodes, locked_ids
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, reservation_uuid
@@ -96,12 +96,9 @@ def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta
     c = compute_nodes.c
     where = [c.host == host] + ([c.hypervisor_hostname == node] if node else [])
     total = c.forthcoming_reservations + delta
-    ids = node_ids(conn, *where)
-    if len(ids) > 1:  # an UPDATE of several locks in scan order: lock in id order first
-        lock_ids(conn, ids)
     conn.execute(
         compute_nodes.update()
-        .where(c.id.in_(ids))
+        .where(c.id.in_(locked_ids(conn, *where)))
         .values(
             forthcoming_reservations=sa.case((total < 0, 0), else_=total),
             revision=c.revision + 1,
