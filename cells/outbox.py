@@ -70,12 +70,11 @@ def add(conn: sa.Connection, notifications: Iterable[Notification]) -> list[int]
     return ids
 
 
-def add_many(conn: sa.Connection, notifications: Sequence[Notification]) -> int:
+def add_many(conn: sa.Connection, notifications: Sequence[Notification]) -> None:
     """``add`` in one ``executemany`` (a bulk load's chunk), without the row ids."""
     now = utcnow()
     if notifications:
         conn.execute(outbox.insert(), [_row(n, now) for n in notifications])
-    return len(notifications)
 
 
 def _row(notification: Notification, now: datetime) -> dict[str, Any]:

@@ -36,7 +36,6 @@ import sqlalchemy as sa
 from cellsight.cells import bulk, outbox
 from cellsight.cells.database import create_database, create_engine
 from cellsight.cells.mappings import CellMapping, CellRegistry
-from cellsight.cells.outbox import Outbox
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
     compute_nodes,
@@ -103,13 +102,13 @@ def seed(
 ) -> SeedReport:
     """Create ``cells`` new cells holding ``instances_per_cell`` instances each.
 
-        Cells are SQLite files in ``cells_dir`` unless ``db_urls`` gives one URL per cell.
-        The same ``seed``, ``now`` and starting registry give the same data (serial or
-        parallel); a second run continues the cell numbering and so makes new uuids. With a
-        ``publisher``, each chunk's ``instance.create.end`` notifications go into the cell's
+    Cells are SQLite files in ``cells_dir`` unless ``db_urls`` gives one URL per cell.
+    The same ``seed``, ``now`` and starting registry give the same data (serial or
+    parallel); a second run continues the cell numbering and so makes new uuids. With a
+    ``publisher``, each chunk's ``instance.create.end`` notifications go into the cell's
     outbox in the chunk's transaction and are delivered from it after the commit.
-        ``workers`` processes load cells in parallel (default: one per CPU, when there are
-        several big cells and no publisher).
+    ``workers`` processes load cells in parallel (default: one per CPU, when there are
+    several big cells and no publisher).
     """
     if cells < 1:
         raise ValueError("cells must be at least 1")
@@ -206,7 +205,8 @@ def load_cell(
     usage: dict[str, HostUsage] = {}
     kept: Tuples = []
     dates_as_text = engine.dialect.name == "sqlite"
-    relay = None if publisher is None else Outbox(publisher, batch=RELAY_BATCH)
+    relay = None if publisher is None else outbox.Outbox(publisher, batch=RELAY_BATCH)
+    notify = None if relay is None else partial(_announce, job.cell_uuid, publisher_id)
     failed = False
     with ExitStack() as stack:
         api = stack.enter_context(bulk.loading(api_engine)) if api_engine is not None else None
@@ -222,7 +222,6 @@ def load_cell(
                 with api.begin():
                     bulk.insert(api, instance_mappings, bulk.MAPPING_COLUMNS, mappings)
                 report.mappings += len(mappings)
-            notify = None if relay is None else partial(_announce, job.cell_uuid, publisher_id)
             _insert_rows(conn, gen.columns, rows, notify)
             report.instances += n
             if relay is not None and not failed:
