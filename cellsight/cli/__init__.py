@@ -21,6 +21,7 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
 from cellsight.cli.context import State, error_line, fail
+from cellsight.cli.errors import USAGE
 from cellsight.cli.pipes import flush_stdout, silence_stdout, stdout_closed
 
 
@@ -37,6 +38,14 @@ class BoundaryGroup(TyperGroup):
     ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        # Bytes that are not UTF-8 reach Python as lone surrogates, which no database,
+        # bus or file name here can take: named at once rather than failing deep inside.
+        for position, arg in enumerate(sys.argv[1:] if args is None else args, start=1):
+            try:
+                arg.encode()
+            except UnicodeEncodeError:
+                error_line(f"argument {position} is not valid UTF-8: {arg[:80]!r}")
+                sys.exit(USAGE)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             # A pipe holds the output until exit: a reader gone by now is told here

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cellsight.cli.bounds import LONG_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
 from cellsight.cli.context import console, fail, open_registry, operations, settings_of
 
 if TYPE_CHECKING:
@@ -152,9 +153,13 @@ def add_host(
     ctx: typer.Context,
     cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
     host: Annotated[str, typer.Option("--host", help="Compute host name")],
-    vcpus: Annotated[int, typer.Option(min=1, help="Virtual CPUs")] = 64,
-    memory_mb: Annotated[int, typer.Option("--memory-mb", min=1, help="Memory, MiB")] = 262_144,
-    disk_gb: Annotated[int, typer.Option("--disk-gb", min=1, help="Local disk, GiB")] = 4_000,
+    vcpus: Annotated[int, typer.Option(min=1, max=LONG_MAX, help="Virtual CPUs")] = 64,
+    memory_mb: Annotated[
+        int, typer.Option("--memory-mb", min=1, max=LONG_MAX, help="Memory, MiB")
+    ] = 262_144,
+    disk_gb: Annotated[
+        int, typer.Option("--disk-gb", min=1, max=LONG_MAX, help="Local disk, GiB")
+    ] = 4_000,
     availability_zone: Annotated[str, typer.Option("--az", help="Availability zone")] = "nova",
 ) -> None:
     """Register a compute node in a cell, for the scheduler to place instances on (its
@@ -179,15 +184,19 @@ def add_host(
 @app.command("seed")
 def seed(
     ctx: typer.Context,
-    cells: Annotated[int, typer.Option("--cells", min=1, help="How many new cells")] = 1,
-    instances: Annotated[int, typer.Option("--instances", min=0, help="Instances per cell")] = 1000,
+    cells: Annotated[
+        int, typer.Option("--cells", min=1, max=MAX_CELLS, help="How many new cells")
+    ] = 1,
+    instances: Annotated[
+        int, typer.Option("--instances", min=0, max=MAX_INSTANCES, help="Instances per cell")
+    ] = 1000,
     db_url: Annotated[
         list[str] | None,
         typer.Option("--db-url", help="One per cell (default: SQLite files in the data dir)"),
     ] = None,
     seed_value: Annotated[int, typer.Option("--seed", help="Same seed, same data")] = 0,
     chunk_size: Annotated[
-        int, typer.Option("--chunk-size", min=1, help="Rows per insert")
+        int, typer.Option("--chunk-size", min=1, max=MAX_CHUNK, help="Rows per insert")
     ] = 10_000,
     notify: Annotated[
         bool, typer.Option("--notify", help="Publish instance.create.end for every instance")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES
 from cellsight.cli.context import console, fail, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 
@@ -53,8 +54,12 @@ def _start_over(data_dir: Path) -> None:
 
 def demo(
     ctx: typer.Context,
-    cells: Annotated[int, typer.Option(min=1, help="Cells to seed on first run")] = 3,
-    instances: Annotated[int, typer.Option(min=1, help="Instances per seeded cell")] = 2000,
+    cells: Annotated[
+        int, typer.Option(min=1, max=MAX_CELLS, help="Cells to seed on first run")
+    ] = 3,
+    instances: Annotated[
+        int, typer.Option(min=1, max=MAX_INSTANCES, help="Instances per seeded cell")
+    ] = 2000,
     serve: Annotated[
         bool, typer.Option(help="Keep serving with live operations until Ctrl-C (--no-serve: exit)")
     ] = True,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
+from cellsight.cli.bounds import MAX_CHUNK, MAX_WORKERS
 from cellsight.cli.context import console, err_console, fail, settings_of
 from cellsight.cli.index_status_cmd import clients
 
@@ -68,9 +69,13 @@ def index_sync(
     cell: CellOption = None,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", min=1, help="Cells loaded at a time (default: by CPUs)"),
+        typer.Option(
+            "--workers", min=1, max=MAX_WORKERS, help="Cells loaded at a time (default: by CPUs)"
+        ),
     ] = None,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Rows per page")] = 1000,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, max=MAX_CHUNK, help="Rows per page")
+    ] = 1000,
     keep_old: Annotated[
         int, typer.Option("--keep-old", min=0, help="Previous indexes to keep")
     ] = 1,
@@ -129,7 +134,9 @@ def index_verify(
     ] = None,
     cell: CellOption = None,
     repair: Annotated[bool, typer.Option("--repair", help="Rewrite the drift")] = False,
-    workers: Annotated[int, typer.Option("--workers", min=1, help="Cells at a time")] = 4,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=MAX_WORKERS, help="Cells at a time")
+    ] = 4,
     as_json: JsonOption = False,
 ) -> None:
     """Compare the cells with the index (uuid and version); report missing, stale and

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from cellsight.cli.bounds import MAX_WORKERS
 from cellsight.cli.context import State, console, fail, open_registry, settings_of
 
 dlq_app = typer.Typer(
@@ -35,7 +36,7 @@ def run_indexer(
         typer.Option(
             "--workers",
             min=1,
-            max=64,
+            max=MAX_WORKERS,
             help="Consumer processes on the queue (writes are versioned, so any order is safe)",
         ),
     ] = 1,

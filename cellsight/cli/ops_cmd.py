@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from cellsight.cli.bounds import MAX_BOOT_COUNT
 from cellsight.cli.context import console, fail, open_registry, operations
 
 if TYPE_CHECKING:
@@ -46,7 +47,9 @@ def boot(
     image: Annotated[
         str | None, typer.Option("--image", help="Image ref (default: the cells' default image)")
     ] = None,
-    count: Annotated[int, typer.Option("--count", min=1, help="How many instances")] = 1,
+    count: Annotated[
+        int, typer.Option("--count", min=1, max=MAX_BOOT_COUNT, help="How many instances")
+    ] = 1,
     cell: Annotated[
         str | None, typer.Option("--cell", help="Cell name or uuid (default: the scheduler picks)")
     ] = None,

@@ -20,6 +20,7 @@ from cellsight.cli.errors import RUNTIME, USAGE
 from tests.support.waiting import spawned, wait_for
 
 SECRET = "s3cr3t-pw"
+HUGE = "9" * 1000  # an integer of a thousand digits
 
 
 def cellsight(
@@ -176,6 +177,17 @@ def test_bad_settings_are_a_usage_error(tmp_path: Path) -> None:
         (["index", "sync", "--bogus"], "--bogus"),
         (["nocmd"], "'nocmd'"),
         (["index", "sync", "--type"], "'--type'"),
+        # A count of many digits: before, a seed or a boot ran for ever, a sync with as
+        # many workers hung, and a node's capacity failed as an internal OverflowError.
+        (["cells", "seed", "--instances", HUGE, "--notify"], "'--instances'"),
+        (["demo", "--instances", HUGE, "--no-serve"], "'--instances'"),
+        (["ops", "boot", "--name", "a", "--flavor", "m1.tiny", "--count", HUGE], "'--count'"),
+        (["index", "sync", "--workers", HUGE], "'--workers'"),
+        (["index", "sync", "--batch-size", HUGE], "'--batch-size'"),
+        (["cells", "add-host", "--cell", "c", "--host", "h", "--vcpus", HUGE], "'--vcpus'"),
+        # Bytes that are not UTF-8 (lone surrogates to Python): failed as an internal
+        # UnicodeEncodeError once the name reached the database.
+        (["cells", "add-host", "--cell", "\udcff\udcfex", "--host", "h"], "is not valid UTF-8"),
     ],
 )
 def test_usage_errors_are_one_line_naming_the_bad_value(

@@ -1,0 +1,10 @@
+"""Upper bounds of the CLI's counts and sizes: a value past one is a usage error naming
+the option, where an unbounded one (a typo of many digits) ran a seed or a boot for ever,
+or failed deep inside as an integer the database cannot hold."""
+
+MAX_CELLS = 1_000  # new cells a seed makes
+MAX_INSTANCES = 100_000_000  # instances a seed puts in each cell
+MAX_CHUNK = 1_000_000  # rows a seed inserts, or a sync reads, at once
+MAX_WORKERS = 64  # processes or cells at once
+MAX_BOOT_COUNT = 1_000  # instances one boot makes
+LONG_MAX = 2**63 - 1  # a node's capacities: what a database integer holds
