@@ -10,11 +10,7 @@ transaction rolls back and publishes nothing, but a deadlock's victim runs again
 (``retry_conflicts``). A publish failure after the commit does not fail the operation:
 the notifications wait in the outbox for the relay.
 
-Boot writes two databases. The instance mapping (API database) is written first,
-then the instance rows (cell database). If the cell transaction fails, the mapping is
-deleted again; if that clean-up fails too, a mapping to a missing row remains, which
-readers treat as "not found" and anti-entropy removes. The reverse order could leave
-an instance row that no lookup by uuid can find.
+Boots, which also write the API database, are ``cellsight.cells.boots``.
 """
 
 from __future__ import annotations
@@ -23,13 +19,12 @@ import logging
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from cellsight.cells import outbox
+from cellsight.cells import boots, outbox
 from cellsight.cells.actions import (
     ANY_STATE,
     DELETE,
@@ -46,26 +41,25 @@ from cellsight.cells.actions import (
     UPDATE_METADATA,
     Action,
 )
+from cellsight.cells.boots import BootResult
 from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import (
     ConcurrentUpdate,
-    DuplicateInstance,
     InstanceLocked,
     InstanceNotFound,
     InvalidInstanceState,
     NoValidHost,
 )
-from cellsight.cells.events import action_events, create_events
+from cellsight.cells.events import action_events
 from cellsight.cells.flavors import get_flavor
-from cellsight.cells.instances import ADMIN, Actor, BootRequest, new_instance_row
+from cellsight.cells.instances import ADMIN, Actor, BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
-from cellsight.cells.node_locks import lock_ids, lock_nodes, node_ids
+from cellsight.cells.node_locks import lock_ids, node_ids
 from cellsight.cells.nodeevents import USAGE_ACTIONS, node_events, places_of, read_nodes
 from cellsight.cells.nodes import migration_destinations, node_uuid
 from cellsight.cells.outbox import Outbox
 from cellsight.cells.reads import get_instance
-from cellsight.cells.room import schedule
-from cellsight.cells.rows import InstanceRow, action_payload, create_payload, flavor_columns
+from cellsight.cells.rows import InstanceRow, action_payload, flavor_columns
 from cellsight.cells.scheduler import (
     DEFAULT_AVAILABILITY_ZONE,
     Resources,
@@ -74,8 +68,7 @@ from cellsight.cells.scheduler import (
     release,
 )
 from cellsight.cells.schema import compute_nodes, instances, utcnow
-from cellsight.notifications.objects import Selection
-from cellsight.notifications.payloads import InstanceActionPayload, InstanceCreatePayload
+from cellsight.notifications.payloads import InstanceActionPayload
 from cellsight.notifications.publisher import Publisher
 
 log = logging.getLogger(__name__)
@@ -83,13 +76,6 @@ log = logging.getLogger(__name__)
 BeforeCommit = Callable[[str, sa.Connection], None]
 """Called inside each transaction just before commit with the action name; raising
 rolls the operation back (tests use it to fail an operation for real)."""
-
-
-@dataclass
-class BootResult:
-    cell: CellMapping
-    selections: list[list[Selection]]
-    instances: list[InstanceCreatePayload] = field(default_factory=list)
 
 
 Mutation = Callable[[sa.Connection, InstanceRow], dict[str, Any]]
@@ -122,65 +108,9 @@ class Operations:
     # ------------------------------------------------------------------ boot
 
     def boot(self, request: BootRequest, actor: Actor = ADMIN) -> BootResult:
-        flavor = get_flavor(request.flavor)
-        uuids = request.instance_uuids()
-        # Moves reservations within a tight cell rather than refuse (cellsight.cells.room).
-        selections = schedule(self, flavor, request)
-        cell = self.registry.get_cell(selections[0][0].cell_uuid)
-        try:
-            self.registry.place_instances(
-                cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
-            )
-        except sa.exc.IntegrityError:
-            taken = next((u for u in uuids if self.registry.cells_of([u])), uuids[0])
-            raise DuplicateInstance(taken) from None
-        try:
-            rows = retry_conflicts(
-                lambda: self._boot_rows(cell, request, flavor, uuids, selections, actor)
-            )
-        except BaseException:
-            try:
-                self.registry.unmap_instances(uuids)
-            except Exception:
-                log.exception(
-                    "boot of %s failed and its mappings could not be removed", ", ".join(uuids)
-                )
-            raise
-        self.deliver(cell)
-        return BootResult(cell, selections, [create_payload(row, cell.uuid) for row in rows])
-
-    def _boot_rows(
-        self,
-        cell: CellMapping,
-        request: BootRequest,
-        flavor: dict[str, Any],
-        uuids: list[str],
-        selections: list[list[Selection]],
-        actor: Actor,
-    ) -> list[InstanceRow]:
-        want = Resources.of_flavor(flavor)
-        now = self.clock()
-        with write_transaction(self.cell_engine_ready(cell)) as conn:
-            lock_nodes(conn, (s.compute_node_uuid for choices in selections for s in choices))
-            for index, (uuid, choices) in enumerate(zip(uuids, selections, strict=True)):
-                chosen = next((s for s in choices if claim(conn, s.compute_node_uuid, want)), None)
-                if chosen is None:
-                    raise NoValidHost(f"every host picked for {uuid} filled up meanwhile")
-                row = new_instance_row(request, flavor, uuid, index, chosen, actor, now)
-                try:
-                    conn.execute(instances.insert().values(**row))
-                except sa.exc.IntegrityError:
-                    raise DuplicateInstance(uuid) from None
-            if self.before_commit is not None:
-                self.before_commit("create", conn)
-            rows = [r for u in uuids if (r := get_instance(conn, u)) is not None]
-            nodes = read_nodes(conn, places_of(*rows))
-            outbox.add(
-                conn,
-                [e for r in rows for e in create_events(r, cell.uuid, self.publisher_id, now)]
-                + node_events(nodes, cell.uuid, self.publisher_id),
-            )
-        return rows
+        """Mapped, claimed and inserted; in a tight cell with reservations moved to make
+        room (``cellsight.cells.boots``)."""
+        return boots.boot(self, request, actor)
 
     # -------------------------------------------------------------- actions
 

@@ -1,89 +1,169 @@
 """Making room for a real instance by moving reservations within their cell.
 
 A forthcoming instance moves for free (nothing runs yet), so when no host of a cell
-can take a boot, the scheduler looks for a host that could, once some of its
-reservations were moved to other hosts of the same cell with room for them. The moves
-happen in one cell transaction (claims taken on the new hosts, released on the old,
-the reservation counts moved) and each emits ``instance.reservation_move`` with the
-nodes it touched; then the boot is scheduled again. Reservations without a flavor hold
-nothing and are never moved; an instance is never refused while a move would do.
+can take a boot, the boot looks for hosts that could, once some of their reservations
+were moved to other hosts of the same cell with room for them. The moves and the boot
+are one cell transaction (``cellsight.cells.boots``): claims taken on the new hosts,
+released on the old, the reservation counts moved, each move announced with
+``instance.reservation_move``, and the instances claimed and inserted; so no
+reservation made meanwhile can take the room the moves made. Reservations without a
+flavor hold nothing and are never moved; an instance is never refused while a move
+would do.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
-from functools import partial
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from cellsight.cells import outbox
-from cellsight.cells.database import retry_conflicts
-from cellsight.cells.errors import (
-    ConcurrentUpdate,
-    DatabaseUnavailable,
-    NoValidHost,
-    TransactionConflict,
-)
-from cellsight.cells.instances import BootRequest
+from cellsight.cells.errors import ConcurrentUpdate
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_hosts
-from cellsight.cells.nodeevents import node_events, read_nodes
+from cellsight.cells.nodeevents import Place
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservations import MOVE, count_on_node, reservation_event
 from cellsight.cells.scheduler import HostState, Resources, claim, release
 from cellsight.cells.schema import compute_nodes, instances
 from cellsight.notifications.envelope import Notification
-from cellsight.notifications.objects import Selection
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
 
-log = logging.getLogger(__name__)
-MOVED, CHANGED, NOTHING = "moved", "changed", "nothing"
 REPLANS = 3  # plans per cell while its reservations keep changing under them
+Move = tuple[dict[str, Any], HostState]
 
 
-def schedule(
-    ops: Operations, flavor: Mapping[str, Any], request: BootRequest
-) -> list[list[Selection]]:
-    """The scheduler's destinations, moving reservations when that makes room."""
-    for _ in range(request.count + 1):
-        try:
-            return ops.scheduler.select_destinations(
-                flavor,
-                count=request.count,
-                cell=request.cell,
-                availability_zone=request.availability_zone,
+class PlanChanged(Exception):
+    """A planned reservation or host changed between the plan's read and its locks: the
+    transaction rolls back and plans again in a new one (MariaDB's snapshot would show
+    the old rows again)."""
+
+
+@dataclass
+class Room:
+    """Where each instance of a boot goes, once ``moves`` (reservation, new host) are made."""
+
+    targets: list[HostState] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+
+
+@dataclass
+class Moved:
+    events: list[Notification]
+    places: list[Place]
+
+
+def plan_room(
+    ops: Operations,
+    conn: sa.Connection,
+    cell: CellMapping,
+    want: Resources,
+    count: int,
+    zone: str | None,
+) -> Room | None:
+    """Hosts of ``cell`` for ``count`` instances of ``want`` and the moves that make room
+    on them (read without locks), or None if no moves would do."""
+    c, i = compute_nodes.c, instances.c
+    hosts = [
+        HostState(cell, dict(n))
+        for n in conn.execute(
+            sa.select(compute_nodes).where(
+                c.deleted.is_(False), c.disabled.is_(False), c.offline.is_(False)
             )
-        except NoValidHost:
-            if not make_room(ops, flavor, request.cell, request.availability_zone):
-                raise
-    raise NoValidHost(f"moving reservations did not make room for {flavor.get('name')}")
+        ).mappings()
+    ]
+    held = conn.execute(
+        sa.select(instances).where(
+            i.forthcoming.is_(True), i.deleted.is_(False), i.host.is_not(None)
+        )
+    ).mappings()
+    # By node, not host: a reservation on another node of the host frees nothing here.
+    by_node: dict[Place, list[dict[str, Any]]] = {}
+    for found in held:
+        if found["flavor"]:
+            by_node.setdefault((found["host"], found["node"]), []).append(dict(found))
+    ranked = sorted(
+        (h for h in hosts if zone is None or ops.scheduler.zone_of(h.node) == zone),
+        key=lambda h: (h.weight(), h.node["host"]),
+    )
+    room = Room()
+    for _ in range(count):
+        target, plan = _next_target(ranked, hosts, by_node, want)
+        if target is None:
+            return None
+        for row, dest in plan:
+            used = Resources.of_flavor(row["flavor"])
+            dest.taken = _add(dest.taken, used)
+            target.taken = _add(target.taken, Resources(0, 0, 0) - used)
+            by_node[(row["host"], row["node"])].remove(row)  # moved once at most
+        target.taken = _add(target.taken, want)
+        room.targets.append(target)
+        room.moves += plan
+    return room
 
 
-def make_room(
-    ops: Operations, flavor: Mapping[str, Any], cell: str | None, zone: str | None = None
-) -> bool:
-    want = Resources.of_flavor(flavor)
-    cells = ops.registry.placeable_cells(cell or None)
-    for mapping in cells:
-        for _ in range(REPLANS):
-            try:
-                outcome = retry_conflicts(partial(_room_in, ops, mapping, want, zone))
-            except TransactionConflict:
-                raise  # a deadlock that outlasted its retries: not a cell to skip
-            except DatabaseUnavailable as exc:  # as the scheduler: the others may have room
-                log.warning("making room: skipping cell %s: %s", mapping.name, exc)
-                outcome = NOTHING
-            if outcome is not CHANGED:
-                break
-        if outcome is MOVED:
-            ops.deliver(mapping)
-        if outcome is not NOTHING:  # moved, or reservations keep changing: schedule again
-            return True
-    return False
+def _next_target(
+    ranked: list[HostState],
+    hosts: list[HostState],
+    by_node: dict[Place, list[dict[str, Any]]],
+    want: Resources,
+) -> tuple[HostState | None, list[Move]]:
+    """The best host that fits ``want`` as it is, else the best one that would after
+    moves (and those moves)."""
+    fitting = next((h for h in ranked if h.fits(want)), None)
+    if fitting is not None:
+        return fitting, []
+    for target in ranked:
+        place = (target.node["host"], target.node["hypervisor_hostname"])
+        plan = _plan(target, hosts, by_node.get(place, []), want)
+        if plan is not None:
+            return target, plan
+    return None, []
+
+
+def move(ops: Operations, conn: sa.Connection, cell: CellMapping, room: Room) -> Moved:
+    """Lock the planned reservations and check that they did not change, then every
+    node the room touches (in id order, once; rows before nodes, as every instance
+    action does), and move them; ``PlanChanged`` if the cell no longer matches the plan."""
+    if room.moves and not _still_as_read(conn, [row for row, _ in room.moves]):
+        raise PlanChanged
+    lock_hosts(
+        conn,
+        [
+            *(host for row, dest in room.moves for host in (row["host"], dest.node["host"])),
+            *(target.node["host"] for target in room.targets),
+        ],
+    )
+    i = instances.c
+    events: list[Notification] = []
+    places: list[Place] = []
+    for row, dest in room.moves:
+        used = Resources.of_flavor(row["flavor"])
+        if not claim(conn, dest.node["uuid"], used):
+            raise PlanChanged  # the host filled up between the plan's read and the lock
+        release(conn, row["host"], row["node"], used)
+        count_on_node(conn, row["host"], row["node"], -1)
+        count_on_node(conn, dest.node["host"], dest.node["hypervisor_hostname"], 1)
+        done = conn.execute(
+            instances.update()
+            .where(i.id == row["id"], i.revision == row["revision"])
+            .values(
+                host=dest.node["host"],
+                node=dest.node["hypervisor_hostname"],
+                availability_zone=ops.scheduler.zone_of(dest.node),
+                revision=row["revision"] + 1,
+                updated_at=ops.clock(),
+            )
+        )
+        if done.rowcount != 1:  # locked and checked above: never overwrite another change
+            raise ConcurrentUpdate(row["uuid"])
+        after = get_instance(conn, row["uuid"])
+        assert after is not None
+        events += reservation_event(MOVE, after, cell, [], ops)
+        places += [(row["host"], row["node"]), (after["host"], after["node"])]
+    return Moved(events, places)
 
 
 def _covers(free: Resources, freed: Resources, want: Resources) -> bool:
@@ -96,45 +176,6 @@ def _covers(free: Resources, freed: Resources, want: Resources) -> bool:
 
 def _add(a: Resources, b: Resources) -> Resources:
     return Resources(a.vcpus + b.vcpus, a.memory_mb + b.memory_mb, a.disk_gb + b.disk_gb)
-
-
-def _room_in(ops: Operations, cell: CellMapping, want: Resources, zone: str | None) -> str:
-    """Move reservations off one node of ``cell`` so ``want`` fits; the moves'
-    notifications go into the outbox in the same transaction. ``CHANGED``: a planned
-    reservation changed meanwhile, nothing was written (plan again, in a new transaction:
-    MariaDB's snapshot would show the old rows again)."""
-    c, i = compute_nodes.c, instances.c
-    with ops.transaction(cell) as conn:
-        hosts = [
-            HostState(cell, dict(n))
-            for n in conn.execute(
-                sa.select(compute_nodes).where(
-                    c.deleted.is_(False), c.disabled.is_(False), c.offline.is_(False)
-                )
-            ).mappings()
-        ]
-        held = conn.execute(
-            sa.select(instances).where(
-                i.forthcoming.is_(True), i.deleted.is_(False), i.host.is_not(None)
-            )
-        ).mappings()
-        # By node, not host: a reservation on another node of the host frees nothing here.
-        by_node: dict[tuple[str, str | None], list[dict[str, Any]]] = {}
-        for found in held:
-            if found["flavor"]:
-                by_node.setdefault((found["host"], found["node"]), []).append(dict(found))
-        for target in sorted(hosts, key=lambda h: (h.weight(), h.node["host"])):
-            if zone is not None and ops.scheduler.zone_of(target.node) != zone:
-                continue
-            place = (target.node["host"], target.node["hypervisor_hostname"])
-            plan = _plan(target, hosts, by_node.get(place, []), want)
-            if plan is None:
-                continue
-            if not _still_as_read(conn, [row for row, _ in plan]):
-                return CHANGED
-            _move(ops, conn, cell, target, plan)
-            return MOVED
-    return NOTHING
 
 
 def _still_as_read(conn: sa.Connection, rows: list[dict[str, Any]]) -> bool:
@@ -160,46 +201,6 @@ def _still_as_read(conn: sa.Connection, rows: list[dict[str, Any]]) -> bool:
         (now := seen.get(row["id"])) is not None and all(now[k] == row[k] for k in keys)
         for row in rows
     )
-
-
-def _move(
-    ops: Operations,
-    conn: sa.Connection,
-    cell: CellMapping,
-    target: HostState,
-    plan: list[tuple[dict[str, Any], HostState]],
-) -> None:
-    i = instances.c
-    moved = []
-    lock_hosts(conn, [host for row, dest in plan for host in (row["host"], dest.node["host"])])
-    for row, dest in plan:
-        used = Resources.of_flavor(row["flavor"])
-        if not claim(conn, dest.node["uuid"], used):
-            raise NoValidHost("a host filled up while reservations were moved")
-        release(conn, row["host"], row["node"], used)
-        count_on_node(conn, row["host"], row["node"], -1)
-        count_on_node(conn, dest.node["host"], dest.node["hypervisor_hostname"], 1)
-        done = conn.execute(
-            instances.update()
-            .where(i.id == row["id"], i.revision == row["revision"])
-            .values(
-                host=dest.node["host"],
-                node=dest.node["hypervisor_hostname"],
-                availability_zone=ops.scheduler.zone_of(dest.node),
-                revision=row["revision"] + 1,
-                updated_at=ops.clock(),
-            )
-        )
-        if done.rowcount != 1:  # locked and checked above: never overwrite another change
-            raise ConcurrentUpdate(row["uuid"])
-        moved.append(get_instance(conn, row["uuid"]))
-    touched = [target, *(dest for _, dest in plan)]
-    nodes = read_nodes(conn, [(h.node["host"], h.node["hypervisor_hostname"]) for h in touched])
-    events: list[Notification] = []
-    for after in moved:
-        assert after is not None
-        events += reservation_event(MOVE, after, cell, [], ops)
-    outbox.add(conn, events + node_events(nodes, cell.uuid, ops.publisher_id))
 
 
 def _plan(

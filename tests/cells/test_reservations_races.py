@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cells import room
-from cellsight.cells.errors import DatabaseUnavailable
+from cellsight.cells.errors import DatabaseUnavailable, NoValidHost
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.nodeevents import register_node
@@ -135,6 +135,57 @@ def test_a_move_never_overwrites_a_cancel_or_commit_that_raced_it(
         # put it (h1, or h2 when the move committed first, as on SQLite).
         (built,) = [o for o in outcome if not isinstance(o, threading.Thread)]
         assert cell.host_of(first) == built.host
+
+
+@pytest.mark.services
+def test_a_reservation_right_after_the_moves_cannot_take_the_boots_room(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # h1 and h2 each hold a 2-VCPU reservation: a 4-VCPU boot needs one moved, after
+    # which the cell is full. A client reserving 4 VCPUs the moment the moves are
+    # published must not take the room they made (they commit with the boot, or not at
+    # all): the boot lands and the later reservation is refused.
+    cell.reservations.reserve(flavor="m1.medium", host="h1")
+    cell.reservations.reserve(flavor="m1.medium", host="h2")
+    other = Reservations(Operations(cell.registry, CollectingPublisher(), publisher_id="o"))
+    raced: list[Any] = []
+    deliver = cell.ops.deliver
+
+    def deliver_then_race(mapping: CellMapping) -> None:
+        deliver(mapping)
+        if not raced:
+            try:
+                raced.append(other.reserve(flavor="m1.large"))
+            except NoValidHost as refused:
+                raced.append(refused)
+
+    monkeypatch.setattr(cell.ops, "deliver", deliver_then_race)
+    booted = cell.ops.boot(BootRequest("big", "m1.large", "p", "u"))
+    assert len(booted.instances) == 1
+    assert [type(r) for r in raced] == [NoValidHost]
+    said, summed = cell.usage()
+    assert said == summed
+    assert said[booted.instances[0].host] == (4, 0)  # type: ignore[index]
+    assert sorted(said.values()) == [(4, 0), (4, 2)]
+
+
+@pytest.mark.services
+@pytest.mark.services
+def test_a_boot_of_several_makes_room_for_each(cell: Cell) -> None:
+    for host in ("h3", "h4"):  # four hosts: two to empty, two to take what they held
+        register_node(cell.ops, "cell1", host, **NODE)
+    for host in ("h1", "h2", "h3", "h4"):
+        cell.reservations.reserve(flavor="m1.medium", host=host)
+    # Every host has 2 of 4 VCPUs free: two 4-VCPU instances need two hosts emptied,
+    # their reservations moved onto the other two, which are then full.
+    booted = cell.ops.boot(BootRequest("big", "m1.large", "p", "u", count=2))
+    hosts = {i.host for i in booted.instances}
+    assert len(booted.instances) == 2 and len(hosts) == 2
+    assert [len(choices) for choices in booted.selections] == [1, 1]
+    said, summed = cell.usage()
+    assert said == summed
+    assert sorted(said.values()) == [(4, 0), (4, 0), (4, 2), (4, 2)]
+    assert all(said[h] == (4, 0) for h in hosts)  # type: ignore[index]
 
 
 @pytest.fixture
