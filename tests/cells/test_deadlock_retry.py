@@ -1,6 +1,7 @@
 """A real deadlock on PostgreSQL and MariaDB, built so that our transaction is the
 victim: ``write_transaction`` names it ``TransactionConflict`` (by SQLSTATE or MySQL's
-error number) and ``retry_conflicts`` runs it again, which then commits."""
+error number) and ``retry_conflicts`` runs it again, which then commits. A node's
+registration, made a victim, is run again whole."""
 
 from __future__ import annotations
 
@@ -11,9 +12,16 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
+from cellsight.cells import outbox
 from cellsight.cells.database import Engines, retry_conflicts, write_transaction
 from cellsight.cells.errors import TransactionConflict
-from tests.support.services import DatabaseFactory
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.nodeevents import NODE_UPDATE, register_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.schema import compute_nodes
+from cellsight.notifications.envelope import Notification
+from tests.support.publishers import CollectingPublisher
+from tests.support.services import DIALECTS, DatabaseFactory
 
 ROWS = sa.table("counters", sa.column("id", sa.Integer), sa.column("v", sa.Integer))
 # The competitor's session (by its server-side id) waiting for a row lock: queued behind
@@ -105,3 +113,35 @@ def test_a_deadlock_victim_is_named_and_runs_again(engine: sa.Engine) -> None:
     with engine.connect() as conn:
         stored = {r.id: r.v for r in conn.execute(sa.select(ROWS.c.id, ROWS.c.v))}
     assert stored == {1: 11, 2: 11}
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_node_registration_chosen_as_a_victim_registers_once(
+    dialect: str, make_database: DatabaseFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The victim is rolled back whole (its row and its outbox entry) and run again: one
+    # node, one announcement, no DuplicateHost from the first attempt's insert.
+    registry = CellRegistry(make_database(dialect))
+    registry.create_schema()
+    try:
+        cell = registry.add_cell("cell1", make_database(dialect))
+        publisher = CollectingPublisher()
+        ops = Operations(registry, publisher, publisher_id="t")
+        add, attempts = outbox.add, []
+
+        def victim_once(conn: sa.Connection, events: list[Notification]) -> None:
+            attempts.append(len(events))
+            if len(attempts) == 1:
+                raise TransactionConflict(conn.engine.url, "deadlock detected (injected)")
+            add(conn, events)
+
+        monkeypatch.setattr(outbox, "add", victim_once)
+        made = register_node(ops, "cell1", "h1")
+        assert attempts == [1, 1]
+        with registry.cell_engine(cell).connect() as conn:
+            rows = conn.execute(sa.select(compute_nodes.c.uuid)).scalars().all()
+        assert rows == [made.uuid]
+        assert [n.event_type for n in publisher.take()] == [NODE_UPDATE]
+    finally:
+        registry.close()
