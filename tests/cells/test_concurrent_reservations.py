@@ -10,9 +10,7 @@ up to the rows. A retry logged here is a new path that locks nodes another way."
 
 from __future__ import annotations
 
-import logging
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from cellsight.cells.nodeevents import register_node, set_node_state
 from cellsight.cells.reservations import Reservations
 from tests.cells.test_reservations_races import Cell
 from tests.support.services import DIALECTS, DatabaseFactory
+from tests.support.together import run_together
 
 ROUNDS = 10
 BIG = {"vcpus": 512, "memory_mb": 1 << 20, "local_gb": 100_000, "cpu_allocation_ratio": 1.0}
@@ -42,7 +41,6 @@ def cell(
 def test_concurrent_claims_and_releases_never_deadlock(
     cell: Cell, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failures: list[BaseException] = []
     kept: list[str] = []
     ops = cell.ops
 
@@ -80,24 +78,9 @@ def test_concurrent_claims_and_releases_never_deadlock(
             reservations.modify(made.uuid, host="h1")
             reservations.cancel(made.uuid)
 
-    work: list[Callable[[int], None]] = [reserver, reserver, migrator, migrator, noder, noder]
-    start = threading.Barrier(len(work))
-
-    def run(job: Callable[[int], None], n: int) -> None:
-        start.wait()
-        try:
-            job(n)
-        except BaseException as exc:  # surfaced below
-            failures.append(exc)
-
-    threads = [threading.Thread(target=run, args=(job, n)) for n, job in enumerate(work)]
-    with caplog.at_level(logging.INFO, logger="cellsight.cells.database"):
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    failures, retried = run_together([reserver, reserver, migrator, migrator, noder, noder], caplog)
     assert failures == []
-    assert [r.getMessage() for r in caplog.records if "running it again" in r.getMessage()] == []
+    assert retried == []
     said, summed = cell.usage()
     assert said == summed
     assert sum(reserved for _, reserved in said.values()) == len(kept) == 2 * (ROUNDS // 3)

@@ -9,9 +9,7 @@ victim, the nodes' counts add up to the rows, and boots that needed moves land."
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from cellsight.cells.reservations import MOVE, Reservations
 from tests.cells.test_reservations_races import NODE, Cell
 from tests.support.publishers import CollectingPublisher
 from tests.support.services import DIALECTS, DatabaseFactory
+from tests.support.together import run_together
 
 ROUNDS = 8
 HOSTS = ("h1", "h2", "h3", "h4", "h5")
@@ -42,7 +41,6 @@ def cell(
 def test_boots_making_room_beside_reservations_never_deadlock(
     cell: Cell, caplog: pytest.LogCaptureFixture
 ) -> None:
-    failures: list[BaseException] = []
     booted: list[str] = []
     refused: list[NoValidHost] = []
     ops = cell.ops
@@ -79,24 +77,9 @@ def test_boots_making_room_beside_reservations_never_deadlock(
                 reservations.modify(made.uuid, host=HOSTS[(n + k) % len(HOSTS)])
             reservations.cancel(made.uuid)
 
-    work: list[Callable[[int], None]] = [booter, booter, churner, churner]
-    start = threading.Barrier(len(work))
-
-    def run(job: Callable[[int], None], n: int) -> None:
-        start.wait()
-        try:
-            job(n)
-        except BaseException as exc:  # surfaced below
-            failures.append(exc)
-
-    threads = [threading.Thread(target=run, args=(job, n)) for n, job in enumerate(work)]
-    with caplog.at_level(logging.INFO, logger="cellsight.cells.database"):
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    failures, retried = run_together([booter, booter, churner, churner], caplog)
     assert failures == []
-    assert [r.getMessage() for r in caplog.records if "running it again" in r.getMessage()] == []
+    assert retried == []
     said, summed = cell.usage()
     assert said == summed
     moves = [n for n in publisher.take() if n.event_type == MOVE]
