@@ -12,17 +12,20 @@ an instance row that no lookup by uuid can find.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
 
 from cellsight.cells import outbox, room
 from cellsight.cells.database import retry_conflicts, write_transaction
-from cellsight.cells.errors import DatabaseUnavailable, DuplicateInstance, NoValidHost
+from cellsight.cells.errors import (
+    DatabaseUnavailable,
+    DuplicateInstance,
+    NoValidHost,
+    TransactionConflict,
+)
 from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import Actor, BootRequest, new_instance_row
@@ -86,9 +89,11 @@ class _NoRoom(Exception):
     """No moves would make room in this cell."""
 
 
-class _CellDown(Exception):
-    def __init__(self, cause: DatabaseUnavailable) -> None:
-        self.cause = cause
+class _Down(Exception):
+    """A database could not be reached: the cell's (skip it) or the API's (the error)."""
+
+    def __init__(self, cause: DatabaseUnavailable, cell: bool) -> None:
+        self.cause, self.cell = cause, cell
 
 
 def _boot_making_room(
@@ -100,19 +105,16 @@ def _boot_making_room(
     for cell in ops.registry.placeable_cells(request.cell or None):
         for _ in range(room.REPLANS):
             try:
-                selections, rows = mapped(
-                    ops,
-                    cell,
-                    request,
-                    uuids,
-                    partial(_boot_in, ops, cell, flavor, request, uuids, actor),
-                )
+                selections, rows = _boot_in(ops, cell, flavor, request, uuids, actor)
             except room.PlanChanged:
                 churned = True
                 continue
             except _NoRoom:
                 break
-            except _CellDown as down:  # as the scheduler: the others may have room
+            except _Down as down:
+                if not down.cell:
+                    raise down.cause from None
+                # As the scheduler: the other cells may have room.
                 log.warning("making room: skipping cell %s: %s", cell.name, down.cause)
                 break
             return cell, selections, rows
@@ -131,31 +133,44 @@ def _boot_in(
     uuids: list[str],
     actor: Actor,
 ) -> tuple[list[list[Selection]], list[InstanceRow]]:
+    """Plan, then map (only in a cell that will take the boot), move, claim and insert,
+    in one transaction of ``cell``; the mappings are removed again if it fails."""
     want = Resources.of_flavor(flavor)
 
     def attempt() -> tuple[list[list[Selection]], list[InstanceRow]]:
-        with write_transaction(ops.cell_engine_ready(cell)) as conn:
-            planned = room.plan_room(
-                ops, conn, cell, want, request.count, request.availability_zone
-            )
-            if planned is None:
-                raise _NoRoom
-            moved = room.move(ops, conn, cell, planned)
-            zone = ops.scheduler.default_availability_zone
-            selections = [[target.selection(want, zone)] for target in planned.targets]
-            for target in planned.targets:
-                if not claim(conn, target.node["uuid"], want):
-                    raise room.PlanChanged  # filled up between the plan's read and the lock
-            chosen = [choices[0] for choices in selections]
-            rows = insert_booted(
-                ops, conn, cell, request, flavor, uuids, chosen, actor, moved.events, moved.places
-            )
+        placed = False
+        try:
+            with write_transaction(ops.cell_engine_ready(cell)) as conn:
+                planned = room.plan_room(
+                    ops, conn, cell, want, request.count, request.availability_zone
+                )
+                if planned is None:
+                    raise _NoRoom
+                try:
+                    place(ops, cell, request, uuids)
+                except DatabaseUnavailable as exc:
+                    raise _Down(exc, cell=False) from None
+                placed = True
+                moved = room.move(ops, conn, cell, planned)
+                zone = ops.scheduler.default_availability_zone
+                selections = [[target.selection(want, zone)] for target in planned.targets]
+                for target in planned.targets:
+                    if not claim(conn, target.node["uuid"], want):
+                        raise room.PlanChanged  # filled up between the plan's read and the lock
+                chosen = [choices[0] for choices in selections]
+                rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor, *moved)
+        except BaseException:
+            if placed:
+                unmap(ops, uuids)
+            raise
         return selections, rows
 
     try:
         return retry_conflicts(attempt)
+    except TransactionConflict:
+        raise  # a deadlock that outlasted its retries: not a cell to skip
     except DatabaseUnavailable as exc:
-        raise _CellDown(exc) from None
+        raise _Down(exc, cell=True) from None
 
 
 def mapped(
@@ -163,14 +178,15 @@ def mapped(
 ) -> T:
     """``fn()`` (the cell's transaction) with the instances mapped to ``cell`` first; the
     mappings are removed again if it raises."""
-    with _mappings(ops, cell, request, uuids):
+    place(ops, cell, request, uuids)
+    try:
         return fn()
+    except BaseException:
+        unmap(ops, uuids)
+        raise
 
 
-@contextmanager
-def _mappings(
-    ops: Operations, cell: CellMapping, request: BootRequest, uuids: list[str]
-) -> Iterator[None]:
+def place(ops: Operations, cell: CellMapping, request: BootRequest, uuids: list[str]) -> None:
     try:
         ops.registry.place_instances(
             cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
@@ -178,11 +194,6 @@ def _mappings(
     except sa.exc.IntegrityError:
         taken = next((u for u in uuids if ops.registry.cells_of([u])), uuids[0])
         raise DuplicateInstance(taken) from None
-    try:
-        yield
-    except BaseException:
-        unmap(ops, uuids)
-        raise
 
 
 def unmap(ops: Operations, uuids: list[str]) -> None:

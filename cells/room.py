@@ -14,7 +14,7 @@ would do.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 
@@ -49,8 +49,9 @@ class Room:
     moves: list[Move] = field(default_factory=list)
 
 
-@dataclass
-class Moved:
+class Moved(NamedTuple):
+    """The moves' events and the places whose nodes they changed."""
+
     events: list[Notification]
     places: list[Place]
 

@@ -188,6 +188,26 @@ def test_a_boot_of_several_makes_room_for_each(cell: Cell) -> None:
     assert all(said[h] == (4, 0) for h in hosts)  # type: ignore[index]
 
 
+def test_a_boot_no_move_would_place_maps_nothing(
+    two_cells: tuple[CellRegistry, list[CellMapping], Operations],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each cell is full of reservations with nowhere to go: refused, and no cell's
+    # attempt wrote a mapping to the API database (it maps once a cell will take it).
+    registry, cells, ops = two_cells
+    for c in cells:
+        register_node(ops, c.name, f"{c.name}-h1", **NODE)
+        Reservations(ops).reserve(flavor="m1.medium", host=f"{c.name}-h1")
+    placed: list[str] = []
+    place = registry.place_instances
+    monkeypatch.setattr(
+        registry, "place_instances", lambda cell, rows: (placed.append(cell), place(cell, rows))
+    )
+    with pytest.raises(NoValidHost, match="no cell has room"):
+        ops.boot(BootRequest("big", "m1.large", "p", "u"))
+    assert placed == []
+
+
 @pytest.fixture
 def two_cells(tmp_path: Path) -> Iterator[tuple[CellRegistry, list[CellMapping], Operations]]:
     registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
