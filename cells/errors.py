@@ -7,6 +7,10 @@ line and an API can return it as is. ``reason`` is a short machine label.
 from __future__ import annotations
 
 import sqlalchemy as sa
+from pydantic import ValidationError
+
+from cellsight.notifications.errors import brief
+from cellsight.notifications.registry import describe_location
 
 
 def safe_url(url: str | sa.URL) -> str:
@@ -184,7 +188,22 @@ class UnreadableRow(CellsError):
 
     @classmethod
     def of(cls, uuid: object, exc: BaseException) -> UnreadableRow:
-        return cls(uuid, f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+        return cls(uuid, row_fault(exc))
+
+
+def row_fault(exc: BaseException) -> str:
+    """One line of what is wrong with a row: the model's first refusal by its field, with
+    the value (its summary line names neither), else the error's own first line."""
+    if isinstance(exc, ValidationError) and exc.error_count():
+        err = exc.errors()[0]
+        more = exc.error_count() - 1
+        return (
+            f"field {describe_location(err['loc'])}: {err['msg']} "
+            f"(got {brief(err.get('input'), 60)})" + (f"; {more} more" if more else "")
+        )
+    if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None:
+        exc = exc.orig  # the driver's words, without SQLAlchemy's statement
+    return f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
 
 
 # What reading a row that something else wrote may raise: the model's refusal

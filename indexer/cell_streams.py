@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
+from cellsight.cells.errors import ROW_FAULTS, UnreadableRow, row_fault
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 from cellsight.cells.schema import compute_nodes, instances
@@ -33,6 +33,7 @@ from cellsight.indexer.row_documents import (
     now_stamp,
     reference_document,
 )
+from cellsight.notifications.errors import brief
 
 _RAW_INSTANCE_COLUMNS = [sa.type_coerce(c, sa.types.NullType()).label(c.name) for c in instances.c]
 _FAST = FastInstanceDocs([c.name for c in instances.c])
@@ -97,9 +98,10 @@ def _pages(
         if after is not None:
             page = page.where(uuid > after)
         try:
-            result = conn.execute(page)
-            rows: Sequence[Any] = result.cursor.fetchall() if raw else result.all()
-            result.close()
+            rows = _read(conn, page, raw)
+        except fetch_faults(conn) as exc:
+            conn.rollback()
+            raise _culprit(conn, page, uuid, raw) or exc from exc
         finally:
             conn.rollback()  # one short read transaction per page
         if rows:
@@ -109,13 +111,53 @@ def _pages(
         after = rows[-1][at]
 
 
+def _read(conn: sa.Connection, query: sa.Select[Any], raw: bool) -> Sequence[Any]:
+    result = conn.execute(query)
+    rows: Sequence[Any] = result.cursor.fetchall() if raw else result.all()
+    result.close()
+    return rows
+
+
+def fetch_faults(conn: sa.Connection) -> tuple[type[Exception], ...]:
+    """What fetching a page raises for a value the driver or a column type cannot convert
+    (PostgreSQL's 'infinity' timestamp, a JSON integer past 4,300 digits): the model's
+    faults, and the driver's own ``DataError`` (a raw fetch is not wrapped by SQLAlchemy)."""
+    return (*ROW_FAULTS, sa.exc.DataError, conn.dialect.loaded_dbapi.DataError)
+
+
+def _culprit(
+    conn: sa.Connection, page: sa.Select[Any], uuid: sa.ColumnElement[Any], raw: bool
+) -> UnreadableRow | None:
+    """The row and column of a page that could not be read, found by reading the page's
+    uuids, then each of its rows one column at a time (only after a failure: a value the
+    driver or a column type cannot convert fails the whole page, named by neither)."""
+    try:
+        uuids = [u for (u,) in _read(conn, page.with_only_columns(uuid), raw=False)]
+        for found in uuids:
+            for column in page.selected_columns:
+                try:
+                    _read(conn, page.with_only_columns(column).where(uuid == found), raw)
+                except fetch_faults(conn) as exc:
+                    return UnreadableRow(found, f"column {column.key}: {row_fault(exc)}")
+                finally:
+                    conn.rollback()
+    except fetch_faults(conn):
+        return None  # then the page's own error, as it was
+    return None
+
+
 def iter_versions(conn: sa.Connection, scope: Scope, batch_size: int) -> Iterator[tuple[str, int]]:
     """``(uuid, revision)`` of the rows in scope, in uuid order."""
     t = scope.table
     query = sa.select(t.c.uuid, t.c.revision).where(*scope.where())
     for rows in _pages(conn, query, t.c.uuid, batch_size):
-        for row in rows:
-            yield str(row[0]), int(row[1])
+        for uuid, revision in rows:
+            try:
+                version = int(revision)
+            except ROW_FAULTS:
+                why = f"revision {brief(revision, 60)} is not an integer"
+                raise UnreadableRow(uuid, why) from None
+            yield str(uuid), version
 
 
 class CellDocs:
@@ -149,6 +191,9 @@ class CellDocs:
             query = self._query().where(t.c.uuid.in_(chunk), *self.scope.where())
             try:
                 rows = conn.execute(query.order_by(t.c.uuid)).all()
+            except fetch_faults(conn) as exc:
+                conn.rollback()
+                raise _culprit(conn, query, t.c.uuid, raw=False) or exc from exc
             finally:
                 conn.rollback()
             out.extend(self.ops(conn, rows))

@@ -21,11 +21,11 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from cellsight.notifications.base import DATA, Timestamp, UuidStr, VersionedObject
+from cellsight.notifications.base import DATA, UUID_PATTERN, Timestamp, UuidStr, VersionedObject
 
 Convert = Callable[[Any], Any]
 _NONE = type(None)
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_UUID = re.compile(UUID_PATTERN)
 # The C scanner behind json.loads, without its two Python wrappers and whitespace regex.
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 

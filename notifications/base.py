@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import re
 import types
 import typing
-import uuid as uuidlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
@@ -36,7 +36,12 @@ from pydantic.json_schema import GetJsonSchemaHandler, JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError
 
 from cellsight.notifications import limits
-from cellsight.notifications.errors import MalformedNotification, OutOfRange, UnknownMajorVersion
+from cellsight.notifications.errors import (
+    MalformedNotification,
+    OutOfRange,
+    UnknownMajorVersion,
+    brief,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +52,9 @@ DATA = "nova_object.data"
 WIRE_KEYS = frozenset({NAME, NAMESPACE, VERSION, DATA})
 
 _logged_unknown: set[tuple[str, str]] = set()
+LOGGED_VERSIONS = 4096
+"""Newer minor versions whose unknown fields are logged (once each); past that, none: a
+stream of ever new versions must not grow memory or the log without end."""
 
 
 def format_timestamp(value: datetime) -> str:
@@ -83,11 +91,15 @@ Timestamp = Annotated[
 """A timezone-aware UTC datetime that serializes in Nova's format."""
 
 
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+"""A UUID as Nova writes it: 8-4-4-4-12 hex digits (``uuid.UUID`` also reads braces,
+``urn:uuid:`` and 32 bare digits, which would index one instance under several ids)."""
+_UUID = re.compile(UUID_PATTERN)
+
+
 def _check_uuid(value: str) -> str:
-    try:
-        uuidlib.UUID(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a UUID") from None
+    if not _UUID.fullmatch(value):
+        raise ValueError(f"{brief(value, 60)} is not a UUID of 8-4-4-4-12 hex digits")
     return value
 
 
@@ -98,11 +110,16 @@ UuidStr = Annotated[str, AfterValidator(_check_uuid)]
 def parse_version(version: Any, where: str) -> tuple[int, int]:
     if not isinstance(version, str):
         raise MalformedNotification(
-            f"{where}: {VERSION} must be a string like '1.9', got {version!r}"
+            f"{where}: {VERSION} must be a string like '1.9', got {brief(version, 60)}"
+        )
+    if len(version) > limits.ENVELOPE_LENGTH:
+        raise OutOfRange(
+            f"{where}: {VERSION} of {len(version)} characters is longer than "
+            f"{limits.ENVELOPE_LENGTH}"
         )
     major, sep, minor = version.partition(".")
     if not (sep and major.isdigit() and minor.isdigit()):
-        raise MalformedNotification(f"{where}: {VERSION} {version!r} is not 'major.minor'")
+        raise MalformedNotification(f"{where}: {VERSION} {brief(version, 60)} is not 'major.minor'")
     return int(major), int(minor)
 
 
@@ -162,7 +179,7 @@ class VersionedObject(BaseModel):
             )
         name, version = data[NAME], data[VERSION]
         if not isinstance(name, str) or not cls.accepts_name(name):
-            raise ValueError(f"expected a {cls.OBJ_NAME} object, got {name!r}")
+            raise ValueError(f"expected a {cls.OBJ_NAME} object, got {brief(name, 60)}")
         got_major, got_minor = parse_version(version, name)
         known_major, known_minor = parse_version(cls.OBJ_VERSION, cls.OBJ_NAME)
         if name == cls.OBJ_NAME and got_major != known_major:
@@ -180,8 +197,8 @@ class VersionedObject(BaseModel):
     @classmethod
     def _log_unknown_fields(cls, name: str, version: str, inner: dict[str, Any]) -> None:
         key = (name, version)
-        if key in _logged_unknown:
-            return
+        if key in _logged_unknown or len(_logged_unknown) >= LOGGED_VERSIONS:
+            return  # logged once per version, for a bounded number of versions
         _logged_unknown.add(key)
         unknown = sorted(set(inner) - set(cls.model_fields))
         log.info(

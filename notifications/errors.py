@@ -6,6 +6,27 @@ in metrics labels) and a message that names the object, the version and the fiel
 
 from __future__ import annotations
 
+import reprlib
+from typing import Any
+
+# Two levels deep and a few items a level: the repr of a value nested 1,000 deep would
+# exceed the recursion limit, and a megabyte string's would be a megabyte.
+_BRIEF = reprlib.Repr()
+_BRIEF.maxlevel, _BRIEF.maxdict, _BRIEF.maxlist = 2, 4, 4
+_BRIEF.maxstring = _BRIEF.maxother = _BRIEF.maxlong = 80
+
+
+def brief(value: Any, width: int = 80) -> str:
+    """A value for an error message: at most ``width`` characters of its repr, and an
+    integer past 64 bits by its size (the repr of one past 4,300 digits raises)."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = _BRIEF.repr(value)
+    except (ValueError, RecursionError):  # such an integer inside a list or a dict
+        text = f"a {type(value).__name__}"
+    return text[:width]
+
 
 class NotificationError(Exception):
     """Base of every contract error."""

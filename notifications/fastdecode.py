@@ -39,7 +39,9 @@ from msgspec import Meta, Struct, field
 from cellsight.notifications import limits
 from cellsight.notifications.base import (
     DATA,
+    LOGGED_VERSIONS,
     NAMESPACE,
+    UUID_PATTERN,
     VERSION,
     Timestamp,
     UuidStr,
@@ -68,7 +70,7 @@ FAST_CLASSES: tuple[type[VersionedObject], ...] = (
     InstanceUpdatePayload,
     ComputeNodePayload,
 )
-_UUID = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z"
+_UUID = rf"^{UUID_PATTERN}\Z"
 _TIME = (
     r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
     r"(Z|[+-][0-9]{2}:[0-9]{2})?\Z"
@@ -314,10 +316,16 @@ def _check_version(model: type[VersionedObject], version: str) -> None:
     if (model, version) in _versions_ok:
         return
     got = _VERSION.fullmatch(version)
+    if got is not None and len(version) > limits.ENVELOPE_LENGTH:
+        raise Declined("version")  # the reference names it out of range
     known_major, known_minor = map(int, model.OBJ_VERSION.split("."))
     if got is None or int(got[1]) != known_major:
         raise Declined("version")
-    if int(got[2]) > known_minor and (model.OBJ_NAME, version) not in _seen_newer:
+    if (
+        int(got[2]) > known_minor
+        and (model.OBJ_NAME, version) not in _seen_newer
+        and len(_seen_newer) < LOGGED_VERSIONS  # past that the reference logs none
+    ):
         # The reference logs the fields a newer minor adds, once per version.
         _seen_newer.add((model.OBJ_NAME, version))
         raise Declined("first newer minor")

@@ -17,6 +17,7 @@ from cellsight.notifications.errors import (
     MissingField,
     NotificationError,
     OutOfRange,
+    brief,
 )
 from cellsight.notifications.limits import ENVELOPE_LENGTH
 from cellsight.notifications.objects import CELLSIGHT_OBJECTS
@@ -57,7 +58,8 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
         )
     for key in (NAME, NAMESPACE, VERSION):
         if not isinstance(obj[key], str):
-            raise MalformedNotification(f"{where}: {key} must be a string, got {obj[key]!r:.60}")
+            got = brief(obj[key], 60)
+            raise MalformedNotification(f"{where}: {key} must be a string, got {got}")
     cls = payload_class(obj)
     label = f"{obj[NAME]!s:.{ENVELOPE_LENGTH}} {obj[VERSION]!s:.{ENVELOPE_LENGTH}}"
     try:
@@ -71,5 +73,5 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
             raise MissingField(f"{where}: {label}: field {field} is required", field) from None
         error = OutOfRange if err["type"] in _RANGE_ERRORS else MalformedNotification
         raise error(
-            f"{where}: {label}: field {field}: {err['msg']} (got {err.get('input')!r:.80})"
+            f"{where}: {label}: field {field}: {err['msg']} (got {brief(err.get('input'))})"
         ) from None

@@ -22,6 +22,7 @@ import msgspec
 from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.engines.sqlite_schema import LONG_MAX, LONG_MIN, Schema, date_to_micros
 from cellsight.indexer.fields import DocField, Kind, values_of
+from cellsight.notifications.errors import brief
 
 _NONE = type(None)
 _STR: frozenset[type] = frozenset({str, _NONE})
@@ -74,14 +75,7 @@ decode_json: Callable[[str], Any] = msgspec.json.Decoder().decode
 
 
 def _short(value: Any) -> str:
-    """A value for an error message, at most 60 characters of its repr; a huge integer by
-    its size (repr of one past 4,300 digits raises, and its digits say nothing)."""
-    if type(value) is int and value.bit_length() > 64:
-        return f"an integer of {value.bit_length()} bits"
-    try:
-        return f"{value!r:.60}"
-    except ValueError:
-        return f"a {type(value).__name__} holding an integer past 4,300 digits"
+    return brief(value, 60)
 
 
 def _bad(f: DocField, value: Any) -> InvalidDocument:

@@ -51,6 +51,14 @@ def _with(payload: Body, name: str, value: Any) -> Body:
     return payload
 
 
+UUID_TEXT = "3c6b1a4e-92f3-4d6f-9b0e-5a1f2c3d4e5f"
+
+
+def nested_objects(depth: int) -> str:
+    """JSON text of objects nested ``depth`` deep (the json module stops near 1,000)."""
+    return '{"a": ' * depth + '"x"' + "}" * depth
+
+
 def nested_arrays(depth: int) -> Any:
     value: Any = []
     for _ in range(depth):
@@ -169,6 +177,20 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             "unknown_major_version",
         ),
         "uuid_not_uuid": (variant(_set(uuid="not-a-uuid")), "malformed"),
+        # uuid.UUID reads these too; each would be one more id for the same instance.
+        "uuid_in_braces": (variant(_set(uuid="{" + UUID_TEXT + "}")), "malformed"),
+        "uuid_urn": (variant(_set(uuid="urn:uuid:" + UUID_TEXT)), "malformed"),
+        "uuid_bare_hex": (variant(_set(uuid=UUID_TEXT.replace("-", ""))), "malformed"),
+        # Under the parser's depth bound, but no repr of it fits in an error message.
+        "metadata_nested_1000": (raw_field("metadata", nested_objects(1000)), "malformed"),
+        "extra_specs_nested_1000": (
+            raw_field("flavor.extra_specs", nested_objects(1000)),
+            "malformed",
+        ),
+        "version_4000_digit_minor": (
+            variant(lambda b: b["payload"].update({"nova_object.version": "1." + "9" * 4000})),
+            "out_of_range",
+        ),
         "uuid_null": (variant(_set(uuid=None)), "missing_field"),
         "ip_address_int": (
             variant(lambda b: data(b)["ip_addresses"][0]["nova_object.data"].update(address=4)),

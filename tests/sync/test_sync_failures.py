@@ -22,6 +22,7 @@ from cellsight.clients import build_engine
 from cellsight.indexer.engines.base import EngineRejected, EngineUnavailable, SearchEngine
 from cellsight.indexer.index_roles import layout, marker_key
 from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
+from cellsight.indexer.verify import Verifier
 from tests.support.sync_progress import AfterBatches
 from tests.support.sync_world import World, seeded_settings
 
@@ -248,5 +249,64 @@ def test_a_row_that_does_not_read_fails_the_sync_naming_it(
     with pytest.raises(SyncFailed) as failed:
         run_sync(world.engine, world.registry, SyncOptions())
     assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
+    # The model's first refusal by its field and value, not its "3 validation errors".
+    assert f"field {column}" in str(failed.value) and "validation error" not in str(failed.value)
     assert f"{before[0]} still serves" in str(failed.value)
     assert _serving(world) == before
+
+
+@pytest.mark.services
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("launched_at", "'infinity'"),  # no Python datetime: the driver fails the fetch
+        ("metadata", '\'{"a": ' + "9" * 5000 + "}'"),  # past int()'s 4,300 digits
+    ],
+)
+def test_a_value_the_driver_cannot_read_fails_the_sync_naming_row_and_column(
+    make_world: Any, column: str, value: str
+) -> None:
+    """PostgreSQL's driver converts timestamps and JSON while it fetches a page, so such a
+    value failed the whole page, named by neither its row nor its column."""
+    import sqlalchemy as sa
+
+    world: World = make_world("postgresql", "embedded", cells=1)
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    before = _serving(world)
+    cell = world.registry.list_cells()[0]
+    victim = sorted(world.revisions(cell))[7]
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            sa.text(
+                f"UPDATE instances SET {column} = {value}, revision = revision + 1 "
+                "WHERE uuid = :uuid"
+            ),
+            {"uuid": victim},
+        )
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions(batch_size=5))
+    assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
+    assert f"column {column}:" in str(failed.value)
+    assert _serving(world) == before
+    # Its repair reads the row whole: the same row and column named.
+    report = Verifier(world.engine, world.registry, "instance", repair=True).run([cell])
+    (failed_cell,) = report.failed_cells
+    assert failed_cell.failed is not None
+    assert victim in failed_cell.failed and f"column {column}:" in failed_cell.failed
+
+
+def test_a_revision_that_is_no_integer_fails_verify_naming_the_row(make_world: Any) -> None:
+    import sqlalchemy as sa
+
+    world: World = make_world("sqlite", "embedded", cells=1)
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    cell = world.registry.list_cells()[0]
+    victim = sorted(world.revisions(cell))[3]
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            sa.text("UPDATE instances SET revision = 'abc' WHERE uuid = :uuid"), {"uuid": victim}
+        )
+    report = Verifier(world.engine, world.registry, "instance").run([cell])
+    (failed_cell,) = report.failed_cells
+    assert failed_cell.failed is not None
+    assert victim in failed_cell.failed and "revision 'abc' is not an integer" in failed_cell.failed
