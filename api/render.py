@@ -18,7 +18,8 @@ Values Nova always has are typed as Tempest's schemas require:
 * ``OS-EXT-SRV-ATTR:launch_index`` (2.3+): ``0``, the index of a single create; the
   notifications do not carry the index of a multi-create.
 * ``name``: ``""`` when the data has none (Nova requires a name at create; Tempest a
-  string).
+  string); ``OS-EXT-SRV-ATTR:hostname`` the same, and a flavorless reservation's
+  flavor (2.47+) ``0`` and ``""``.
 * ``server_groups`` (show, 2.71+): ``[]``, Nova's value for an instance in no group;
   group membership is not in the notifications.
 """
@@ -192,13 +193,14 @@ def _flavor(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
             else ctx.bookmark("flavors", flavor_id)
         )
         return {"id": flavor_id, "links": [{"rel": "bookmark", "href": href}]}
+    # A reservation made without a flavor has none: empty values, typed as Tempest wants.
     return {
-        "vcpus": doc.get("flavor_vcpus"),
-        "ram": doc.get("flavor_memory_mb"),
-        "disk": doc.get("flavor_root_gb"),
-        "ephemeral": doc.get("flavor_ephemeral_gb"),
+        "vcpus": doc.get("flavor_vcpus") or 0,
+        "ram": doc.get("flavor_memory_mb") or 0,
+        "disk": doc.get("flavor_root_gb") or 0,
+        "ephemeral": doc.get("flavor_ephemeral_gb") or 0,
         "swap": doc.get("flavor_swap") or 0,
-        "original_name": doc.get("flavor_name"),
+        "original_name": doc.get("flavor_name") or "",
         "extra_specs": dict(doc.get("flavor_extra_specs") or {}),
     }
 
@@ -267,7 +269,8 @@ def detail(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
             server["OS-EXT-SRV-ATTR:root_device_name"] = None
             server["OS-EXT-SRV-ATTR:user_data"] = None
     if (f.admin and f.v2_3) or f.v2_90:
-        server["OS-EXT-SRV-ATTR:hostname"] = doc.get("host_name")
+        # A reservation made without a name has none (a string for Tempest, as Nova's).
+        server["OS-EXT-SRV-ATTR:hostname"] = doc.get("host_name") or ""
     if f.v2_9:
         server["locked"] = bool(doc.get("locked"))
     if f.v2_19:

@@ -85,6 +85,11 @@ def _ip(uuid: str, cell_uuid: str) -> IpPayload:
     )
 
 
+def host_name_of(name: str) -> str:
+    """An instance's host name from its display name (set once, at create)."""
+    return name.lower().replace(" ", "-")
+
+
 def new_instance_row(
     request: BootRequest,
     flavor: dict[str, Any],
@@ -103,7 +108,7 @@ def new_instance_row(
         reservation_id=f"r-{uuid[:8]}",
         display_name=name,
         display_description=request.description,
-        host_name=name.lower().replace(" ", "-"),
+        host_name=host_name_of(name),
         host=selection.service_host,
         node=selection.nodename,
         os_type=request.os_type,

@@ -8,6 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.cells.errors import CellsError
+from cellsight.cells.instances import host_name_of
 from cellsight.cells.rows import InstanceRow, flavor_columns, payload_to_row
 from cellsight.cells.schema import compute_nodes
 from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload
@@ -48,7 +49,7 @@ def new_row(
         user_id=user_id,
         tenant_id=project_id,
         display_name=name,
-        host_name=name.lower().replace(" ", "-") if name else None,
+        host_name=host_name_of(name) if name else None,
         host=chosen[0],
         node=chosen[1],
         availability_zone=chosen[2],

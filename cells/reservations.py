@@ -34,7 +34,7 @@ from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import CellsError, DuplicateInstance, InstanceNotFound, NoValidHost
 from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
-from cellsight.cells.instances import ADMIN, Actor
+from cellsight.cells.instances import ADMIN, Actor, host_name_of
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_hosts, lock_nodes, locked_ids
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
@@ -217,7 +217,11 @@ class Reservations:
     # ------------------------------------------------------------ modify/rename
 
     def rename(self, uuid: str, name: str | None, actor: Actor = ADMIN) -> InstanceActionPayload:
-        return self._change(uuid, RENAME, lambda conn, row: {"display_name": name})
+        def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
+            named = {"hostname": host_name_of(name)} if name and not row["hostname"] else {}
+            return {"display_name": name, **named}
+
+        return self._change(uuid, RENAME, change)
 
     def modify(
         self,
@@ -235,6 +239,9 @@ class Reservations:
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
             out = {k: v for k, v in plain.items() if v is not _UNSET}
+            if name and name is not _UNSET and not row["hostname"]:
+                # Named after it was reserved: its host name, as a boot's, from that name.
+                out["hostname"] = host_name_of(name)
             new_spec: dict[str, Any] | None = (
                 row["flavor"] if flavor is _UNSET else get_flavor(flavor) if flavor else None
             )
@@ -276,7 +283,9 @@ class Reservations:
                 raise ReservationIncomplete(uuid, missing)
             count_on_node(conn, row["host"], row["node"], -1)
             now = self.ops.clock()
+            named = {} if row["hostname"] else {"hostname": host_name_of(row["display_name"])}
             return {
+                **named,
                 "forthcoming": False,
                 "vm_state": "active",
                 "power_state": "running",

@@ -20,8 +20,12 @@ import pytest
 from cellsight.api.app import create_app
 from cellsight.api.microversion import MAX
 from cellsight.api.microversion import parse as parse_version
+from cellsight.cells.nodeevents import register_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.reservations import Reservations
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from tests.support.api_world import World, api_settings, load_index, project_tokens
+from tests.support.api_world import World, api_settings, build_world, load_index, project_tokens
+from tests.support.publishers import CollectingPublisher
 from tests.support.serve import serving
 
 servers_client = pytest.importorskip("tempest.lib.services.compute.servers_client")
@@ -161,3 +165,57 @@ def test_a_bad_body_is_caught(endpoints: dict[str, str], monkeypatch: pytest.Mon
     broken = {"servers": [dict(body["servers"][0], **{"OS-EXT-SRV-ATTR:launch_index": None})]}
     with pytest.raises(tempest_exceptions.InvalidHTTPResponseBody):
         tempest.validate_response(v23.list_servers_detail, body.response, broken)
+
+
+@pytest.fixture(scope="module")
+def reservations_endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """A world holding reservations as the workflow leaves them: one without a name or a
+    flavor, one named only when it was modified and then committed, one reserved whole."""
+    tmp: Path = tmp_path_factory.mktemp("tempest-reservations")
+    world = build_world(tmp / "world", "sqlite")
+    cell = world.registry.list_cells()[0]
+    ops = Operations(world.registry, CollectingPublisher(), publisher_id="tempest")
+    register_node(ops, cell.name, "tempest-h1", vcpus=64, memory_mb=1 << 20, local_gb=10_000)
+    reservations = Reservations(ops)
+    bare = reservations.reserve(cell=cell.name).uuid
+    late = reservations.reserve(flavor="m1.small", cell=cell.name).uuid
+    reservations.modify(late, name="late name", project_id="p7", user_id="u7")
+    reservations.commit(late)
+    whole = reservations.reserve(
+        flavor="m1.small", name="whole", project_id="p7", user_id="u7", cell=cell.name
+    ).uuid
+    indexed = EmbeddedEngine(tmp / "index.db", prefix="tempest_r")
+    load_index(indexed, world)
+    empty = EmbeddedEngine(tmp / "empty.db", prefix="tempest_r_empty")
+    index_app = create_app(api_settings(tmp / "i"), engine=indexed, registry=world.registry)
+    fanout_app = create_app(api_settings(tmp / "f"), engine=empty, registry=world.registry)
+    with serving(index_app) as index_url, serving(fanout_app) as fanout_url:
+        yield {"index": index_url, "fanout": fanout_url, "uuids": [bare, late, whole]}
+    indexed.close()
+    empty.close()
+    world.registry.close()
+
+
+@pytest.mark.parametrize("path", ["index", "fanout"])
+@pytest.mark.parametrize("role", ["admin", "member"])
+def test_reservations_and_what_they_became_validate_against_tempest_schemas(
+    reservations_endpoints: dict[str, Any], monkeypatch: pytest.MonkeyPatch, path: str, role: str
+) -> None:
+    # Found from outside: a reservation without a name or a flavor, and one named after it
+    # was reserved, had a null hostname and null flavor amounts, which Tempest refuses.
+    bare, late, whole = reservations_endpoints["uuids"]
+    tempest = client(reservations_endpoints[path], "root:admin" if role == "admin" else "u7:p7")
+    scope = {"all_tenants": "True"} if role == "admin" else {}
+    for version in VERSIONS:
+        monkeypatch.setattr(base_compute_client, "COMPUTE_MICROVERSION", version)
+        listed = tempest.list_servers(detail=True, limit=1000, **scope)
+        assert listed.response["x-cellsight-path"] == path
+        assert late in {s["id"] for s in listed["servers"]}
+        forthcoming = tempest.list_servers(detail=True, forthcoming="true", **scope)
+        seen = {s["id"] for s in forthcoming["servers"]}
+        assert whole in seen and (bare in seen) == (role == "admin"), version
+        for uuid in (late, whole, *([bare] if role == "admin" else [])):
+            assert tempest.show_server(uuid)["server"]["id"] == uuid
+        if role == "admin" and parse_version(version) >= parse_version("2.3"):
+            shown = tempest.show_server(late)["server"]
+            assert shown["OS-EXT-SRV-ATTR:hostname"] == "late-name"
