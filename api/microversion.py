@@ -46,9 +46,10 @@ def parse(text: str) -> Version:
         )
     major, minor = match.group(1), match.group(2)
     if len(major) > MAX_PART_DIGITS or len(minor) > MAX_PART_DIGITS:
+        given = f"{major}.{minor}"
+        shown = given if len(given) <= 40 else given[:37] + "..."
         raise NotAcceptable(
-            f"Version {major[:6]}...{minor[-6:]} is not supported by the API. "
-            f"Minimum is {MIN} and maximum is {MAX}."
+            f"Version {shown} is not supported by the API. Minimum is {MIN} and maximum is {MAX}."
         )
     return Version(int(major), int(minor))
 

@@ -17,7 +17,7 @@ from cellsight.api.auth import Principal
 from cellsight.api.change_times import BadDate, parse_change_time
 from cellsight.api.errors import BadRequest, Forbidden
 from cellsight.api.microversion import Version
-from cellsight.api.options import TAG_FILTERS, UNSUPPORTED, applicable
+from cellsight.api.options import PAGING, TAG_FILTERS, UNSUPPORTED, applicable
 from cellsight.api.sort_params import parse_order
 from cellsight.query.regex import validate as validate_regex
 from cellsight.query.tree import (
@@ -99,6 +99,9 @@ class ListQuery:
     marker: str | None
     project_scope: str | None  # the one project listed, None for all projects
     filtered: bool  # a filter beyond the scope and the default "not deleted"
+    # Nova's _is_cell_down_supported, less its microversion: no paging or sort parameter
+    # in the request, and no search option left but all_tenants.
+    down_cell_records: bool = False
 
 
 def _bad(param: str, value: str, why: str) -> BadRequest:
@@ -340,7 +343,8 @@ def parse_list_query(
     scope = _scope(params, principal)
     if scope is not None:
         clauses.append(Compare("tenant_id", Op.EQ, scope))
-    return ListQuery(conjunction(*clauses), order, limit, marker, scope, filtered)
+    down_cells = not PAGING & raw.keys() and set(params) - PAGING <= {"all_tenants"}
+    return ListQuery(conjunction(*clauses), order, limit, marker, scope, filtered, down_cells)
 
 
 def _tag_clauses(params: dict[str, list[str]]) -> list[Node]:

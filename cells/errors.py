@@ -149,6 +149,16 @@ class UnknownFlavor(CellsError):
         self.name = name
 
 
+class InvalidTag(CellsError):
+    """A tag Nova's tag API refuses (and Tempest's server schema): over 60 characters,
+    holding ',' or '/' (a listing's tags filter splits on ','), or over 50 of them."""
+
+    reason = "invalid_tag"
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"invalid tags: {why}")
+
+
 class NoValidHost(CellsError):
     reason = "no_valid_host"
 

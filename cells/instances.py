@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import uuid as uuidlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
@@ -38,6 +39,24 @@ class Actor:
 ADMIN = Actor()
 
 
+MAX_TAG_LENGTH = 60
+MAX_TAGS = 50
+
+
+def check_tags(tags: Sequence[str]) -> list[str]:
+    """``tags`` as a set, sorted, or ``InvalidTag``: Nova's rules for server tags."""
+    unique = sorted(set(tags))
+    if len(unique) > MAX_TAGS:
+        raise InvalidTag(f"{len(unique)} tags, at most {MAX_TAGS}")
+    for tag in unique:
+        if not tag or len(tag) > MAX_TAG_LENGTH or "," in tag or "/" in tag:
+            shown = tag if len(tag) <= 70 else tag[:67] + "..."
+            raise InvalidTag(
+                f"{shown!r}: a tag is 1 to {MAX_TAG_LENGTH} characters without ',' or '/'"
+            )
+    return unique
+
+
 @dataclass
 class BootRequest:
     display_name: str
@@ -57,6 +76,7 @@ class BootRequest:
     uuids: list[str] | None = None  # given by the caller (idempotent retries, tests)
 
     def instance_uuids(self) -> list[str]:
+        check_tags(self.tags)
         if self.count < 1:
             raise ValueError(f"count must be at least 1, got {self.count}")
         if not self.display_name.strip():

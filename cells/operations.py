@@ -52,7 +52,7 @@ from cellsight.cells.errors import (
 )
 from cellsight.cells.events import action_events
 from cellsight.cells.flavors import get_flavor
-from cellsight.cells.instances import ADMIN, Actor, BootRequest
+from cellsight.cells.instances import ADMIN, Actor, BootRequest, check_tags
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.node_locks import lock_ids, node_ids
 from cellsight.cells.nodeevents import USAGE_ACTIONS, node_events, places_of, read_nodes
@@ -135,7 +135,8 @@ class Operations:
     def set_tags(
         self, uuid: str, tags: Iterable[str], actor: Actor = ADMIN
     ) -> InstanceActionPayload:
-        return self._act(uuid, SET_TAGS, actor, lambda c, r: {"tags": sorted(set(tags))})
+        unique = check_tags(list(tags))
+        return self._act(uuid, SET_TAGS, actor, lambda c, r: {"tags": unique})
 
     def power_off(self, uuid: str, actor: Actor = ADMIN) -> InstanceActionPayload:
         return self._act(

@@ -240,10 +240,15 @@ class SqlCompiler:
         if isinstance(node, Regex):
             return regex_match(expr, node.pattern, self.dialect)
         given = node.values if isinstance(node, In) else (getattr(node, "value", None),)
+        # MySQL's uuid columns are ascii: comparing one with a non-ASCII value is an error
+        # ("illegal mix of collations"), so such a value is compared as bytes, which no
+        # stored uuid equals and code-point order still holds for.
+        foreign = pad_safe and any(isinstance(v, str) and not v.isascii() for v in given)
         # PAD SPACE and binary order differ only around a trailing character <= U+0020
+        pad_safe = pad_safe and not foreign
         pad_safe = pad_safe and not any(isinstance(v, str) and v[-1:] <= " " for v in given)
         ordered = comparable(expr, kind, self.dialect, pad_safe=pad_safe)
-        exact_only = ordered is not expr and self.dialect in MYSQL_DIALECTS
+        exact_only = ordered is not expr and self.dialect in MYSQL_DIALECTS and not foreign
         if isinstance(node, Contains | Compare):
             op = node.op if isinstance(node, Compare) else Op.EQ
             value = convert(node.value)

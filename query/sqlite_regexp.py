@@ -30,6 +30,12 @@ class RegexTimeout(Exception):
     """A statement's regex matching ran past its deadline."""
 
 
+class RegexDeadline(sa.exc.TimeoutError):
+    """What a statement on an engine with ``install_on_engine`` raises when its regex
+    matching ran past its deadline: SQLite reports any error of a function as a plain
+    "user-defined function raised exception", which says neither that nor "timeout"."""
+
+
 @lru_cache(maxsize=256)
 def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
@@ -85,3 +91,12 @@ def install_on_engine(engine: sa.Engine, timeout: float = DEFAULT_TIMEOUT) -> No
             assert isinstance(raw, sqlite3.Connection)
             install(raw, deadline)
         deadline.arm(timeout)
+
+    @event.listens_for(engine, "handle_error")
+    def _timed_out(context: sa.engine.ExceptionContext) -> None:
+        conn = context.connection
+        if conn is None or conn.invalidated:
+            return
+        deadline = conn.connection.info.get("regexp_deadline")
+        if deadline is not None and deadline.expired:
+            raise RegexDeadline("regex filter ran past the statement deadline")

@@ -66,15 +66,11 @@ def list_servers(
     )
     render = detail if detailed else summary
     servers: list[dict[str, Any]] = [render(doc, ctx) for doc in page.documents]
-    if (
-        page.skipped
-        and ctx.version.at_least(DOWN_CELL_VERSION)
-        and query.marker is None
-        and not query.filtered
-    ):
+    if page.skipped and ctx.version.at_least(DOWN_CELL_VERSION) and query.down_cell_records:
         # Nova's down-cell records: prefixed, filling what the page has room for. Only
-        # on an unfiltered first page: a mapping cannot be filtered, and repeating the
-        # records on every page would break paging.
+        # when Nova gives them (no filter but all_tenants, no paging or sort parameter):
+        # a mapping cannot be filtered or sorted, and records on every page would break
+        # paging.
         missing = search.unreachable(page.skipped, query.project_scope, query.limit - len(servers))
         servers = [unknown(entry, ctx, detailed=detailed) for entry in missing] + servers
     body: dict[str, Any] = {"servers": servers}

@@ -121,6 +121,18 @@ def test_microversions(client: TestClient, headers: dict[str, str], status: int)
         assert response.headers["OpenStack-API-Version"].startswith("compute 2.")
 
 
+@pytest.mark.parametrize(
+    ("given", "named"), [("2.1234567", "2.1234567"), ("12345678.1", "12345678.1")]
+)
+def test_a_version_part_past_six_digits_is_a_406_naming_it(
+    client: TestClient, given: str, named: str
+) -> None:
+    # It said "Version 2...234567" and "123456...1" (found from outside).
+    response = client.get("/v2.1/servers", headers={**ADMIN, "X-OpenStack-Nova-API-Version": given})
+    assert response.status_code == 406
+    assert f"Version {named} is not supported" in response.text
+
+
 def test_unknown_routes_and_methods(client: TestClient) -> None:
     assert (
         client.get("/v2.1/nothing/here/at/all", headers=ADMIN).json()["itemNotFound"]["code"] == 404

@@ -16,6 +16,7 @@ from cellsight.cells.errors import (
     InstanceLocked,
     InstanceNotFound,
     InvalidInstanceState,
+    InvalidTag,
     NoValidHost,
     UnknownCell,
     UnknownFlavor,
@@ -139,6 +140,13 @@ def test_invalid_requests_are_named(
         with pytest.raises(InvalidInstanceState) as why:  # no state would do: none listed
             refused()
         assert str(why.value).endswith("in state 'active'"), str(why.value)
+    # Nova's tag rules (Tempest's server schema refused a listing holding 'z,w').
+    for tags in (["x", "z,w"], ["a/b"], ["t" * 61], [""], [f"t{n}" for n in range(51)]):
+        with pytest.raises(InvalidTag):
+            ops.set_tags(uuid, tags)
+        with pytest.raises(InvalidTag):
+            boot(ops, tags=tags)
+    assert row_of(registry, cell, uuid)["tags"] == row["tags"]  # type: ignore[index]
     assert publisher.sent == []
 
 

@@ -7,6 +7,7 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +15,14 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cellsight.api.driver_errors import classify, is_cell_failure
 from cellsight.cells.schema import TABLE_OPTIONS, Str
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.fields import DocField, Kind
 from cellsight.query import regex
 from cellsight.query.dsl import compile_filter
 from cellsight.query.sql import regex_match
-from cellsight.query.sqlite_regexp import Deadline, install
+from cellsight.query.sqlite_regexp import Deadline, RegexDeadline, install, install_on_engine
 from cellsight.query.tree import Regex
 
 
@@ -215,3 +217,22 @@ def test_every_engine_agrees_on_every_match(
     for name, answer in got.items():
         wrong = [s for s, w, g in zip(strings, want, answer, strict=True) if w != g]
         assert not wrong, f"{name} disagrees with Python on {pattern!r} for {wrong!r}"
+
+
+def test_a_regex_past_its_deadline_on_a_sqlite_cell_is_a_timeout(tmp_path: Path) -> None:
+    """Found from outside: the fan-out named such a cell ``error`` (SQLite reports the
+    function's exception as a plain OperationalError), not ``timeout``."""
+    for timeout, expired in ((1e-9, True), (10.0, False)):
+        engine = sa.create_engine(f"sqlite:///{tmp_path / 'cell.db'}")
+        install_on_engine(engine, timeout=timeout)
+        query = sa.text("SELECT 'abc' REGEXP 'a' FROM (SELECT 1 UNION SELECT 2)")
+        try:
+            with engine.connect() as conn:
+                if not expired:
+                    assert conn.execute(query).scalars().all() == [1, 1]
+                    continue
+                with pytest.raises(RegexDeadline) as raised:
+                    conn.execute(query)
+            assert is_cell_failure(raised.value) and classify(raised.value) == "timeout"
+        finally:
+            engine.dispose()
