@@ -27,7 +27,9 @@ log = logging.getLogger(__name__)
 
 PAGING = frozenset({"limit", "marker", "sort_key", "sort_dir"})
 TAG_FILTERS = ("tags", "tags-any", "not-tags", "not-tags-any")
-# In Nova's query schema, but Cellsight holds no data to filter by (a 400 naming it).
+# In Nova's query schema, but not filters Cellsight applies: data it does not hold
+# (launch_index, config_drive, ...) or exact-instant matches of a time, which Nova's
+# database layer compares as given (a 400 naming the parameter).
 UNSUPPORTED = frozenset(
     {
         "launch_index",

@@ -238,8 +238,8 @@ def parse_list_query(
     for key in params:
         if key in UNSUPPORTED:
             raise BadRequest(
-                f"Invalid input for query parameters {key}: Cellsight holds no data to "
-                f"filter servers by {key}.",
+                f"Invalid input for query parameters {key}: Cellsight does not filter "
+                f"servers by {key}.",
                 parameter=key,
             )
         if key not in KNOWN:  # a name Nova's schema has and Cellsight does not act on
