@@ -28,7 +28,8 @@ REQUEST_ID: ContextVar[str] = ContextVar("request_id", default="req-none")
 # Bounds on the request line, checked before routing (a 4xx naming what was too big).
 MAX_QUERY_STRING = 16384
 
-# Nova's ``nova.api.openstack.wsgi.Fault._fault_names``.
+# Nova's ``nova.api.openstack.wsgi.Fault._fault_names``; any other code is a
+# "computeFault" (a 414 included).
 FAULT_NAMES = {
     400: "badRequest",
     401: "unauthorized",
@@ -37,7 +38,6 @@ FAULT_NAMES = {
     405: "badMethod",
     409: "conflictingRequest",
     413: "overLimit",
-    414: "badRequest",
     415: "badMediaType",
     429: "overLimit",
     501: "notImplemented",

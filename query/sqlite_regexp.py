@@ -99,4 +99,5 @@ def install_on_engine(engine: sa.Engine, timeout: float = DEFAULT_TIMEOUT) -> No
             return
         deadline = conn.connection.info.get("regexp_deadline")
         if deadline is not None and deadline.expired:
+            deadline.expired = False  # this statement's: never a later error's
             raise RegexDeadline("regex filter ran past the statement deadline")
