@@ -12,6 +12,7 @@ Keystone, so a fixed-token auth provider hands Tempest the endpoint and token.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -97,16 +98,25 @@ VERSIONS = schema_versions()
 def endpoints(
     sqlite_world: World, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, str]]:
-    tmp: Path = tmp_path_factory.mktemp("tempest")
-    indexed = EmbeddedEngine(tmp / "index.db", prefix="tempest")
-    load_index(indexed, sqlite_world)
-    empty = EmbeddedEngine(tmp / "empty.db", prefix="tempest_empty")
-    index_app = create_app(api_settings(tmp / "i"), engine=indexed, registry=sqlite_world.registry)
-    fanout_app = create_app(api_settings(tmp / "f"), engine=empty, registry=sqlite_world.registry)
-    with serving(index_app) as index_url, serving(fanout_app) as fanout_url:
-        yield {"index": index_url, "fanout": fanout_url}
-    indexed.close()
-    empty.close()
+    with both_paths(tmp_path_factory.mktemp("tempest"), sqlite_world, "tempest") as urls:
+        yield urls
+
+
+@contextmanager
+def both_paths(tmp: Path, world: World, prefix: str) -> Iterator[dict[str, str]]:
+    """The API over ``world`` twice, served: from a loaded index and (its index empty,
+    unsynced) from the cells; their base URLs by path."""
+    indexed = EmbeddedEngine(tmp / "index.db", prefix=prefix)
+    load_index(indexed, world)
+    empty = EmbeddedEngine(tmp / "empty.db", prefix=f"{prefix}_empty")
+    index_app = create_app(api_settings(tmp / "i"), engine=indexed, registry=world.registry)
+    fanout_app = create_app(api_settings(tmp / "f"), engine=empty, registry=world.registry)
+    try:
+        with serving(index_app) as index_url, serving(fanout_app) as fanout_url:
+            yield {"index": index_url, "fanout": fanout_url}
+    finally:
+        indexed.close()
+        empty.close()
 
 
 def client(base: str, token: str) -> Any:
@@ -184,15 +194,8 @@ def reservations_endpoints(tmp_path_factory: pytest.TempPathFactory) -> Iterator
     whole = reservations.reserve(
         flavor="m1.small", name="whole", project_id="p7", user_id="u7", cell=cell.name
     ).uuid
-    indexed = EmbeddedEngine(tmp / "index.db", prefix="tempest_r")
-    load_index(indexed, world)
-    empty = EmbeddedEngine(tmp / "empty.db", prefix="tempest_r_empty")
-    index_app = create_app(api_settings(tmp / "i"), engine=indexed, registry=world.registry)
-    fanout_app = create_app(api_settings(tmp / "f"), engine=empty, registry=world.registry)
-    with serving(index_app) as index_url, serving(fanout_app) as fanout_url:
-        yield {"index": index_url, "fanout": fanout_url, "uuids": [bare, late, whole]}
-    indexed.close()
-    empty.close()
+    with both_paths(tmp, world, "tempest_r") as urls:
+        yield {**urls, "uuids": [bare, late, whole]}
     world.registry.close()
 
 
