@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 
 from cellsight.cells import outbox, room
-from cellsight.cells.database import retry_conflicts, write_transaction
+from cellsight.cells.database import connect, retry_conflicts, write_transaction
 from cellsight.cells.errors import (
     DatabaseUnavailable,
     DuplicateInstance,
@@ -107,7 +107,6 @@ def _boot_making_room(
             try:
                 selections, rows = _boot_in(ops, cell, flavor, request, uuids, actor)
             except room.PlanChanged:
-                churned = True
                 continue
             except _NoRoom:
                 break
@@ -118,6 +117,8 @@ def _boot_making_room(
                 log.warning("making room: skipping cell %s: %s", cell.name, down.cause)
                 break
             return cell, selections, rows
+        else:
+            churned = True  # every plan of this cell was overtaken by another change
     if churned:
         raise NoValidHost(
             f"reservations kept changing while room was made for {flavor.get('name')}"
@@ -133,44 +134,51 @@ def _boot_in(
     uuids: list[str],
     actor: Actor,
 ) -> tuple[list[list[Selection]], list[InstanceRow]]:
-    """Plan, then map (only in a cell that will take the boot), move, claim and insert,
-    in one transaction of ``cell``; the mappings are removed again if it fails."""
+    """A plan read without locks (``_NoRoom`` if none would do), the mappings written
+    (only for a cell that has room, and outside its transaction: on SQLite the cell's
+    write lock must not wait on the API database, which may even be the same file), then
+    in one transaction of ``cell`` the plan read again under locks, the moves, the claims
+    and the rows; the mappings are removed again if that fails."""
     want = Resources.of_flavor(flavor)
 
+    def plan(conn: sa.Connection) -> room.Room | None:
+        return room.plan_room(ops, conn, cell, want, request.count, request.availability_zone)
+
+    try:
+        engine = ops.cell_engine_ready(cell)
+        with connect(engine) as conn:
+            found = plan(conn) is not None
+    except DatabaseUnavailable as exc:
+        raise _Down(exc, cell=True) from None
+    if not found:
+        raise _NoRoom
+
     def attempt() -> tuple[list[list[Selection]], list[InstanceRow]]:
-        placed = False
-        try:
-            with write_transaction(ops.cell_engine_ready(cell)) as conn:
-                planned = room.plan_room(
-                    ops, conn, cell, want, request.count, request.availability_zone
-                )
-                if planned is None:
-                    raise _NoRoom
-                try:
-                    place(ops, cell, request, uuids)
-                except DatabaseUnavailable as exc:
-                    raise _Down(exc, cell=False) from None
-                placed = True
-                moved = room.move(ops, conn, cell, planned)
-                zone = ops.scheduler.default_availability_zone
-                selections = [[target.selection(want, zone)] for target in planned.targets]
-                for target in planned.targets:
-                    if not claim(conn, target.node["uuid"], want):
-                        raise room.PlanChanged  # filled up between the plan's read and the lock
-                chosen = [choices[0] for choices in selections]
-                rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor, *moved)
-        except BaseException:
-            if placed:
-                unmap(ops, uuids)
-            raise
+        with write_transaction(engine) as conn:
+            planned = plan(conn)
+            if planned is None:
+                raise room.PlanChanged  # the room went between the two reads
+            moved = room.move(ops, conn, cell, planned)
+            zone = ops.scheduler.default_availability_zone
+            selections = [[target.selection(want, zone)] for target in planned.targets]
+            for target in planned.targets:
+                if not claim(conn, target.node["uuid"], want):
+                    raise room.PlanChanged  # filled up between the plan's read and the lock
+            chosen = [choices[0] for choices in selections]
+            rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor, *moved)
         return selections, rows
 
     try:
-        return retry_conflicts(attempt)
-    except TransactionConflict:
-        raise  # a deadlock that outlasted its retries: not a cell to skip
+        place(ops, cell, request, uuids)
     except DatabaseUnavailable as exc:
-        raise _Down(exc, cell=True) from None
+        raise _Down(exc, cell=False) from None  # the API database: the boot's error
+    try:
+        return retry_conflicts(attempt)
+    except BaseException as exc:
+        unmap(ops, uuids)
+        if isinstance(exc, DatabaseUnavailable) and not isinstance(exc, TransactionConflict):
+            raise _Down(exc, cell=True) from None  # the cell's: skip it
+        raise  # a deadlock that outlasted its retries included: not a cell to skip
 
 
 def mapped(

@@ -101,7 +101,9 @@ def _pages(
             rows = _read(conn, page, raw)
         except fetch_faults(conn) as exc:
             conn.rollback()
-            raise _culprit(conn, page, uuid, raw) or exc from exc
+            if (culprit := _culprit(conn, page, uuid, raw)) is not None:
+                raise culprit from exc
+            raise
         finally:
             conn.rollback()  # one short read transaction per page
         if rows:
@@ -128,21 +130,35 @@ def fetch_faults(conn: sa.Connection) -> tuple[type[Exception], ...]:
 def _culprit(
     conn: sa.Connection, page: sa.Select[Any], uuid: sa.ColumnElement[Any], raw: bool
 ) -> UnreadableRow | None:
-    """The row and column of a page that could not be read, found by reading the page's
-    uuids, then each of its rows one column at a time (only after a failure: a value the
-    driver or a column type cannot convert fails the whole page, named by neither)."""
+    """The row and column of a page that could not be read (a value the driver or a
+    column type cannot convert fails the whole page, named by neither): the page's uuids,
+    then each row whole until one fails, then that row one column at a time. Only after
+    a failure; about as many statements as the page has rows and the table columns."""
+    faults = fetch_faults(conn)
+
+    def fails(query: sa.Select[Any]) -> BaseException | None:
+        try:
+            _read(conn, query, raw)
+        except faults as exc:
+            return exc
+        finally:
+            conn.rollback()
+        return None
+
     try:
         uuids = [u for (u,) in _read(conn, page.with_only_columns(uuid), raw=False)]
-        for found in uuids:
-            for column in page.selected_columns:
-                try:
-                    _read(conn, page.with_only_columns(column).where(uuid == found), raw)
-                except fetch_faults(conn) as exc:
-                    return UnreadableRow(found, f"column {column.key}: {row_fault(exc)}")
-                finally:
-                    conn.rollback()
-    except fetch_faults(conn):
+    except faults:
         return None  # then the page's own error, as it was
+    finally:
+        conn.rollback()
+    for found in uuids:
+        if fails(page.where(uuid == found)) is None:
+            continue
+        for column in page.selected_columns:
+            failure = fails(page.with_only_columns(column).where(uuid == found))
+            if failure is not None:
+                return UnreadableRow(found, f"column {column.key}: {row_fault(failure)}")
+        return None
     return None
 
 
@@ -193,7 +209,9 @@ class CellDocs:
                 rows = conn.execute(query.order_by(t.c.uuid)).all()
             except fetch_faults(conn) as exc:
                 conn.rollback()
-                raise _culprit(conn, query, t.c.uuid, raw=False) or exc from exc
+                if (culprit := _culprit(conn, query, t.c.uuid, raw=False)) is not None:
+                    raise culprit from exc
+                raise
             finally:
                 conn.rollback()
             out.extend(self.ops(conn, rows))

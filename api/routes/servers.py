@@ -133,6 +133,10 @@ def show_server(
 
 
 def _uuid_like(value: str) -> bool:
+    # As Nova's is_uuid_like: uuid.UUID also reads full-width digits, which no stored
+    # (ascii) uuid holds and MariaDB's ascii column refuses to compare with (a 503).
+    if not value.isascii():
+        return False
     try:
         uuidlib.UUID(value)
     except ValueError:

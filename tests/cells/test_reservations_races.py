@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,28 @@ def test_a_boot_no_move_would_place_maps_nothing(
     with pytest.raises(NoValidHost, match="no cell has room"):
         ops.boot(BootRequest("big", "m1.large", "p", "u"))
     assert placed == []
+
+
+def test_a_boot_makes_room_when_the_api_database_is_the_cells_sqlite_file(
+    tmp_path: Path,
+) -> None:
+    # add_cell accepts one SQLite file for both; the mapping is written outside the cell's
+    # write transaction, or the boot would wait on its own lock (a review found it).
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    registry = CellRegistry(url)
+    registry.create_schema()
+    try:
+        registry.add_cell("cell1", url)
+        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
+        for host in ("h1", "h2"):
+            register_node(ops, "cell1", host, **NODE)
+            Reservations(ops).reserve(flavor="m1.medium", host=host)
+        started = time.monotonic()
+        booted = ops.boot(BootRequest("big", "m1.large", "p", "u"))
+        assert len(booted.instances) == 1
+        assert time.monotonic() - started < 5.0  # no wait on a lock it holds itself
+    finally:
+        registry.close()
 
 
 @pytest.fixture

@@ -17,8 +17,11 @@ from typing import Any
 
 import pytest
 
+from cellsight.cells.errors import UnreadableRow
 from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.schema import instances
 from cellsight.clients import build_engine
+from cellsight.indexer.cell_streams import CellDocs, Scope
 from cellsight.indexer.engines.base import EngineRejected, EngineUnavailable, SearchEngine
 from cellsight.indexer.index_roles import layout, marker_key
 from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
@@ -287,6 +290,16 @@ def test_a_value_the_driver_cannot_read_fails_the_sync_naming_row_and_column(
         run_sync(world.engine, world.registry, SyncOptions(batch_size=5))
     assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
     assert f"column {column}:" in str(failed.value)
+    # Found at the cost of about a statement a row and one a column, not their product
+    # (a page of 1,000 took 49,979 statements when every row was read column by column).
+    engine = world.registry.cell_engine(cell)
+    statements: list[str] = []
+    sa.event.listen(engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    docs = CellDocs(Scope("instance"), cell.uuid, "instance.update")
+    with engine.connect() as conn, pytest.raises(UnreadableRow, match=column):
+        for _ in docs.iter_batches(conn, 30):
+            pass
+    assert len(statements) <= 30 + 2 * len(instances.c), len(statements)
     assert _serving(world) == before
     # Its repair reads the row whole: the same row and column named.
     report = Verifier(world.engine, world.registry, "instance", repair=True).run([cell])
