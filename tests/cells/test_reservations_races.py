@@ -231,6 +231,38 @@ def test_a_boot_makes_room_when_the_api_database_is_the_cells_sqlite_file(
         registry.close()
 
 
+@pytest.mark.parametrize("then", ["full", "changing"])
+def test_a_refusal_after_plans_were_overtaken_says_which(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    # Each plan read without locks finds room and the same plan under locks does not
+    # (another change took it); then the cell is full ("no room"), or keeps changing.
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    try:
+        registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+        ops = Operations(registry, CollectingPublisher(), publisher_id="probe")
+        for host in ("h1", "h2"):
+            register_node(ops, "cell1", host, **NODE)
+            Reservations(ops).reserve(flavor="m1.medium", host=host)
+        real, calls = room.plan_room, []
+
+        def overtaken(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if then == "full" and len(calls) > 2:
+                return None  # the second read without locks: no room left
+            return real(*args, **kwargs) if len(calls) % 2 else None
+
+        monkeypatch.setattr(room, "plan_room", overtaken)
+        refused = "no cell has room" if then == "full" else "kept changing"
+        with pytest.raises(NoValidHost, match=refused):
+            ops.boot(BootRequest("big", "m1.large", "p", "u"))
+        with registry.api_engine.connect() as conn:  # the two reservations' alone
+            assert conn.execute(sa.text("SELECT count(*) FROM instance_mappings")).scalar() == 2
+    finally:
+        registry.close()
+
+
 @pytest.fixture
 def two_cells(tmp_path: Path) -> Iterator[tuple[CellRegistry, list[CellMapping], Operations]]:
     registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
