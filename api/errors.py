@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -115,6 +116,24 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "Invalid request"
 
 
+def undecodable_parameter(query: bytes) -> str | None:
+    """The name of the first query parameter whose name or value is not UTF-8 once
+    percent-decoded, or None. The framework would decode it with U+FFFD in place of each
+    bad byte, and a filter would then silently match nothing."""
+    if b"%" not in query and query.isascii():
+        return None
+    for pair in query.split(b"&"):
+        name, _, value = pair.partition(b"=")
+        raw_name = unquote_to_bytes(name.replace(b"+", b" "))
+        try:
+            raw_name.decode("utf-8")
+            unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
+        except UnicodeDecodeError:
+            shown = raw_name.decode("utf-8", "replace")
+            return shown if len(shown) <= 80 else shown[:77] + "..."
+    return None
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers; call once from the app factory."""
 
@@ -126,9 +145,14 @@ def install(app: FastAPI) -> None:
         REQUEST_ID.set(request_id)
         request.state.request_id = request_id
         query = request.scope.get("query_string", b"")
+        bad = None if len(query) > MAX_QUERY_STRING else undecodable_parameter(query)
         if len(query) > MAX_QUERY_STRING:
             response: Response = fault_response(
                 414, f"The query string is longer than {MAX_QUERY_STRING} bytes."
+            )
+        elif bad is not None:
+            response = fault_response(
+                400, f"Invalid input for query parameters {bad}: not valid UTF-8."
             )
         else:
             response = await call_next(request)

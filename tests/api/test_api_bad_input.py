@@ -133,6 +133,27 @@ def test_a_version_part_past_six_digits_is_a_406_naming_it(
     assert f"Version {named} is not supported" in response.text
 
 
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("name=%ff%fe", "name"),
+        ("marker=abc%C3", "marker"),
+        ("%ff=1", "\ufffd"),
+        ("a=1&tags=x%e9", "tags"),
+    ],
+)
+def test_a_parameter_that_is_not_utf8_is_a_400_naming_it(
+    client: TestClient, query: str, named: str
+) -> None:
+    # It was decoded with U+FFFD in each bad byte's place, and matched nothing (found
+    # from outside); on every route, before it is parsed.
+    for path in ("/v2.1/servers", "/v2.1/servers/detail", "/v2.1/query/instance"):
+        response = client.get(f"{path}?{query}", headers=ADMIN)
+        assert response.status_code == 400, (path, response.text)
+        assert f"query parameters {named}: not valid UTF-8" in response.text
+    assert client.get("/v2.1/servers?name=%C3%A9", headers=ADMIN).status_code == 200
+
+
 def test_unknown_routes_and_methods(client: TestClient) -> None:
     assert (
         client.get("/v2.1/nothing/here/at/all", headers=ADMIN).json()["itemNotFound"]["code"] == 404
