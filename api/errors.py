@@ -21,6 +21,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from cellsight.notifications.errors import clip
+
 log = logging.getLogger(__name__)
 
 # Nova's header; every answer carries it, and 5xx bodies name it instead of internals.
@@ -63,6 +65,14 @@ class BadRequest(ApiError):
     def __init__(self, message: str, *, parameter: str | None = None) -> None:
         super().__init__(message)
         self.parameter = parameter
+
+
+def invalid_parameter(param: str, value: str, why: str) -> BadRequest:
+    """Nova's wording for a query parameter's bad value (the value echoed, cut short)."""
+    return BadRequest(
+        f"Invalid input for query parameters {param}. Value: {clip(value)}. {why}",
+        parameter=param,
+    )
 
 
 class Unauthorized(ApiError):
@@ -129,8 +139,7 @@ def undecodable_parameter(query: bytes) -> str | None:
             raw_name.decode("utf-8")
             unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
         except UnicodeDecodeError:
-            shown = raw_name.decode("utf-8", "replace")
-            return shown if len(shown) <= 80 else shown[:77] + "..."
+            return clip(raw_name.decode("utf-8", "replace"))
     return None
 
 
@@ -145,12 +154,11 @@ def install(app: FastAPI) -> None:
         REQUEST_ID.set(request_id)
         request.state.request_id = request_id
         query = request.scope.get("query_string", b"")
-        bad = None if len(query) > MAX_QUERY_STRING else undecodable_parameter(query)
         if len(query) > MAX_QUERY_STRING:
             response: Response = fault_response(
                 414, f"The query string is longer than {MAX_QUERY_STRING} bytes."
             )
-        elif bad is not None:
+        elif (bad := undecodable_parameter(query)) is not None:
             response = fault_response(
                 400, f"Invalid input for query parameters {bad}: not valid UTF-8."
             )

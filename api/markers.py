@@ -31,8 +31,6 @@ def marker_document(
     registry: CellRegistry, fanout: FanOut, marker: str, principal: Principal
 ) -> dict[str, Any]:
     """The marker instance's document, read from its cell (deleted ones included)."""
-    if not marker.isascii():  # no stored uuid is; MariaDB would refuse the comparison
-        raise marker_not_found(marker)
     try:
         mapping = registry.get_instance_mapping(marker)
     except InstanceNotFound:

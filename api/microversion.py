@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from cellsight.api.errors import BadRequest, NotAcceptable
+from cellsight.notifications.errors import clip
 
 HEADER = "OpenStack-API-Version"
 LEGACY_HEADER = "X-OpenStack-Nova-API-Version"
@@ -38,18 +39,16 @@ class Version:
 def parse(text: str) -> Version:
     match = _VERSION.match(text.strip())
     if match is None:
-        shown = text if len(text) <= 40 else text[:37] + "..."
         raise BadRequest(
-            f"API Version String {shown} is of invalid format. Must be of format "
+            f"API Version String {clip(text, 40)} is of invalid format. Must be of format "
             "MajorNum.MinorNum.",
             parameter=HEADER,
         )
     major, minor = match.group(1), match.group(2)
     if len(major) > MAX_PART_DIGITS or len(minor) > MAX_PART_DIGITS:
-        given = f"{major}.{minor}"
-        shown = given if len(given) <= 40 else given[:37] + "..."
         raise NotAcceptable(
-            f"Version {shown} is not supported by the API. Minimum is {MIN} and maximum is {MAX}."
+            f"Version {clip(f'{major}.{minor}', 40)} is not supported by the API. "
+            f"Minimum is {MIN} and maximum is {MAX}."
         )
     return Version(int(major), int(minor))
 

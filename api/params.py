@@ -15,7 +15,7 @@ from datetime import datetime
 from cellsight.api import status as st
 from cellsight.api.auth import Principal
 from cellsight.api.change_times import BadDate, parse_change_time
-from cellsight.api.errors import BadRequest, Forbidden
+from cellsight.api.errors import BadRequest, Forbidden, invalid_parameter
 from cellsight.api.microversion import Version
 from cellsight.api.options import PAGING, TAG_FILTERS, UNSUPPORTED, applicable
 from cellsight.api.sort_params import parse_order
@@ -98,17 +98,9 @@ class ListQuery:
     limit: int
     marker: str | None
     project_scope: str | None  # the one project listed, None for all projects
-    filtered: bool  # a filter beyond the scope and the default "not deleted"
     # Nova's _is_cell_down_supported, less its microversion: no paging or sort parameter
     # in the request, and no search option left but all_tenants.
-    down_cell_records: bool = False
-
-
-def _bad(param: str, value: str, why: str) -> BadRequest:
-    shown = value if len(value) <= 80 else value[:77] + "..."
-    return BadRequest(
-        f"Invalid input for query parameters {param}. Value: {shown}. {why}", parameter=param
-    )
+    down_cell_records: bool
 
 
 def check_sizes(items: Sequence[tuple[str, str]]) -> None:
@@ -127,7 +119,7 @@ def check_sizes(items: Sequence[tuple[str, str]]) -> None:
                 parameter=key[:40],
             )
         if len(value) > MAX_ANY_VALUE_LENGTH:
-            raise _bad(key, value, f"At most {MAX_ANY_VALUE_LENGTH} characters.")
+            raise invalid_parameter(key, value, f"At most {MAX_ANY_VALUE_LENGTH} characters.")
 
 
 def parse_bool(param: str, value: str) -> bool:
@@ -136,7 +128,7 @@ def parse_bool(param: str, value: str) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise _bad(
+    raise invalid_parameter(
         param, value, "Expected a boolean: one of 0, 1, f, false, n, no, off, on, t, true, y, yes."
     )
 
@@ -146,7 +138,7 @@ def parse_time(param: str, value: str) -> datetime:
     try:
         return parse_change_time(value)
     except BadDate as exc:
-        raise _bad(param, value, str(exc)) from None
+        raise invalid_parameter(param, value, str(exc)) from None
 
 
 def _last_time(param: str, values: list[str]) -> datetime:
@@ -159,11 +151,13 @@ def _last_time(param: str, values: list[str]) -> datetime:
 def check_regex(param: str, pattern: str) -> str:
     """Bounded and portable, or a 400: the same pattern runs in every cell and engine."""
     if len(pattern) > MAX_REGEX_LENGTH:
-        raise _bad(param, pattern, f"A pattern is at most {MAX_REGEX_LENGTH} characters.")
+        raise invalid_parameter(
+            param, pattern, f"A pattern is at most {MAX_REGEX_LENGTH} characters."
+        )
     try:
         validate_regex(pattern)
     except ValueError as exc:
-        raise _bad(param, pattern, f"Invalid regular expression: {exc}") from None
+        raise invalid_parameter(param, pattern, f"Invalid regular expression: {exc}") from None
     return pattern
 
 
@@ -179,16 +173,16 @@ def _each(param: str, values: list[str]) -> tuple[str, ...]:
 
 def _checked(param: str, value: str) -> str:
     if len(value) > MAX_VALUE_LENGTH and param not in REGEX_FILTERS:
-        raise _bad(param, value, f"At most {MAX_VALUE_LENGTH} characters.")
+        raise invalid_parameter(param, value, f"At most {MAX_VALUE_LENGTH} characters.")
     if "\x00" in value:
-        raise _bad(param, value, "NUL characters are not allowed.")
+        raise invalid_parameter(param, value, "NUL characters are not allowed.")
     return value
 
 
 def _tags(param: str, value: str) -> list[str]:
     tags = [t.strip() for t in value.split(",")]
     if not all(tags):
-        raise _bad(param, value, "Expected a comma-separated list of non-empty tags.")
+        raise invalid_parameter(param, value, "Expected a comma-separated list of non-empty tags.")
     return tags
 
 
@@ -197,7 +191,7 @@ def parse_limit(values: list[str] | None, max_limit: int) -> int:
         return max_limit
     value = values[-1].strip()
     if not value.isdigit() or not value.isascii():
-        raise _bad("limit", values[-1], "limit must be a non-negative integer.")
+        raise invalid_parameter("limit", values[-1], "limit must be a non-negative integer.")
     digits = value.lstrip("0") or "0"
     # Nova caps a limit at its maximum; a huge one is capped without converting it.
     if len(digits) > len(str(max_limit)):
@@ -217,7 +211,9 @@ def _power_states(values: list[str]) -> Node:
         elif text in st.POWER_STATE_NUMBERS:
             names.append(text)
         else:
-            raise _bad("power_state", value, "Expected a power state number (0-7) or name.")
+            raise invalid_parameter(
+                "power_state", value, "Expected a power state number (0-7) or name."
+            )
     return In("power_state", tuple(dict.fromkeys(names))) if names else MatchNone()
 
 
@@ -257,7 +253,7 @@ def parse_list_query(
     limit = parse_limit(params.get("limit"), max_limit)
     marker = _one("marker", params["marker"]).strip() if "marker" in params else None
     if marker == "":
-        raise _bad("marker", "", "marker must not be empty.")
+        raise invalid_parameter("marker", "", "marker must not be empty.")
     order = parse_order(params.get("sort_key", []), params.get("sort_dir", []), principal)
 
     clauses: list[Node] = []
@@ -293,7 +289,7 @@ def parse_list_query(
         statuses = [s for s in given if s in st.STATUSES]
         if not statuses:
             if version.at_least("2.38"):
-                raise _bad("status", given[-1], "Invalid status value.")
+                raise invalid_parameter("status", given[-1], "Invalid status value.")
             clauses.append(MatchNone())  # Nova answers an empty list
         else:
             if set(statuses) == {"DELETED"}:
@@ -311,7 +307,7 @@ def parse_list_query(
         before = _last_time("changes-before", params["changes-before"])
         clauses.append(Compare("updated_at", Op.LE, before))
     if since is not None and before is not None and since > before:
-        raise _bad(
+        raise invalid_parameter(
             "changes-since",
             params["changes-since"][-1],
             "The value of changes-since must be less than or equal to changes-before.",
@@ -324,8 +320,6 @@ def parse_list_query(
     elif deleted is None and since is None and before is None:
         # Deleted servers are listed only on request, or as changes (as in Nova).
         deleted = False
-    flags = ("deleted", "soft_deleted", "forthcoming")
-    filtered = bool(clauses) or any(flag in params for flag in flags)
     if deleted is not None:
         # Nova hands ``soft_deleted`` (administrators only) to its database layer as the
         # string given: any non-empty value is true (not a boolean parse).
@@ -344,7 +338,7 @@ def parse_list_query(
     if scope is not None:
         clauses.append(Compare("tenant_id", Op.EQ, scope))
     down_cells = not PAGING & raw.keys() and set(params) - PAGING <= {"all_tenants"}
-    return ListQuery(conjunction(*clauses), order, limit, marker, scope, filtered, down_cells)
+    return ListQuery(conjunction(*clauses), order, limit, marker, scope, down_cells)
 
 
 def _tag_clauses(params: dict[str, list[str]]) -> list[Node]:
@@ -385,10 +379,12 @@ def _scope(params: dict[str, list[str]], principal: Principal) -> str | None:
         if param in params:
             value = _one(param, params[param]).strip()
             if not value:
-                raise _bad(param, value, f"{param} must not be empty.")
+                raise invalid_parameter(param, value, f"{param} must not be empty.")
             other = "tenant_id" if param == "project_id" else "project_id"
             if other in params and _one(other, params[other]).strip() != value:
-                raise _bad(param, value, "project_id and tenant_id name different projects.")
+                raise invalid_parameter(
+                    param, value, "project_id and tenant_id name different projects."
+                )
             return value
     if "all_tenants" in params and _all_tenants(params["all_tenants"]):
         return None

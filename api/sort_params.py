@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cellsight.api.auth import Principal
-from cellsight.api.errors import BadRequest, Forbidden
+from cellsight.api.errors import Forbidden, invalid_parameter
 from cellsight.query.tree import Direction, SortKey, total_order
 
 # Nova's valid sort keys → document fields. Keys Nova accepts but ignores (its
@@ -69,25 +69,22 @@ SORT_KEYS: dict[str, str | None] = {
 ADMIN_SORT_KEYS = frozenset({"host", "node"})
 
 
-def _bad(param: str, value: str, why: str) -> BadRequest:
-    shown = value if len(value) <= 80 else value[:77] + "..."
-    return BadRequest(
-        f"Invalid input for query parameters {param}. Value: {shown}. {why}", parameter=param
-    )
-
-
 def parse_order(keys: list[str], dirs: list[str], principal: Principal) -> tuple[SortKey, ...]:
     """Nova's ``get_sort_params`` + ``process_sort_params``, then ``uuid`` ascending."""
     for key in keys:
         if key.strip() not in SORT_KEYS:
-            raise _bad("sort_key", key, f"sort_key must be one of: {', '.join(sorted(SORT_KEYS))}.")
+            raise invalid_parameter(
+                "sort_key", key, f"sort_key must be one of: {', '.join(sorted(SORT_KEYS))}."
+            )
         if key.strip() in ADMIN_SORT_KEYS and not principal.is_admin:
             raise Forbidden(f"Only administrators can sort servers by {key.strip()}")
     for value in dirs:
         if value.strip() not in ("asc", "desc"):
-            raise _bad("sort_dir", value, "sort_dir must be 'asc' or 'desc'.")
+            raise invalid_parameter("sort_dir", value, "sort_dir must be 'asc' or 'desc'.")
     if len(dirs) > len(keys) and keys:
-        raise _bad("sort_dir", ",".join(dirs), "Sort direction size exceeds sort key size.")
+        raise invalid_parameter(
+            "sort_dir", ",".join(dirs), "Sort direction size exceeds sort key size."
+        )
     default_dir = dirs[0].strip() if dirs else "desc"
     order: list[SortKey] = []
     for i, key in enumerate(keys):

@@ -31,7 +31,7 @@ from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import Actor, BootRequest, new_instance_row
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_nodes
-from cellsight.cells.nodeevents import node_events, places_of, read_nodes
+from cellsight.cells.nodeevents import Place, node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.rows import InstanceRow, create_payload
 from cellsight.cells.scheduler import Resources, claim
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-Place = tuple[str | None, str | None]
 
 
 @dataclass
@@ -89,11 +88,11 @@ class _NoRoom(Exception):
     """No moves would make room in this cell."""
 
 
-class _Down(Exception):
-    """A database could not be reached: the cell's (skip it) or the API's (the error)."""
+class _CellDown(Exception):
+    """The cell's database could not be reached: skip the cell, as the scheduler does."""
 
-    def __init__(self, cause: DatabaseUnavailable, cell: bool) -> None:
-        self.cause, self.cell = cause, cell
+    def __init__(self, cause: DatabaseUnavailable) -> None:
+        self.cause = cause
 
 
 def _boot_making_room(
@@ -110,10 +109,7 @@ def _boot_making_room(
                 continue
             except _NoRoom:
                 break
-            except _Down as down:
-                if not down.cell:
-                    raise down.cause from None
-                # As the scheduler: the other cells may have room.
+            except _CellDown as down:  # the other cells may have room
                 log.warning("making room: skipping cell %s: %s", cell.name, down.cause)
                 break
             return cell, selections, rows
@@ -149,7 +145,7 @@ def _boot_in(
         with connect(engine) as conn:
             found = plan(conn) is not None
     except DatabaseUnavailable as exc:
-        raise _Down(exc, cell=True) from None
+        raise _CellDown(exc) from None
     if not found:
         raise _NoRoom
 
@@ -168,16 +164,13 @@ def _boot_in(
             rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor, *moved)
         return selections, rows
 
-    try:
-        place(ops, cell, request, uuids)
-    except DatabaseUnavailable as exc:
-        raise _Down(exc, cell=False) from None  # the API database: the boot's error
+    place(ops, cell, request, uuids)  # the API database's outage: the boot's error
     try:
         return retry_conflicts(attempt)
     except BaseException as exc:
         unmap(ops, uuids)
         if isinstance(exc, DatabaseUnavailable) and not isinstance(exc, TransactionConflict):
-            raise _Down(exc, cell=True) from None  # the cell's: skip it
+            raise _CellDown(exc) from None
         raise  # a deadlock that outlasted its retries included: not a cell to skip
 
 

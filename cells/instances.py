@@ -11,6 +11,7 @@ from typing import Any
 
 from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
+from cellsight.notifications.errors import clip
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
     FlavorPayload,
@@ -50,9 +51,8 @@ def check_tags(tags: Sequence[str]) -> list[str]:
         raise InvalidTag(f"{len(unique)} tags, at most {MAX_TAGS}")
     for tag in unique:
         if not tag or len(tag) > MAX_TAG_LENGTH or "," in tag or "/" in tag:
-            shown = tag if len(tag) <= 70 else tag[:67] + "..."
             raise InvalidTag(
-                f"{shown!r}: a tag is 1 to {MAX_TAG_LENGTH} characters without ',' or '/'"
+                f"{clip(tag, 70)!r}: a tag is 1 to {MAX_TAG_LENGTH} characters without ',' or '/'"
             )
     return unique
 

@@ -269,6 +269,9 @@ class CellRegistry:
             )
 
     def get_instance_mapping(self, instance_uuid: str) -> InstanceMapping:
+        if not instance_uuid.isascii():
+            # No stored uuid is, and MariaDB's ascii uuid column refuses the comparison.
+            raise InstanceNotFound(instance_uuid, "the instance mappings")
         query = sa.select(instance_mappings).where(
             instance_mappings.c.instance_uuid == instance_uuid
         )

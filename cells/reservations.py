@@ -106,6 +106,12 @@ def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta
     )
 
 
+def _host_name(row: InstanceRow, name: str | None) -> dict[str, Any]:
+    """A reservation named after it was reserved (rename, modify, commit) takes its host
+    name from that name, as a boot's; once set, it stays."""
+    return {"hostname": host_name_of(name)} if name and not row["hostname"] else {}
+
+
 def reservation_event(
     event_type: str, row: InstanceRow, cell: CellMapping, nodes: list[dict[str, Any]], ops: Any
 ) -> list[Notification]:
@@ -218,8 +224,7 @@ class Reservations:
 
     def rename(self, uuid: str, name: str | None, actor: Actor = ADMIN) -> InstanceActionPayload:
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
-            named = {"hostname": host_name_of(name)} if name and not row["hostname"] else {}
-            return {"display_name": name, **named}
+            return {"display_name": name, **_host_name(row, name)}
 
         return self._change(uuid, RENAME, change)
 
@@ -239,9 +244,7 @@ class Reservations:
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
             out = {k: v for k, v in plain.items() if v is not _UNSET}
-            if name and name is not _UNSET and not row["hostname"]:
-                # Named after it was reserved: its host name, as a boot's, from that name.
-                out["hostname"] = host_name_of(name)
+            out.update(_host_name(row, None if name is _UNSET else name))
             new_spec: dict[str, Any] | None = (
                 row["flavor"] if flavor is _UNSET else get_flavor(flavor) if flavor else None
             )
@@ -283,9 +286,8 @@ class Reservations:
                 raise ReservationIncomplete(uuid, missing)
             count_on_node(conn, row["host"], row["node"], -1)
             now = self.ops.clock()
-            named = {} if row["hostname"] else {"hostname": host_name_of(row["display_name"])}
             return {
-                **named,
+                **_host_name(row, row["display_name"]),
                 "forthcoming": False,
                 "vm_state": "active",
                 "power_state": "running",

@@ -97,7 +97,7 @@ def plan_room(
         for row, dest in plan:
             used = Resources.of_flavor(row["flavor"])
             dest.taken = _add(dest.taken, used)
-            target.taken = _add(target.taken, Resources(0, 0, 0) - used)
+            target.taken = target.taken - used
             by_node[(row["host"], row["node"])].remove(row)  # moved once at most
         target.taken = _add(target.taken, want)
         room.targets.append(target)
@@ -206,9 +206,9 @@ def _still_as_read(conn: sa.Connection, rows: list[dict[str, Any]]) -> bool:
 
 def _plan(
     target: HostState, hosts: list[HostState], held: list[dict[str, Any]], want: Resources
-) -> list[tuple[dict[str, Any], HostState]] | None:
+) -> list[Move] | None:
     """Which reservations of ``target`` go where so that ``want`` fits on it, or None."""
-    plan: list[tuple[dict[str, Any], HostState]] = []
+    plan: list[Move] = []
     freed = Resources(0, 0, 0)
     others = [h for h in hosts if h is not target]
     taken = {id(h): h.taken for h in others}

@@ -16,6 +16,7 @@ from cellsight.notifications.errors import (
     InvalidEnvelope,
     InvalidEventType,
     OutOfRange,
+    brief,
 )
 from cellsight.notifications.limits import ENVELOPE_LENGTH
 from cellsight.notifications.registry import decode_payload
@@ -166,7 +167,7 @@ def decode(body: Any) -> Notification:
         if value is None and key == "message_id":
             continue
         if not isinstance(value, str):
-            raise InvalidEnvelope(f"{key} must be a string, got {value!r:.60}")
+            raise InvalidEnvelope(f"{key} must be a string, got {brief(value, 60)}")
         if len(value) > ENVELOPE_LENGTH:
             raise OutOfRange(f"{key} is {len(value)} characters, the limit is {ENVELOPE_LENGTH}")
     EventType.parse(raw["event_type"])
@@ -190,11 +191,11 @@ def _parse_timestamp(value: Any) -> datetime | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise InvalidEnvelope(f"timestamp must be a string, got {value!r:.40}")
+        raise InvalidEnvelope(f"timestamp must be a string, got {brief(value, 40)}")
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidEnvelope(f"timestamp {value!r:.80} is not an ISO 8601 time") from None
+        raise InvalidEnvelope(f"timestamp {brief(value)} is not an ISO 8601 time") from None
     try:
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except OverflowError:

@@ -16,6 +16,11 @@ _BRIEF.maxlevel, _BRIEF.maxdict, _BRIEF.maxlist = 2, 4, 4
 _BRIEF.maxstring = _BRIEF.maxother = _BRIEF.maxlong = 80
 
 
+def clip(text: str, width: int = 80) -> str:
+    """``text`` for an error message: at most ``width`` characters, "..." marking a cut."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def brief(value: Any, width: int = 80) -> str:
     """A value for an error message: at most ``width`` characters of its repr, and an
     integer past 64 bits by its size (the repr of one past 4,300 digits raises)."""

@@ -245,8 +245,8 @@ class SqlCompiler:
         # stored uuid equals and code-point order still holds for.
         foreign = pad_safe and any(isinstance(v, str) and not v.isascii() for v in given)
         # PAD SPACE and binary order differ only around a trailing character <= U+0020
-        pad_safe = pad_safe and not foreign
-        pad_safe = pad_safe and not any(isinstance(v, str) and v[-1:] <= " " for v in given)
+        trailing = any(isinstance(v, str) and v[-1:] <= " " for v in given)
+        pad_safe = pad_safe and not foreign and not trailing
         ordered = comparable(expr, kind, self.dialect, pad_safe=pad_safe)
         exact_only = ordered is not expr and self.dialect in MYSQL_DIALECTS and not foreign
         if isinstance(node, Contains | Compare):

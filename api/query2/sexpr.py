@@ -31,6 +31,7 @@ from typing import Any
 from cellsight.api.query2.fields import COMPUTED, REGISTRY, FieldDef, QKind
 from cellsight.api.status import status_filter
 from cellsight.indexer.fields import Kind, field_map
+from cellsight.notifications.errors import clip
 from cellsight.query.fields import DocField
 from cellsight.query.prepare import QueryError, encodable, prepare_filter
 from cellsight.query.regex import InvalidRegex, validate
@@ -115,8 +116,7 @@ class BadFilterRegex(FilterError):
 
 def _show(value: Any, limit: int = 60) -> str:
     """A value for an error message, cut short: the client's input is echoed back."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return clip(repr(value), limit)
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from cellsight.cells.database import connect
 from cellsight.cells.errors import InstanceNotFound, UnknownCell
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
+from cellsight.notifications.errors import clip
 from cellsight.query.tree import SearchRequest
 
 router = APIRouter(tags=["servers"])
@@ -37,9 +38,8 @@ SERVER_GROUPS_VERSION = "2.71"
 def _context(request: Request, principal: Principal, project_id: str | None) -> LinkContext:
     version = microversion.requested(request)
     if project_id is not None and project_id != principal.project_id:
-        shown = project_id if len(project_id) <= 80 else project_id[:77] + "..."
         raise BadRequest(
-            f"Malformed request URL: URL's project_id '{shown}' doesn't match "
+            f"Malformed request URL: URL's project_id '{clip(project_id)}' doesn't match "
             f"Context's project_id '{principal.project_id}'"
         )
     base = str(request.base_url).rstrip("/")
@@ -95,7 +95,7 @@ def show_server(
     not_found = NotFound(f"Instance {server_id[:80]} could not be found.")
     if not _uuid_like(server_id):
         # As Nova (is_uuid_like, then InstanceNotFound); and never sent to a database:
-        # PostgreSQL refuses a NUL, MariaDB's ASCII uuid column a non-ASCII id (a 503).
+        # PostgreSQL refuses a NUL (the registry turns a non-ASCII id away itself).
         raise not_found
     try:
         mapping = registry.get_instance_mapping(server_id)
@@ -133,10 +133,6 @@ def show_server(
 
 
 def _uuid_like(value: str) -> bool:
-    # As Nova's is_uuid_like: uuid.UUID also reads full-width digits, which no stored
-    # (ascii) uuid holds and MariaDB's ascii column refuses to compare with (a 503).
-    if not value.isascii():
-        return False
     try:
         uuidlib.UUID(value)
     except ValueError:

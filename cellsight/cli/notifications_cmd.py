@@ -50,8 +50,9 @@ def _describe_error(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return f"cannot read: {exc.strerror or exc}"
     # A reason can quote a huge or binary value: keep the line short and printable.
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= 300 else text[:297] + "..."
+    from cellsight.notifications.errors import clip
+
+    return clip(" ".join(f"{type(exc).__name__}: {exc}".split()), 300)
 
 
 @app.command()

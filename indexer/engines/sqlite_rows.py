@@ -74,14 +74,10 @@ def encode_json(value: Any) -> str:
 decode_json: Callable[[str], Any] = msgspec.json.Decoder().decode
 
 
-def _short(value: Any) -> str:
-    return brief(value, 60)
-
-
 def _bad(f: DocField, value: Any) -> InvalidDocument:
     return InvalidDocument(
         f"field [{f.name}] of type [{f.kind.value}{'[]' if f.many else ''}] cannot take "
-        f"{type(value).__name__} {_short(value)}"
+        f"{type(value).__name__} {brief(value, 60)}"
     )
 
 
@@ -116,14 +112,14 @@ def check_value(f: DocField, value: Any) -> Any:
             if LONG_MIN <= value <= LONG_MAX:
                 return value
             raise InvalidDocument(
-                f"field [{f.name}] of type [long]: {_short(value)} is out of range"
+                f"field [{f.name}] of type [long]: {brief(value, 60)} is out of range"
             )
     elif kind is Kind.DOUBLE:
         if t is float or t is int:
             if _finite(value):
                 return value
             what = "is out of a double's range" if t is int else "is not finite"
-            raise InvalidDocument(f"field [{f.name}] of type [double]: {_short(value)} {what}")
+            raise InvalidDocument(f"field [{f.name}] of type [double]: {brief(value, 60)} {what}")
     elif kind is Kind.BOOLEAN:
         if t is bool:
             return value
@@ -204,9 +200,10 @@ class RowBuilder:
 
     def prepare(self, op: WriteOp) -> Prepared:
         if type(op.id) is not str or not 0 < len(op.id) <= 512:
-            raise InvalidDocument(f"id {_short(op.id)} must be a string of 1 to 512 characters")
+            raise InvalidDocument(f"id {brief(op.id, 60)} must be a string of 1 to 512 characters")
         if type(op.version) is not int or not 0 <= op.version <= LONG_MAX:
-            raise InvalidDocument(f"version {_short(op.version)} must be an integer in [0, 2^63)")
+            shown = brief(op.version, 60)
+            raise InvalidDocument(f"version {shown} must be an integer in [0, 2^63)")
         doc = op.document
         if not self._fast or type(doc) is not dict:
             return self._checked(op)
