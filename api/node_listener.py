@@ -40,6 +40,12 @@ def start_listener(settings: Settings, cache: NodeCache) -> tuple[threading.Even
             cache.observe(notification.event_type, notification.payload)
         message.ack()
 
+    def on_undecodable(message: Message, exc: Exception) -> None:
+        # A body kombu will not decode (a content type other than JSON, or what the bus
+        # could not read): skipped like one that does not decode, never the listener's end.
+        log.debug("node cache listener skipped a message: %s: %s", type(exc).__name__, exc)
+        message.ack()
+
     def run() -> None:
         try:
             listen()
@@ -58,7 +64,13 @@ def start_listener(settings: Settings, cache: NodeCache) -> tuple[threading.Even
         with (
             build_bus(settings) as bus,
             bus.connection() as connection,
-            Consumer(connection, [queue], callbacks=[on_message], accept=["json"]),
+            Consumer(
+                connection,
+                [queue],
+                callbacks=[on_message],
+                on_decode_error=on_undecodable,
+                accept=["json"],
+            ),
         ):
             ready.set()
             while not stop.is_set():

@@ -26,11 +26,8 @@ text with it when it can be; UTF-8 bodies stay bytes, which every decoder here r
 
 from __future__ import annotations
 
-import bz2
 import contextlib
-import lzma
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -41,6 +38,7 @@ from amqp.serialization import loads
 from kombu import Message
 
 from cellsight.indexer.amqp_reads import py_amqp
+from cellsight.notifications.compression import bounded_decompress
 from cellsight.notifications.limits import MAX_BODY_BYTES
 
 METHOD, HEADER, BODY, HEARTBEAT = 1, 2, 3, 8
@@ -172,39 +170,6 @@ def _encoding(delivery: Delivery) -> str | None:
     if flags & CONTENT_TYPE:
         _, at = _short_string(header, at)
     return _short_string(header, at)[0]
-
-
-# kombu's codecs, by the names its ``compression`` header may carry.
-_DECOMPRESSORS: dict[str, Callable[[], Any]] = {
-    **dict.fromkeys(("application/x-gzip", "gzip", "zlib"), zlib.decompressobj),
-    **dict.fromkeys(("application/x-bz2", "bzip2", "bzip"), bz2.BZ2Decompressor),
-    **dict.fromkeys(("application/x-lzma", "lzma", "xz"), lzma.LZMADecompressor),
-}
-
-
-def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
-    """``body`` decompressed as kombu would, but to at most ``limit`` + 1 bytes: a few
-    hundred bytes of bz2 can hold gigabytes of zeros, which kombu would hold whole (an
-    adversarial probe's eight such messages took the indexer to 4.2 GB). A body past
-    the limit comes back cut one byte past it, which the decoder refuses as too large;
-    an unknown codec or a stream cut short raises, as kombu's does."""
-    make = _DECOMPRESSORS[codec]
-    stream = make()
-    out: bytes = stream.decompress(body, limit + 1)
-    # bz2 and lzma read streams written one after another, as their own functions do
-    # (pbzip2 writes them); zlib, like ``zlib.decompress``, ignores what follows its end.
-    while len(out) <= limit and stream.eof and make is not zlib.decompressobj:
-        rest = stream.unused_data
-        if not rest:
-            return out
-        stream = make()
-        try:
-            out += stream.decompress(rest, limit + 1 - len(out))
-        except (OSError, lzma.LZMAError):
-            return out  # not another stream: ignored, as bz2's and lzma's functions do
-    if len(out) <= limit and not stream.eof:
-        raise ValueError(f"{codec} stream ends early")
-    return out
 
 
 class DeliveryRouter:

@@ -9,9 +9,9 @@ from typing import Any
 
 from kombu import Connection, Message, Queue
 
-from cellsight.indexer.amqp_deliveries import bounded_decompress
 from cellsight.indexer.deadletter import REASON_CODE_HEADER, REASON_HEADER, wire_bytes
 from cellsight.notifications import queues
+from cellsight.notifications.compression import bounded_decompress
 from cellsight.notifications.confirm import (
     ConfirmingProducer,
     confirming_connection,

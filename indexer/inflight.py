@@ -24,10 +24,15 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cellsight.indexer.amqp_deliveries import Received
+from cellsight.indexer.amqp_deliveries import Delivery, Received
+from cellsight.indexer.outcomes import dead
 from cellsight.indexer.writer import BatchWriter, Outcome, Planned
+from cellsight.notifications.errors import MalformedNotification
+from cellsight.notifications.redis_transport import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
 
 log = logging.getLogger(__name__)
+
+MALFORMED = MalformedNotification.reason
 
 # Kafka Connect's Elasticsearch sink default for max.in.flight.requests.
 HTTP_IN_FLIGHT = 5
@@ -102,7 +107,30 @@ class Ordered:
 
     def prepare(self, messages: list[Received]) -> PlannedBatch:
         """Decode and map (CPU only), on the consumer's thread while others are written."""
-        return PlannedBatch(messages, *self.writer.plan([m.body for m in messages]))
+        outcomes, planned = self.writer.plan([m.body for m in messages])
+        refused = unreadable_on_bus(messages)
+        if refused:
+            for position, outcome in refused.items():
+                outcomes[position] = outcome
+            planned = [p for p in planned if p.position not in refused]
+        return PlannedBatch(messages, outcomes, planned)
+
+
+def unreadable_on_bus(messages: list[Received]) -> dict[int, Outcome]:
+    """The dead letters of the messages the embedded bus's channel could not read
+    (``redis_transport``): their bodies are what was on the list, never a notification
+    to index, whatever they hold. RabbitMQ's deliveries are never such (their headers
+    are parsed only when a dead letter needs them)."""
+    refused: dict[int, Outcome] = {}
+    for position, message in enumerate(messages):
+        if type(message) is Delivery:
+            continue
+        headers = message.headers
+        why = headers.get(UNREADABLE_HEADER) if isinstance(headers, dict) else None
+        if why is not None:
+            code = headers.get(UNREADABLE_CODE_HEADER)
+            refused[position] = dead(code if isinstance(code, str) else MALFORMED, str(why))
+    return refused
 
 
 class Flights(Ordered):

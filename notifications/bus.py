@@ -19,6 +19,7 @@ from typing import Any, Self
 from kombu import Connection
 
 from cellsight.notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
+from cellsight.notifications.redis_transport import kombu_url
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",
@@ -78,9 +79,11 @@ class Bus:
         return self.server.revive if self.server is not None else None
 
     def connection(self, **kwargs: Any) -> Connection:
-        """A new kombu connection to this bus; the caller closes it."""
+        """A new kombu connection to this bus; the caller closes it. On Redis it takes
+        Cellsight's Redis transport, whose consumers cannot lose a message they cannot
+        read (``redis_transport``)."""
         options = {**self.transport_options, **kwargs.pop("transport_options", {})}
-        return Connection(self.url, transport_options=options, **kwargs)
+        return Connection(kombu_url(self.url), transport_options=options, **kwargs)
 
     @property
     def display_url(self) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kombu import Producer
 
 from cellsight.api.fanout import FanOut
 from cellsight.api.node_listener import start_listener
@@ -16,7 +17,7 @@ from cellsight.api.query2.nodes import _from_cells
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodeevents import register_node, set_node_state
 from cellsight.cells.operations import Operations
-from cellsight.clients import build_notifier
+from cellsight.clients import build_bus, build_notifier, notifications_exchange
 from tests.support.indexing import bus_settings
 
 
@@ -59,6 +60,38 @@ def test_a_node_event_from_another_process_drops_that_node(settings: Any, tmp_pa
             assert cache.heard.wait(30), "the notification never reached the API"
         assert cache.invalidations >= 1
         assert [d["offline"] for d in cache.get().documents] == [True]
+    finally:
+        stop.set()
+        fanout.close()
+        registry.close()
+
+
+def test_the_listener_goes_on_after_a_message_it_cannot_decode(
+    settings: Any, tmp_path: Path
+) -> None:
+    """A body kombu refuses to decode (a content type other than JSON) is skipped; on the
+    code before, it raised out of the listener's receive and the listener stopped."""
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
+    fanout = FanOut(cell_timeout=5.0)
+    cache = Watched(registry.list_cells, lambda cells: _from_cells(list(cells), fanout))
+    ready, stop = start_listener(settings, cache)
+    try:
+        assert ready.wait(30), "listener did not bind its queue"
+        with build_bus(settings) as bus, bus.connection() as conn:
+            exchange = notifications_exchange(settings)
+            Producer(conn.channel()).publish(
+                b"\xff not json",
+                exchange=exchange,
+                routing_key="versioned_notifications.info",
+                content_type="text/plain",
+                content_encoding="binary",
+                declare=[exchange],
+            )
+        with build_notifier(settings) as notifier:
+            register_node(Operations(registry, notifier, publisher_id="elsewhere"), "cell1", "h1")
+            assert cache.heard.wait(30), "the listener stopped at the undecodable message"
     finally:
         stop.set()
         fanout.close()

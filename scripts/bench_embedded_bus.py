@@ -1,0 +1,148 @@
+"""The indexer on the embedded Redis bus: Cellsight's Redis transport against kombu's own.
+
+    .venv/bin/python scripts/bench_embedded_bus.py [--count 5000] [--drains 4] [--dir /tmp]
+
+Cellsight's transport (``notifications.redis_transport``) reads every message kombu
+takes off the list before kombu does, so that one it cannot read is dead-lettered, not
+lost; this measures what that costs a readable message. ``--count`` real-size
+notifications (``bench.corpus``) are published to a fresh embedded bus, then drained by
+the indexer as the CLI runs it (a writer process, the production batch settings) into a
+fresh embedded index, once on a connection of each transport per drain, the order
+alternating. Prints one JSON object: the rates, and ``ratio`` (Cellsight's over kombu's,
+summed over the drains), with the check's own CPU per message (``readable_us``, timed
+on one message in a loop, beside kombu's parse and message for it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+from bench.corpus import Corpus
+from kombu import Connection, Producer
+from kombu.utils.json import loads
+
+from cellsight.clients import build_bus, build_consumer_config
+from cellsight.indexer.consumer import IndexerConsumer
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.write_process import reopened
+from cellsight.notifications import queues
+from cellsight.notifications.bus import Bus
+from cellsight.notifications.redis_transport import readable
+from cellsight.settings import Settings, load_settings
+
+KEY = "versioned_notifications.info"
+
+
+def publish(settings: Settings, bodies: list[bytes]) -> None:
+    with build_bus(settings) as bus, bus.connection() as conn:
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        producer = Producer(conn.channel())
+        for body in bodies:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key=KEY,
+                content_type="application/json",
+                content_encoding="binary",
+            )
+
+
+def connection(bus: Bus, transport: str) -> Connection:
+    """``bus.connection()`` is Cellsight's; the bus's own URL gives kombu's transport."""
+    if transport == "cellsight":
+        return bus.connection()
+    return Connection(bus.url, transport_options=bus.transport_options)
+
+
+def drain(root: Path, transport: str, bodies: list[bytes], tag: str) -> float:
+    settings = load_settings(data_dir=root / f"data-{tag}")
+    publish(settings, bodies)
+    engine = EmbeddedEngine(root / f"index-{tag}.db")
+    engine.ensure_ready("instance")
+    try:
+        with build_bus(settings) as bus, connection(bus, transport) as conn:
+            consumer = IndexerConsumer(
+                conn,
+                engine,
+                build_consumer_config(settings),
+                write_process=reopened(engine),
+                collect_between_batches=True,
+            )
+            thread = threading.Thread(target=consumer.run, daemon=True)
+            start = time.perf_counter()
+            thread.start()
+            while consumer.acked < len(bodies) and thread.is_alive():
+                time.sleep(0.005)
+            seconds = time.perf_counter() - start
+            consumer.stop.set()
+            thread.join(60)
+        if consumer.acked != len(bodies) or engine.count("instance") != len(bodies):
+            raise RuntimeError(f"{transport}: acked {consumer.acked} of {len(bodies)}")
+    finally:
+        engine.close()
+    return len(bodies) / seconds
+
+
+def check_cost(root: Path, body: bytes) -> dict[str, float]:
+    """The check's CPU on one message as it lies on the list, and kombu's own parse and
+    message for it (what the check runs besides: the rest of kombu's receive is not
+    repeated)."""
+    settings = load_settings(data_dir=root / "data-cost")
+    publish(settings, [body])
+    with build_bus(settings) as bus, bus.connection() as conn:
+        channel = conn.default_channel
+        item = channel.client.rpop(settings.indexer_queue)
+        runs = 5000
+
+        def timed(fn: Any) -> float:
+            return round(min(timeit.repeat(fn, number=runs, repeat=5)) / runs * 1e6, 2)
+
+        return {
+            "item_bytes": len(item),
+            "readable_us": timed(lambda: readable(channel, item)),
+            "kombu_parse_and_message_us": timed(
+                lambda: channel.Message(loads(item.decode()), channel=channel)
+            ),
+        }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, default=5000)
+    p.add_argument("--drains", type=int, default=4)
+    p.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="cellsight-bench-bus-", dir=args.dir))
+    corpus = Corpus(11)
+    now = time.time()
+    bodies = [corpus.body(i, now) for i in range(args.count)]
+    rates: dict[str, list[float]] = {"cellsight": [], "kombu": []}
+    for d in range(args.drains):
+        order = ("cellsight", "kombu") if d % 2 == 0 else ("kombu", "cellsight")
+        for transport in order:
+            rates[transport].append(drain(root, transport, bodies, f"{transport}-{d}"))
+    print(
+        json.dumps(
+            {
+                "benchmark": "bench_embedded_bus",
+                "count": args.count,
+                "drains": args.drains,
+                "notifications_per_s": {k: [round(r) for r in v] for k, v in rates.items()},
+                "ratio": round(sum(rates["cellsight"]) / sum(rates["kombu"]), 3),
+                **check_cost(root, bodies[0]),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
