@@ -4,6 +4,8 @@ on RabbitMQ: their compute-node notifications drop exactly the nodes they change
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,9 @@ def settings(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     return bus_settings(tmp_path / "data", request.param)
 
 
-def test_a_node_event_from_another_process_drops_that_node(settings: Any, tmp_path: Path) -> None:
+@contextmanager
+def listening(settings: Any, tmp_path: Path) -> Iterator[tuple[CellRegistry, Watched]]:
+    """A cluster of one SQLite cell and an API node cache whose listener is bound."""
     registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
     registry.create_schema()
     registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
@@ -49,21 +53,25 @@ def test_a_node_event_from_another_process_drops_that_node(settings: Any, tmp_pa
     ready, stop = start_listener(settings, cache)
     try:
         assert ready.wait(30), "listener did not bind its queue"
-        with build_notifier(settings) as notifier:
-            ops = Operations(registry, notifier, publisher_id="elsewhere")
-            register_node(ops, "cell1", "h1")
-            assert cache.heard.wait(30)
-            before = cache.get()
-            assert [d["offline"] for d in before.documents] == [False]
-            cache.heard.clear()
-            set_node_state(ops, "cell1", "h1", offline=True)
-            assert cache.heard.wait(30), "the notification never reached the API"
-        assert cache.invalidations >= 1
-        assert [d["offline"] for d in cache.get().documents] == [True]
+        yield registry, cache
     finally:
         stop.set()
         fanout.close()
         registry.close()
+
+
+def test_a_node_event_from_another_process_drops_that_node(settings: Any, tmp_path: Path) -> None:
+    with listening(settings, tmp_path) as (registry, cache), build_notifier(settings) as notifier:
+        ops = Operations(registry, notifier, publisher_id="elsewhere")
+        register_node(ops, "cell1", "h1")
+        assert cache.heard.wait(30)
+        before = cache.get()
+        assert [d["offline"] for d in before.documents] == [False]
+        cache.heard.clear()
+        set_node_state(ops, "cell1", "h1", offline=True)
+        assert cache.heard.wait(30), "the notification never reached the API"
+        assert cache.invalidations >= 1
+        assert [d["offline"] for d in cache.get().documents] == [True]
 
 
 def test_the_listener_goes_on_after_a_message_it_cannot_decode(
@@ -71,14 +79,7 @@ def test_the_listener_goes_on_after_a_message_it_cannot_decode(
 ) -> None:
     """A body kombu refuses to decode (a content type other than JSON) is skipped; on the
     code before, it raised out of the listener's receive and the listener stopped."""
-    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
-    registry.create_schema()
-    registry.add_cell("cell1", f"sqlite:///{tmp_path / 'cell1.db'}")
-    fanout = FanOut(cell_timeout=5.0)
-    cache = Watched(registry.list_cells, lambda cells: _from_cells(list(cells), fanout))
-    ready, stop = start_listener(settings, cache)
-    try:
-        assert ready.wait(30), "listener did not bind its queue"
+    with listening(settings, tmp_path) as (registry, cache):
         with build_bus(settings) as bus, bus.connection() as conn:
             exchange = notifications_exchange(settings)
             Producer(conn.channel()).publish(
@@ -92,7 +93,3 @@ def test_the_listener_goes_on_after_a_message_it_cannot_decode(
         with build_notifier(settings) as notifier:
             register_node(Operations(registry, notifier, publisher_id="elsewhere"), "cell1", "h1")
             assert cache.heard.wait(30), "the listener stopped at the undecodable message"
-    finally:
-        stop.set()
-        fanout.close()
-        registry.close()

@@ -9,8 +9,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
-import redis
-from kombu import Connection, Producer, Queue
+from kombu import Connection, Queue
 from typer.testing import CliRunner
 
 from cellsight.cli import app
@@ -20,7 +19,13 @@ from cellsight.indexer.dlq import peek
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.settings import Settings
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import (
+    bus_settings,
+    embedded_redis,
+    publish_bodies,
+    running_indexer,
+    wait_for,
+)
 
 register(app)
 
@@ -50,19 +55,7 @@ def connected(settings: Settings) -> Iterator[Connection]:
 
 
 def publish_raw(settings: Settings, *bodies: bytes) -> None:
-    with connected(settings) as conn:
-        exchange = queues.notifications_exchange(settings.exchange)
-        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
-        producer = Producer(conn.channel())
-        for body in bodies:
-            producer.publish(
-                body,
-                exchange=exchange,
-                routing_key="versioned_notifications.info",
-                content_type="application/json",
-                content_encoding="binary",
-                delivery_mode=2,
-            )
+    publish_bodies(settings, bodies)
 
 
 def count(settings: Settings, queue: Queue) -> int:
@@ -86,18 +79,6 @@ def delete_queue(settings: Settings, queue: Queue) -> None:
         # kombu's Redis channel deletes only the bindings it declared itself.
         bound.declare()
         bound.delete()
-
-
-@contextmanager
-def redis_client(settings: Settings) -> Iterator[redis.Redis]:
-    """A plain Redis client on the embedded bus, kept open (with the server) until exit."""
-    with build_bus(settings) as bus:
-        assert bus.server is not None
-        client = redis.Redis(unix_socket_path=str(bus.server.socket))
-        try:
-            yield client
-        finally:
-            client.close()
 
 
 def test_a_deleted_dlq_is_declared_again_and_no_dead_letter_is_lost(
@@ -138,7 +119,7 @@ def refuse_dead_letters(settings: Settings, until: ExitStack) -> None:
         return
     # Redis refuses the push onto the DLQ's list (WRONGTYPE) while its key holds a string.
     dlq, saved = settings.dead_letter_queue, f"{settings.dead_letter_queue}.saved"
-    client = until.enter_context(redis_client(settings))
+    client = until.enter_context(embedded_redis(settings))
     client.rename(dlq, saved)
     client.set(dlq, "not a list")
     until.callback(client.rename, saved, dlq)

@@ -15,15 +15,13 @@ from __future__ import annotations
 import bz2
 import json
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kombu import Connection, Producer
+from kombu import Connection
 
 from cellsight.clients import build_bus
 from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek
@@ -38,38 +36,22 @@ from cellsight.notifications.redis_transport import (
 )
 from cellsight.settings import Settings
 from tests.support import novagen, poison
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import (
+    bus_settings,
+    embedded_redis,
+    publish_bodies,
+    running_indexer,
+    wait_for,
+)
 from tests.support.services import kill_embedded_redis_servers
 
 KEY = "versioned_notifications.info"
 
 
-@contextmanager
-def raw_redis(settings: Settings) -> Iterator[redis.Redis]:
-    with build_bus(settings) as bus:
-        assert bus.server is not None
-        client = redis.Redis(unix_socket_path=str(bus.server.socket))
-        try:
-            yield client
-        finally:
-            client.close()
-
-
-def publish(settings: Settings, bodies: list[bytes], **options: Any) -> None:
-    with build_bus(settings) as bus, bus.connection() as conn:
-        exchange = queues.notifications_exchange(settings.exchange)
-        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
-        producer = Producer(conn.channel())
-        for body in bodies:
-            producer.publish(
-                body, exchange=exchange, routing_key=KEY, content_encoding="binary", **options
-            )
-
-
 def an_envelope(settings: Settings) -> dict[str, Any]:
     """A real kombu envelope of a good notification, taken off the list as it was put."""
-    publish(settings, [novagen.body(poison.good(seed=99))], content_type="application/json")
-    with raw_redis(settings) as client:
+    publish_bodies(settings, [novagen.body(poison.good(seed=99))])
+    with embedded_redis(settings) as client:
         item = client.rpop(settings.indexer_queue)
     assert isinstance(item, bytes)
     envelope: dict[str, Any] = json.loads(item)
@@ -147,7 +129,7 @@ def letters(settings: Settings) -> list[DeadLetter]:
 
 
 def unacked(settings: Settings) -> int:
-    with raw_redis(settings) as client:
+    with embedded_redis(settings) as client:
         return int(client.hlen("unacked"))
 
 
@@ -158,9 +140,9 @@ def test_unreadable_envelopes_are_dead_lettered_and_the_indexer_goes_on(
     envelope = an_envelope(settings_)
     bad = bad_items(envelope)
     goods = [poison.good(seed=100 + i) for i in range(len(bad) + 1)]
-    with raw_redis(settings_) as client:
+    with embedded_redis(settings_) as client:
         for good, item in zip(goods, [*bad.values(), None], strict=True):
-            publish(settings_, [novagen.body(good)], content_type="application/json")
+            publish_bodies(settings_, [novagen.body(good)])
             if item is not None:
                 client.lpush(settings_.indexer_queue, item)
     with running_indexer(settings_, engine, pipeline) as consumer:
@@ -190,10 +172,10 @@ def test_a_decompression_bomb_is_too_large_on_the_embedded_bus(
     """kombu decompressed a body whole; here it is refused past the bound, as on
     RabbitMQ (``too_large``), and a compressed notification within it is indexed."""
     good = poison.good(seed=3)
-    publish(settings_, [novagen.body(good)], content_type="application/json", compression="bzip2")
+    publish_bodies(settings_, [novagen.body(good)], compression="bzip2")
     bomb = bz2.compress(b"0" * (MAX_BODY_BYTES + 1))
     headers = {"compression": "application/x-bz2"}
-    publish(settings_, [bomb], content_type="application/json", headers=headers)
+    publish_bodies(settings_, [bomb], headers=headers)
     with running_indexer(settings_, engine) as consumer:
         wait_for(lambda: consumer.acked >= 2, 60, "both messages acked")
     assert (consumer.totals["indexed"], consumer.totals["dead"]) == (1, 1)
@@ -210,7 +192,7 @@ def test_an_unreadable_letter_does_not_stop_the_dead_letter_readers(settings_: S
     with build_bus(settings_) as bus, bus.connection() as conn:
         dlx = queues.dead_letter_exchange(settings_.dead_letter_exchange)
         queues.dead_letter_queue(settings_.dead_letter_queue, dlx)(conn.channel()).declare()
-    with raw_redis(settings_) as client:
+    with embedded_redis(settings_) as client:
         client.lpush(settings_.dead_letter_queue, b"\x00 not an envelope")
     [letter] = letters(settings_)
     assert letter.body == b"\x00 not an envelope"
@@ -238,11 +220,11 @@ def test_any_bytes_on_the_list_are_indexed_or_dead_lettered(
     engine.ensure_ready("instance")
     try:
         good = poison.good(seed=1)
-        publish(settings_, [], content_type="application/json")  # declares the queue
-        with raw_redis(settings_) as client:
+        publish_bodies(settings_, [])  # declares the queue
+        with embedded_redis(settings_) as client:
             for item in items:
                 client.lpush(settings_.indexer_queue, item)
-        publish(settings_, [novagen.body(good)], content_type="application/json")
+        publish_bodies(settings_, [novagen.body(good)])
         with running_indexer(settings_, engine) as consumer:
             wait_for(lambda: consumer.acked >= len(items) + 1, 60, "every message acked")
         assert consumer.totals["dead"] == len(items)

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import redis
+from kombu import Producer
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
@@ -16,9 +19,40 @@ from cellsight.clients import build_bus, build_consumer_config
 from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.write_process import reopened
+from cellsight.notifications import queues
 from cellsight.settings import Settings, load_settings
 from tests.support.services import RABBITMQ_URL, rabbitmq_names
 from tests.support.waiting import wait_for  # noqa: F401  (re-exported)
+
+
+@contextmanager
+def embedded_redis(settings: Settings) -> Iterator[redis.Redis]:
+    """A plain Redis client on the embedded bus (what anything with its socket could
+    write), kept open, with the server, until exit."""
+    with build_bus(settings) as bus:
+        assert bus.server is not None
+        client = redis.Redis(unix_socket_path=str(bus.server.socket))
+        try:
+            yield client
+        finally:
+            client.close()
+
+
+def publish_bodies(settings: Settings, bodies: Iterable[bytes], **options: Any) -> None:
+    """``bodies`` as they are, to the indexer's queue (declared, with its exchange) on
+    ``settings``' bus: persistent JSON unless ``options`` say otherwise."""
+    with build_bus(settings) as bus, bus.connection() as conn:
+        exchange = queues.notifications_exchange(settings.exchange)
+        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
+        producer = Producer(conn.channel())
+        for body in bodies:
+            producer.publish(
+                body,
+                exchange=exchange,
+                routing_key="versioned_notifications.info",
+                **({"content_type": "application/json", "content_encoding": "binary",
+                    "delivery_mode": 2} | options),
+            )  # fmt: skip
 
 
 def bus_settings(data_dir: Path, bus: str, **extra: Any) -> Settings:
