@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 import threading
 import time
@@ -24,35 +25,20 @@ import timeit
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from bench.corpus import Corpus
-from kombu import Connection, Producer
+from kombu import Connection
 from kombu.utils.json import loads
 
 from cellsight.clients import build_bus, build_consumer_config
 from cellsight.indexer.consumer import IndexerConsumer
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.write_process import reopened
-from cellsight.notifications import queues
 from cellsight.notifications.bus import Bus
 from cellsight.notifications.redis_transport import readable
-from cellsight.settings import Settings, load_settings
-
-KEY = "versioned_notifications.info"
-
-
-def publish(settings: Settings, bodies: list[bytes]) -> None:
-    with build_bus(settings) as bus, bus.connection() as conn:
-        exchange = queues.notifications_exchange(settings.exchange)
-        queues.indexer_queue(settings.indexer_queue, exchange)(conn.channel()).declare()
-        producer = Producer(conn.channel())
-        for body in bodies:
-            producer.publish(
-                body,
-                exchange=exchange,
-                routing_key=KEY,
-                content_type="application/json",
-                content_encoding="binary",
-            )
+from cellsight.settings import load_settings
+from tests.support.indexing import publish_bodies
 
 
 def connection(bus: Bus, transport: str) -> Connection:
@@ -64,7 +50,7 @@ def connection(bus: Bus, transport: str) -> Connection:
 
 def drain(root: Path, transport: str, bodies: list[bytes], tag: str) -> float:
     settings = load_settings(data_dir=root / f"data-{tag}")
-    publish(settings, bodies)
+    publish_bodies(settings, bodies)
     engine = EmbeddedEngine(root / f"index-{tag}.db")
     engine.ensure_ready("instance")
     try:
@@ -96,7 +82,7 @@ def check_cost(root: Path, body: bytes) -> dict[str, float]:
     message for it (what the check runs besides: the rest of kombu's receive is not
     repeated)."""
     settings = load_settings(data_dir=root / "data-cost")
-    publish(settings, [body])
+    publish_bodies(settings, [body])
     with build_bus(settings) as bus, bus.connection() as conn:
         channel = conn.default_channel
         item = channel.client.rpop(settings.indexer_queue)
