@@ -170,10 +170,16 @@ def _copy_headers(message: Received, ours: dict[str, Any]) -> dict[str, Any]:
 
 def wire_bytes(body: bytes | str, encoding: str | None) -> bytes:
     """A kombu message's body as it travelled: py-amqp hands over text it decoded with
-    the message's content encoding, which is encoded back with it."""
+    the message's content encoding, which is encoded back with it. Text no encoding
+    holds (a lone surrogate kombu could not encode either) is kept, never refused: a
+    dead letter that cannot be built would stop the indexer at its message."""
     if not isinstance(body, str):
         return body
     try:
-        return body.encode(encoding or "utf-8")
+        return body.encode(encoding if isinstance(encoding, str) else "utf-8")
     except (LookupError, UnicodeError):  # "binary", or text it cannot hold
-        return body.encode("utf-8", "surrogateescape")
+        pass
+    try:
+        return body.encode("utf-8", "surrogateescape")  # bytes a decoder escaped, back
+    except UnicodeError:
+        return body.encode("utf-8", "surrogatepass")

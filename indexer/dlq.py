@@ -62,13 +62,20 @@ class DeadLetter:
     ) -> DeadLetter:
         raw = wire_bytes(body if isinstance(body, bytes) else str(body), encoding)
         return cls(
-            reason_code=str(headers.get(REASON_CODE_HEADER, "")),
-            reason=str(headers.get(REASON_HEADER, "")),
-            event_type=str(headers.get("x-cellsight-event-type", "")),
-            routing_key=str(headers.get("x-original-routing-key", "")),
-            dead_lettered_at=str(headers.get("x-dead-lettered-at", "")),
+            reason_code=_text(headers.get(REASON_CODE_HEADER, "")),
+            reason=_text(headers.get(REASON_HEADER, "")),
+            event_type=_text(headers.get("x-cellsight-event-type", "")),
+            routing_key=_text(headers.get("x-original-routing-key", "")),
+            dead_lettered_at=_text(headers.get("x-dead-lettered-at", "")),
             body=raw,
         )
+
+
+def _text(value: Any) -> str:
+    """A header as text that prints: a lone surrogate (which a letter's reason may quote
+    from what the bus could not read) is written as its escape, not left to fail the
+    terminal's encoding and stop the listing at that letter."""
+    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def get_as_stored(bound: Queue) -> Message | None:

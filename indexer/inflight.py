@@ -28,7 +28,11 @@ from cellsight.indexer.amqp_deliveries import Delivery, Received
 from cellsight.indexer.outcomes import dead
 from cellsight.indexer.writer import BatchWriter, Outcome, Planned
 from cellsight.notifications.errors import MalformedNotification
-from cellsight.notifications.redis_transport import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
+from cellsight.notifications.unreadable import (
+    UNREADABLE_CODE_HEADER,
+    UNREADABLE_CODES,
+    UNREADABLE_HEADER,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +132,9 @@ def unreadable_on_bus(messages: list[Received]) -> dict[int, Outcome]:
         headers = message.headers
         why = headers.get(UNREADABLE_HEADER) if isinstance(headers, dict) else None
         if why is not None:
+            # The channel sets one of these two; a producer could set anything.
             code = headers.get(UNREADABLE_CODE_HEADER)
-            refused[position] = dead(code if isinstance(code, str) else MALFORMED, str(why))
+            refused[position] = dead(code if code in UNREADABLE_CODES else MALFORMED, str(why))
     return refused
 
 

@@ -19,7 +19,7 @@ from typing import Any, Self
 from kombu import Connection
 
 from cellsight.notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
-from cellsight.notifications.redis_transport import kombu_url
+from cellsight.notifications.unreadable import kombu_url
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",

@@ -14,7 +14,7 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["bounded_decompress"]
+__all__ = ["BOUNDED_CODECS", "bounded_decompress"]
 
 # kombu's codecs, by the names its ``compression`` header may carry.
 _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
@@ -22,6 +22,8 @@ _DECOMPRESSORS: dict[str, Callable[[], Any]] = {
     **dict.fromkeys(("application/x-bz2", "bzip2", "bzip"), bz2.BZ2Decompressor),
     **dict.fromkeys(("application/x-lzma", "lzma", "xz"), lzma.LZMADecompressor),
 }
+
+BOUNDED_CODECS = frozenset(_DECOMPRESSORS)
 
 
 def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:

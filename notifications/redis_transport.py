@@ -17,8 +17,8 @@ dead-letters it ``malformed`` with that reason, acks it, and goes on. What it co
 readable message is measured in the README (Performance). Producers are unchanged: only
 what a consumer reads differs.
 
-Connections get this transport from ``Bus.connection`` (:func:`kombu_url`); its alias is
-registered with kombu when this module is imported.
+Connections get this transport from ``Bus.connection`` (``unreadable.kombu_url``), by
+the alias ``unreadable`` registers with kombu.
 """
 
 from __future__ import annotations
@@ -28,45 +28,21 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kombu.transport import TRANSPORT_ALIASES
+from kombu.compression import get_decoder
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps, loads
 
-from cellsight.notifications.compression import bounded_decompress
+from cellsight.notifications.compression import BOUNDED_CODECS, bounded_decompress
 from cellsight.notifications.errors import MalformedNotification, TooLarge, brief, clip
 from cellsight.notifications.limits import MAX_BODY_BYTES
+from cellsight.notifications.unreadable import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
 
-__all__ = [
-    "ALIAS",
-    "UNREADABLE_CODE_HEADER",
-    "UNREADABLE_HEADER",
-    "Channel",
-    "Transport",
-    "kombu_url",
-    "readable",
-]
-
-ALIAS = "cellsight-redis"
-UNREADABLE_HEADER = "x-cellsight-unreadable"
-"""On a message the channel could not read: why, in one line. Its body is the bytes the
-message came as (kombu's envelope, or whatever else was on the list)."""
-UNREADABLE_CODE_HEADER = "x-cellsight-unreadable-code"
-"""Its reason code: ``too_large`` for a body that decompresses past the bound (as on
-RabbitMQ), ``malformed`` otherwise."""
-
-# The schemes whose connections take this transport (kombu's Redis transport otherwise:
-# ``rediss`` and ``sentinel`` keep kombu's, see the README's Limits).
-_SCHEMES = {"redis": ALIAS, "redis+socket": f"{ALIAS}+socket"}
-
-
-def kombu_url(url: str) -> str:
-    """``url`` for a consuming connection: on this transport where it is a Redis one."""
-    scheme, sep, rest = url.partition("://")
-    ours = _SCHEMES.get(scheme.lower()) if sep else None
-    return f"{ours}://{rest}" if ours else url
-
+__all__ = ["Channel", "Transport", "UnreadableEnvelope", "readable"]
 
 MAX_NESTING = 512
+# Lists and objects an envelope may hold, at most: more are refused unread (a walk of
+# millions of them for their depth takes seconds of CPU).
+MAX_CONTAINERS = 65_536
 
 
 class UnreadableEnvelope(ValueError):
@@ -79,11 +55,16 @@ class DecompressesTooLarge(UnreadableEnvelope):
     code = TooLarge.reason
 
 
-def readable(channel: Any, item: bytes) -> None:
+def readable(channel: Any, item: bytes, queue: str) -> None:
     """Raises :class:`UnreadableEnvelope` where kombu would fail on ``item`` between
-    taking it off its list and recording it as unacknowledged (``_brpop_read``,
-    ``basic_consume``'s callback, ``QoS.append``), or where its body decompresses past
-    ``MAX_BODY_BYTES`` (or is no text, which the consumer cannot measure)."""
+    taking it off ``queue``'s list and recording it as unacknowledged (``_brpop_read``,
+    ``basic_consume``'s callback, ``QoS.append``), where its body decompresses past
+    ``MAX_BODY_BYTES``, and where the envelope is not as kombu's producers write it in a
+    way that would stop its consumer or lose it when kombu restores it (:func:`_fault`)."""
+    brackets = item.count(b"{") + item.count(b"[")
+    if brackets > MAX_CONTAINERS:
+        # kombu's producers encode bodies in base64: their brackets are the headers'.
+        raise UnreadableEnvelope(f"the envelope holds {brackets} brackets, over {MAX_CONTAINERS}")
     try:
         text = item.decode("utf-8")  # kombu would replace bad bytes: the body would change
     except UnicodeDecodeError as exc:
@@ -92,9 +73,13 @@ def readable(channel: Any, item: bytes) -> None:
         ) from None
     try:
         payload = loads(text)
-        headers = payload.get("headers") if isinstance(payload, dict) else None
-        codec = headers.get("compression") if isinstance(headers, dict) else None
-        if codec and (body := payload.get("body")):
+        if (fault := _fault(payload, queue)) is not None:
+            raise UnreadableEnvelope(fault)
+        codec = payload["headers"].get("compression")
+        if isinstance(codec, str) and codec not in BOUNDED_CODECS and _kombu_reads(codec):
+            # kombu would decompress it whole (zstd, brotli where installed).
+            raise UnreadableEnvelope(f"compressed with {brief(codec, 40)}, unread past a bound")
+        if codec and (body := payload["body"]):
             # Bounded here, so that kombu's own decompression, which follows, is too.
             body = channel.decode_body(body, payload["properties"].get("body_encoding"))
             try:
@@ -105,23 +90,71 @@ def readable(channel: Any, item: bytes) -> None:
                 raise DecompressesTooLarge(
                     f"its body decompresses ({brief(codec, 40)}) past {MAX_BODY_BYTES} bytes"
                 )
-        message = channel.Message(payload, channel=channel)
-        delivery = message.delivery_info
-        delivery["exchange"], delivery["routing_key"]  # what ``QoS.append`` reads
+        channel.Message(payload, channel=channel)
         # What kombu's reader gives back its writer takes, but for nesting near the
         # interpreter's recursion limit, where one frame more or less decides (kombu
         # records it one level deeper, from another depth of the stack): refused here
         # well below it. Only an envelope with that many brackets is walked.
-        if item.count(b"{") + item.count(b"[") > MAX_NESTING and _deeper(payload, MAX_NESTING):
+        if brackets > MAX_NESTING and _deeper(payload, MAX_NESTING):
             raise UnreadableEnvelope(f"the envelope is nested deeper than {MAX_NESTING} levels")
-        if type(message.delivery_tag) is not str or not message.delivery_tag:
-            raise UnreadableEnvelope(f"delivery tag {brief(message.delivery_tag, 60)}")
     except UnreadableEnvelope:
         raise
     except Exception as exc:  # kombu's parse and message raise whatever they meet
         raise UnreadableEnvelope(_why(exc)) from None
-    if message.body and not isinstance(message.body, bytes | str):
-        raise UnreadableEnvelope(f"its body is JSON {type(message.body).__name__}, not text")
+
+
+def _fault(payload: Any, queue: str) -> str | None:
+    """What in ``payload`` is not as kombu's producers write it and would fail later:
+    kombu's message or record of it (properties, delivery info, a tag redis-py cannot
+    send), the consumer (a body that is no text, content names that are no text), or
+    kombu's restore of it after its consumer died (headers that are no object, a
+    priority that is no integer, an unnamed exchange whose routing key is not the
+    queue, which restores it nowhere)."""
+    if not isinstance(payload, dict):
+        return f"the envelope is JSON {type(payload).__name__}, not an object"
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        return f"its properties are {_kind(properties)}, not an object"
+    for name, value, kinds in (
+        ("body", payload.get("body"), str),
+        ("headers", payload.get("headers"), dict),
+        ("delivery info", properties.get("delivery_info"), dict),
+        ("delivery tag", properties.get("delivery_tag"), str),
+        ("content type", payload.get("content-type"), str | None),
+        ("content encoding", payload.get("content-encoding"), str | None),
+        ("priority", properties.get("priority"), int | None),
+    ):
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            return f"its {name} is {_kind(value)}"
+    tag, info = properties["delivery_tag"], properties["delivery_info"]
+    if not tag or not tag.isprintable() or _unsendable(tag):
+        return f"its delivery tag {brief(tag, 60)} is not a printable, sendable string"
+    exchange, key = info.get("exchange"), info.get("routing_key")
+    if (exchange and not isinstance(exchange, str)) or not isinstance(key, str):
+        return f"its delivery info names exchange {brief(exchange, 60)}, key {brief(key, 60)}"
+    if not exchange and key != queue:
+        return f"it names no exchange and routing key {brief(key, 60)}, not its queue's"
+    return None
+
+
+def _kombu_reads(codec: Any) -> bool:
+    try:
+        get_decoder(codec)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
+def _kind(value: Any) -> str:
+    return "missing" if value is None else f"JSON {type(value).__name__}"
+
+
+def _unsendable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _deeper(value: Any, limit: int) -> bool:
@@ -142,7 +175,9 @@ def _why(exc: Exception) -> str:
     """The error in a line: its type and its argument (bounded: a refused marker's
     argument holds the value kombu refused, nested however deep)."""
     what = exc.args[0] if len(exc.args) == 1 else exc.args
-    return f"{type(exc).__name__}: {clip(what, 200) if isinstance(what, str) else brief(what, 200)}"
+    text = clip(what, 200) if isinstance(what, str) else brief(what, 200)
+    # A lone surrogate from the envelope would make the reason unsendable and unprintable.
+    return f"{type(exc).__name__}: {text.encode('utf-8', 'backslashreplace').decode()}"
 
 
 def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:
@@ -188,7 +223,10 @@ class Channel(kombu_redis.Channel):
         def check(response: Any, **options: Any) -> Any:
             reply = given(response, **options) if given is not None else response
             if command == "RPOP":
-                return self._checked(reply, self._getting) if isinstance(reply, bytes) else reply
+                # Only kombu's own get is checked: the client's other users get the reply.
+                if self._getting and isinstance(reply, bytes):
+                    return self._checked(reply, self._getting)
+                return reply
             if reply and len(reply) == 2 and isinstance(reply[1], bytes):
                 key = reply[0].decode(errors="replace") if isinstance(reply[0], bytes) else ""
                 key = key.removeprefix(self.global_keyprefix or "")
@@ -201,7 +239,7 @@ class Channel(kombu_redis.Channel):
         """``item``, or in its place an envelope kombu reads that carries it; either way
         recorded as unacknowledged by kombu, and redelivered to ``queue`` if not acked."""
         try:
-            readable(self, item)
+            readable(self, item, queue)
         except UnreadableEnvelope as exc:
             return quarantined(item, queue, exc)
         return item
@@ -209,6 +247,3 @@ class Channel(kombu_redis.Channel):
 
 class Transport(kombu_redis.Transport):
     Channel = Channel
-
-
-TRANSPORT_ALIASES.setdefault(ALIAS, f"{__name__}:Transport")

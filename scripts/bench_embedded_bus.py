@@ -93,7 +93,7 @@ def check_cost(root: Path, body: bytes) -> dict[str, float]:
 
         return {
             "item_bytes": len(item),
-            "readable_us": timed(lambda: readable(channel, item)),
+            "readable_us": timed(lambda: readable(channel, item, settings.indexer_queue)),
             "kombu_parse_and_message_us": timed(
                 lambda: channel.Message(loads(item.decode()), channel=channel)
             ),
