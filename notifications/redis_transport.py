@@ -11,9 +11,11 @@ a ``compression`` header was decompressed whole, however large.
 This channel reads the replies of those two commands first (a redis-py response
 callback, so it runs inside the read kombu makes) and runs on each what kombu will run:
 the parse, the message, the record of it as unacknowledged, with the decompression
-bounded. An envelope that would fail is replaced by one kombu reads, whose body is the
-original bytes and whose :data:`UNREADABLE_HEADER` says what failed; the indexer
-dead-letters it ``malformed`` with that reason, acks it, and goes on. What it costs a
+bounded; it also refuses what kombu would take but could not restore after its
+consumer died, or the consumer could not dead-letter (:func:`_fault`). An envelope that
+would fail is replaced by one kombu reads, whose body is the original bytes and whose
+``UNREADABLE_HEADER`` says what failed; the indexer dead-letters it ``malformed``
+(``too_large`` for a bomb) with that reason, acks it, and goes on. What it costs a
 readable message is measured in the README (Performance). Producers are unchanged: only
 what a consumer reads differs.
 
