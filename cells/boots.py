@@ -164,14 +164,16 @@ def _boot_in(
             rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor, *moved)
         return selections, rows
 
-    place(ops, cell, request, uuids)  # the API database's outage: the boot's error
-    try:
-        return retry_conflicts(attempt)
-    except BaseException as exc:
-        unmap(ops, uuids)
-        if isinstance(exc, DatabaseUnavailable) and not isinstance(exc, TransactionConflict):
+    def in_cell() -> tuple[list[list[Selection]], list[InstanceRow]]:
+        try:
+            return retry_conflicts(attempt)
+        except TransactionConflict:
+            raise  # a deadlock that outlasted its retries: not a cell to skip
+        except DatabaseUnavailable as exc:
             raise _CellDown(exc) from None
-        raise  # a deadlock that outlasted its retries included: not a cell to skip
+
+    # The mapping's own failure (the API database's outage) stays the boot's error.
+    return mapped(ops, cell, request, uuids, in_cell)
 
 
 def mapped(
@@ -179,15 +181,6 @@ def mapped(
 ) -> T:
     """``fn()`` (the cell's transaction) with the instances mapped to ``cell`` first; the
     mappings are removed again if it raises."""
-    place(ops, cell, request, uuids)
-    try:
-        return fn()
-    except BaseException:
-        unmap(ops, uuids)
-        raise
-
-
-def place(ops: Operations, cell: CellMapping, request: BootRequest, uuids: list[str]) -> None:
     try:
         ops.registry.place_instances(
             cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
@@ -195,6 +188,11 @@ def place(ops: Operations, cell: CellMapping, request: BootRequest, uuids: list[
     except sa.exc.IntegrityError:
         taken = next((u for u in uuids if ops.registry.cells_of([u])), uuids[0])
         raise DuplicateInstance(taken) from None
+    try:
+        return fn()
+    except BaseException:
+        unmap(ops, uuids)
+        raise
 
 
 def unmap(ops: Operations, uuids: list[str]) -> None:

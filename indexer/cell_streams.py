@@ -98,12 +98,7 @@ def _pages(
         if after is not None:
             page = page.where(uuid > after)
         try:
-            rows = _read(conn, page, raw)
-        except fetch_faults(conn) as exc:
-            conn.rollback()
-            if (culprit := _culprit(conn, page, uuid, raw)) is not None:
-                raise culprit from exc
-            raise
+            rows = _read_naming(conn, page, uuid, raw)
         finally:
             conn.rollback()  # one short read transaction per page
         if rows:
@@ -118,6 +113,20 @@ def _read(conn: sa.Connection, query: sa.Select[Any], raw: bool) -> Sequence[Any
     rows: Sequence[Any] = result.cursor.fetchall() if raw else result.all()
     result.close()
     return rows
+
+
+def _read_naming(
+    conn: sa.Connection, query: sa.Select[Any], uuid: sa.ColumnElement[Any], raw: bool
+) -> Sequence[Any]:
+    """``_read``; a page that fails on a value it cannot convert raises the row and
+    column that hold it (``_culprit``), where it can find them."""
+    try:
+        return _read(conn, query, raw)
+    except fetch_faults(conn) as exc:
+        conn.rollback()
+        if (culprit := _culprit(conn, query, uuid, raw)) is not None:
+            raise culprit from exc
+        raise
 
 
 def fetch_faults(conn: sa.Connection) -> tuple[type[Exception], ...]:
@@ -206,12 +215,7 @@ class CellDocs:
             chunk = list(uuids[start : start + IN_CHUNK])
             query = self._query().where(t.c.uuid.in_(chunk), *self.scope.where())
             try:
-                rows = conn.execute(query.order_by(t.c.uuid)).all()
-            except fetch_faults(conn) as exc:
-                conn.rollback()
-                if (culprit := _culprit(conn, query, t.c.uuid, raw=False)) is not None:
-                    raise culprit from exc
-                raise
+                rows = _read_naming(conn, query.order_by(t.c.uuid), t.c.uuid, raw=False)
             finally:
                 conn.rollback()
             out.extend(self.ops(conn, rows))

@@ -17,7 +17,7 @@ from cellsight.notifications.confirm import (
     confirming_connection,
     publish_confirmed,
 )
-from cellsight.notifications.errors import NotificationError, PublishError
+from cellsight.notifications.errors import NotificationError, PublishError, escaped
 from cellsight.notifications.limits import MAX_BODY_BYTES
 
 
@@ -73,9 +73,9 @@ class DeadLetter:
 
 def _text(value: Any) -> str:
     """A header as text that prints: a lone surrogate (which a letter's reason may quote
-    from what the bus could not read) is written as its escape, not left to fail the
-    terminal's encoding and stop the listing at that letter."""
-    return str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    from what the bus could not read) is escaped, not left to fail the terminal's
+    encoding and stop the listing at that letter."""
+    return escaped(str(value))
 
 
 def get_as_stored(bound: Queue) -> Message | None:

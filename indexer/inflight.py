@@ -111,12 +111,13 @@ class Ordered:
 
     def prepare(self, messages: list[Received]) -> PlannedBatch:
         """Decode and map (CPU only), on the consumer's thread while others are written."""
-        outcomes, planned = self.writer.plan([m.body for m in messages])
+        bodies = [m.body for m in messages]
         refused = unreadable_on_bus(messages)
-        if refused:
-            for position, outcome in refused.items():
-                outcomes[position] = outcome
-            planned = [p for p in planned if p.position not in refused]
+        for position in refused:
+            bodies[position] = b""  # what was on the list: not decoded, whatever it holds
+        outcomes, planned = self.writer.plan(bodies)
+        for position, outcome in refused.items():
+            outcomes[position] = outcome
         return PlannedBatch(messages, outcomes, planned)
 
 

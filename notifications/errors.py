@@ -21,6 +21,23 @@ def clip(text: str, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def encodable(text: str) -> bool:
+    """Whether UTF-8 can hold ``text``: JSON's ``\\ud800`` escape makes a lone surrogate,
+    which no Redis client can send. (``query.prepare.encodable`` is its twin: the query
+    layer may import no other part, nor this one the query layer.)"""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def escaped(text: str) -> str:
+    """``text`` with what UTF-8 cannot hold (a lone surrogate quoted from bad input)
+    written as its escape, so that it can be sent and printed."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def brief(value: Any, width: int = 80) -> str:
     """A value for an error message: at most ``width`` characters of its repr, and an
     integer past 64 bits by its size (the repr of one past 4,300 digits raises)."""

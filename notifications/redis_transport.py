@@ -35,7 +35,14 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps, loads
 
 from cellsight.notifications.compression import BOUNDED_CODECS, bounded_decompress
-from cellsight.notifications.errors import MalformedNotification, TooLarge, brief, clip
+from cellsight.notifications.errors import (
+    MalformedNotification,
+    TooLarge,
+    brief,
+    clip,
+    encodable,
+    escaped,
+)
 from cellsight.notifications.limits import MAX_BODY_BYTES
 from cellsight.notifications.unreadable import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
 
@@ -129,7 +136,7 @@ def _fault(payload: Any, queue: str) -> str | None:
         if not isinstance(value, kinds) or isinstance(value, bool):
             return f"its {name} is {_kind(value)}"
     tag, info = properties["delivery_tag"], properties["delivery_info"]
-    if not tag or not tag.isprintable() or _unsendable(tag):
+    if not tag or not tag.isprintable() or not encodable(tag):
         return f"its delivery tag {brief(tag, 60)} is not a printable, sendable string"
     exchange, key = info.get("exchange"), info.get("routing_key")
     if (exchange and not isinstance(exchange, str)) or not isinstance(key, str):
@@ -149,14 +156,6 @@ def _kombu_reads(codec: Any) -> bool:
 
 def _kind(value: Any) -> str:
     return "missing" if value is None else f"JSON {type(value).__name__}"
-
-
-def _unsendable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def _deeper(value: Any, limit: int) -> bool:
@@ -179,7 +178,7 @@ def _why(exc: Exception) -> str:
     what = exc.args[0] if len(exc.args) == 1 else exc.args
     text = clip(what, 200) if isinstance(what, str) else brief(what, 200)
     # A lone surrogate from the envelope would make the reason unsendable and unprintable.
-    return f"{type(exc).__name__}: {text.encode('utf-8', 'backslashreplace').decode()}"
+    return f"{type(exc).__name__}: {escaped(text)}"
 
 
 def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:

@@ -104,3 +104,12 @@ def canned() -> Iterator[Callable[[Handler], str]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def embedded_index(tmp_path: Path) -> Iterator[EmbeddedEngine]:
+    """An empty embedded instance index, for the tests of one bus path (not a contract)."""
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    yield engine
+    engine.close()

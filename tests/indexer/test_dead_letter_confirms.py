@@ -40,14 +40,6 @@ def settings_on(request: pytest.FixtureRequest, tmp_path: Path) -> Settings:
     return bus_settings(tmp_path / "data", request.param)
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EmbeddedEngine]:
-    engine = EmbeddedEngine(tmp_path / "index.db")
-    engine.ensure_ready("instance")
-    yield engine
-    engine.close()
-
-
 @contextmanager
 def connected(settings: Settings) -> Iterator[Connection]:
     with build_bus(settings) as bus, bus.connection() as connection:
@@ -82,11 +74,11 @@ def delete_queue(settings: Settings, queue: Queue) -> None:
 
 
 def test_a_deleted_dlq_is_declared_again_and_no_dead_letter_is_lost(
-    settings_on: Settings, engine: EmbeddedEngine
+    settings_on: Settings, embedded_index: EmbeddedEngine
 ) -> None:
     settings = settings_on
     publish_raw(settings, POISON)
-    with running_indexer(settings, engine) as consumer:
+    with running_indexer(settings, embedded_index) as consumer:
         wait_for(lambda: consumer.totals["dead"] >= 1, what="first dead letter")
         # Someone deletes the DLQ (and so its binding): the next dead-letter publish is
         # unroutable (a returned mandatory message / no binding on Redis). It must not be
@@ -127,12 +119,12 @@ def refuse_dead_letters(settings: Settings, until: ExitStack) -> None:
 
 
 def test_a_refused_dead_letter_leaves_the_original_unacked_until_the_dlq_takes_it(
-    settings_on: Settings, engine: EmbeddedEngine
+    settings_on: Settings, embedded_index: EmbeddedEngine
 ) -> None:
     settings = settings_on
     publish_raw(settings, POISON)
     with ExitStack() as refusal:
-        with running_indexer(settings, engine) as consumer:
+        with running_indexer(settings, embedded_index) as consumer:
             wait_for(lambda: consumer.totals["dead"] >= 1, what="first dead letter")
             refuse_dead_letters(settings, refusal)
             publish_raw(settings, POISON + b" 2")
@@ -140,7 +132,7 @@ def test_a_refused_dead_letter_leaves_the_original_unacked_until_the_dlq_takes_i
             assert consumer.totals["dead"] == 1  # the refused batch was not acked
         # Stopped while refused: the poison is back in the indexer queue, not lost.
         assert count(settings, indexer_queue(settings)) == 1
-    with running_indexer(settings, engine) as consumer:
+    with running_indexer(settings, embedded_index) as consumer:
         wait_for(lambda: consumer.totals["dead"] >= 1, what="dead letter after the refusal")
     # At least once: a queue that refused may sit beside one that kept a copy (a nack
     # means "not all queues took it"), so a retried dead letter can appear twice.
@@ -162,11 +154,11 @@ def _cli(settings: Settings, *args: str) -> tuple[int, str]:
 
 
 def test_replay_refuses_when_nothing_is_bound_and_keeps_the_letter(
-    settings_on: Settings, engine: EmbeddedEngine
+    settings_on: Settings, embedded_index: EmbeddedEngine
 ) -> None:
     settings = settings_on
     publish_raw(settings, POISON)
-    with running_indexer(settings, engine) as consumer:
+    with running_indexer(settings, embedded_index) as consumer:
         wait_for(lambda: consumer.totals["dead"] >= 1, what="dead letter")
     assert dead_letters(settings) == [POISON]
 

@@ -134,14 +134,6 @@ def settings_(tmp_path: Path) -> Settings:
     return bus_settings(tmp_path / "data", "embedded")
 
 
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[EmbeddedEngine]:
-    engine = EmbeddedEngine(tmp_path / "index.db")
-    engine.ensure_ready("instance")
-    yield engine
-    engine.close()
-
-
 def letters(settings: Settings) -> list[DeadLetter]:
     with build_bus(settings) as bus, bus.connection() as conn:
         return list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 1000))
@@ -154,7 +146,7 @@ def unacked(settings: Settings) -> int:
 
 @pytest.mark.parametrize("pipeline", ["threads", "process"])
 def test_unreadable_envelopes_are_dead_lettered_and_the_indexer_goes_on(
-    settings_: Settings, engine: EmbeddedEngine, pipeline: str
+    settings_: Settings, embedded_index: EmbeddedEngine, pipeline: str
 ) -> None:
     envelope = an_envelope(settings_)
     bad = bad_items(envelope)
@@ -164,12 +156,12 @@ def test_unreadable_envelopes_are_dead_lettered_and_the_indexer_goes_on(
             publish_bodies(settings_, [novagen.body(good)])
             if item is not None:
                 client.lpush(settings_.indexer_queue, item)
-    with running_indexer(settings_, engine, pipeline) as consumer:
+    with running_indexer(settings_, embedded_index, pipeline) as consumer:
         wait_for(lambda: consumer.acked >= len(goods) + len(bad), 60, "every message acked")
     assert consumer.totals["indexed"] == len(goods)
     assert consumer.totals["dead"] == len(bad)
     for good in goods:
-        assert engine.get("instance", poison.data(good)["uuid"]) is not None
+        assert embedded_index.get("instance", poison.data(good)["uuid"]) is not None
     found = letters(settings_)
     # Each is in the dead-letter queue as the bytes it came as, with what failed; but for
     # the one kombu reads, with an error (its body is text no encoding holds), whose
@@ -193,7 +185,7 @@ def test_unreadable_envelopes_are_dead_lettered_and_the_indexer_goes_on(
 
 
 def test_a_decompression_bomb_is_too_large_on_the_embedded_bus(
-    settings_: Settings, engine: EmbeddedEngine
+    settings_: Settings, embedded_index: EmbeddedEngine
 ) -> None:
     """kombu decompressed a body whole; here it is refused past the bound, as on
     RabbitMQ (``too_large``), and a compressed notification within it is indexed."""
@@ -202,10 +194,10 @@ def test_a_decompression_bomb_is_too_large_on_the_embedded_bus(
     bomb = bz2.compress(b"0" * (MAX_BODY_BYTES + 1))
     headers = {"compression": "application/x-bz2"}
     publish_bodies(settings_, [bomb], headers=headers)
-    with running_indexer(settings_, engine) as consumer:
+    with running_indexer(settings_, embedded_index) as consumer:
         wait_for(lambda: consumer.acked >= 2, 60, "both messages acked")
     assert (consumer.totals["indexed"], consumer.totals["dead"]) == (1, 1)
-    assert engine.get("instance", poison.data(good)["uuid"]) is not None
+    assert embedded_index.get("instance", poison.data(good)["uuid"]) is not None
     [letter] = letters(settings_)
     assert letter.reason_code == "too_large"
     assert f"past {MAX_BODY_BYTES} bytes" in str(letter.reason)
