@@ -48,7 +48,8 @@ def redis_transport_options(
     return {
         "visibility_timeout": visibility_timeout,
         # Without it a command on a connection the server dropped waits forever; kept
-        # above kombu's 1 s BRPOP timeout, which a consumer's read must outlast.
+        # above the 1 s wait of a consumer's take (kombu's ``brpop_timeout``), which a
+        # read must outlast.
         "socket_timeout": max(timeout, 5.0),
         "socket_connect_timeout": timeout,
     }

