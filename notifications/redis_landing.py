@@ -57,7 +57,9 @@ end
 # lease, registers the landings, and puts back what is on them: it runs only between
 # takes, when a landing holds nothing but a message whose take's reply was lost or whose
 # settling failed. Returns how many messages went back.
-HOLD = BACK + """
+HOLD = (
+    BACK
+    + """
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 local moved = 0
 for i = 3, #KEYS, 2 do
@@ -66,10 +68,13 @@ for i = 3, #KEYS, 2 do
 end
 return moved
 """
+)
 
 # KEYS: registry. Every landing whose lease is gone goes back to its list and leaves the
 # registry. Returns how many messages moved.
-SWEEP = BACK + """
+SWEEP = (
+    BACK
+    + """
 local entries = redis.call('HGETALL', KEYS[1])
 local moved = 0
 for i = 1, #entries, 2 do
@@ -84,10 +89,13 @@ for i = 1, #entries, 2 do
 end
 return moved
 """
+)
 
 # KEYS: registry, lease, then landing, source pairs: a closing consumer's landings go
 # back to their lists, its registry entries and lease away. Returns how many moved.
-RELEASE = BACK + """
+RELEASE = (
+    BACK
+    + """
 local moved = 0
 for i = 3, #KEYS, 2 do
   moved = moved + back(KEYS[i], KEYS[i + 1])
@@ -96,6 +104,7 @@ end
 redis.call('DEL', KEYS[2])
 return moved
 """
+)
 
 # KEYS: landing, source; ARGV: the message. Back at the head of its list, if still landed.
 RETURN = """
@@ -137,6 +146,7 @@ class Landings:
         self._renew_every = lease_seconds / 4
         self._due = 0.0
         self._held: dict[str, str] = {}  # landing -> source
+        self._sources: set[str] = set()  # the sources of those
         self._landings: dict[str, str] = {}  # source -> its landing (names built once)
 
     def landing(self, source: str) -> str:
@@ -150,10 +160,7 @@ class Landings:
 
     def due(self, sources: Iterable[str]) -> bool:
         """Whether :meth:`hold` has anything to do (no round trip otherwise)."""
-        if time.monotonic() >= self._due:
-            return True
-        held = self._held
-        return any(self.landing(s) not in held for s in sources)
+        return time.monotonic() >= self._due or not self._sources.issuperset(sources)
 
     def hold(self, client: Any, sources: Iterable[str]) -> int:
         """Renews the lease, registers the landings of ``sources`` (prefixed keys) with
@@ -161,6 +168,7 @@ class Landings:
         Returns how many messages went back."""
         for source in sources:
             self._held.setdefault(self.landing(source), source)
+            self._sources.add(source)
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
         moved: int = client.eval(
             HOLD, 2 + len(pairs), self.registry, self.lease, *pairs, self.lease_ms
@@ -191,4 +199,5 @@ class Landings:
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
         moved: int = client.eval(RELEASE, 2 + len(pairs), self.registry, self.lease, *pairs)
         self._held.clear()
+        self._sources.clear()
         return moved

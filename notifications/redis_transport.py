@@ -44,11 +44,12 @@ class QoS(kombu_redis.QoS):
         record = dumps([message._raw, info["exchange"], info["routing_key"]])
         # kombu's record (its append's two writes) and the landing's removal, in one MULTI.
         # The message is its landing's newest (a take pushes at the left, and the next
-        # take waits for this record): LPOP removes it without sending it back.
+        # take waits for this record): trimming the landing's first element removes it
+        # without sending it back (LPOP would reply with it).
         with self.pipe_or_acquire() as pipe:
             pipe.zadd(self.unacked_index_key, {delivery_tag: time.time()}).hset(
                 self.unacked_key, delivery_tag, record
-            ).lpop(landed.landing).execute()
+            ).ltrim(landed.landing, 1, -1).execute()
         self.channel._landed = None
         virtual.QoS.append(self, message, delivery_tag)
         return None
@@ -75,6 +76,7 @@ class Channel(kombu_redis.Channel):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._no_ack: dict[str, bool] = {}  # queue -> consumed without acks
+        self._sources_of: dict[tuple[str, ...], list[str]] = {}
         super().__init__(*args, **kwargs)
 
     @cached_property
@@ -86,10 +88,18 @@ class Channel(kombu_redis.Channel):
         return super().basic_consume(queue, *args, **kwargs)
 
     def _sources(self, queues: list[str]) -> list[str]:
-        """The lists of ``queues`` in kombu's order (priorities, then queues), prefixed."""
-        prefix = self.global_keyprefix or ""
-        steps = self.priority_steps
-        return [f"{prefix}{self._q_for_pri(q, pri)}" for pri in steps for q in queues]
+        """The lists of ``queues`` in kombu's order (priorities, then queues), prefixed:
+        built once for each order the queue cycle gives."""
+        key = tuple(queues)
+        sources = self._sources_of.get(key)
+        if sources is None:
+            prefix = self.global_keyprefix or ""
+            steps = self.priority_steps
+            sources = [f"{prefix}{self._q_for_pri(q, pri)}" for pri in steps for q in queues]
+            if len(self._sources_of) >= 256:
+                self._sources_of.clear()
+            self._sources_of[key] = sources
+        return sources
 
     def _hold(self, sources: list[str]) -> None:
         if self._taking is not None:  # a take whose reply was never read (kombu dropped
@@ -218,7 +228,7 @@ class Channel(kombu_redis.Channel):
         try:
             with self.conn_or_acquire() as client:
                 if delivered:
-                    client.lpop(landed.landing)  # its newest, as in ``QoS.append``
+                    client.ltrim(landed.landing, 1, -1)  # its newest, as in ``QoS.append``
                 else:
                     self.landings.put_back(client, landed)
         except (*self.connection_errors, OutOfMemoryError):
