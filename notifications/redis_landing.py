@@ -53,10 +53,10 @@ local function back(landing, source)
 end
 """
 
-# KEYS: registry, lease, then landing, source pairs; ARGV: the lease in ms. Renews the
-# lease, registers the landings, and puts back what is on them: it runs only between
-# takes, when a landing holds nothing but a message whose take's reply was lost or whose
-# settling failed. Returns how many messages went back.
+# KEYS: registry, lease, then landing, source pairs; ARGV: the lease in ms, and '1' to
+# put back what is on the landings. Renews the lease, registers the landings, and puts
+# back: only between takes, when a landing holds nothing but a message whose take's
+# reply was lost or whose settling failed. Returns how many messages went back.
 HOLD = (
     BACK
     + """
@@ -64,7 +64,7 @@ redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
 local moved = 0
 for i = 3, #KEYS, 2 do
   redis.call('HSET', KEYS[1], KEYS[i], cjson.encode({KEYS[i + 1], KEYS[2]}))
-  moved = moved + back(KEYS[i], KEYS[i + 1])
+  if ARGV[2] == '1' then moved = moved + back(KEYS[i], KEYS[i + 1]) end
 end
 return moved
 """
@@ -146,34 +146,41 @@ class Landings:
         self._renew_every = lease_seconds / 4
         self._due = 0.0
         self._held: dict[str, str] = {}  # landing -> source
-        self._sources: set[str] = set()  # the sources of those
-        self._landings: dict[str, str] = {}  # source -> its landing (names built once)
+        # The sources whose landings are held: for consuming, and for gets (``get``).
+        self._sources: dict[bool, set[str]] = {False: set(), True: set()}
+        self._landings: dict[tuple[str, bool], str] = {}  # names built once
 
-    def landing(self, source: str) -> str:
-        """The landing of ``source`` (a prefixed key)."""
-        name = self._landings.get(source)
+    def landing(self, source: str, get: bool = False) -> str:
+        """The landing of ``source`` (a prefixed key): a get's is apart from a consuming
+        take's, so that a get on a channel whose take is under way never shares one."""
+        name = self._landings.get((source, get))
         if name is None:
-            name = f"{self.prefix}_cellsight.landing.{self.consumer}.{source}"
+            kind = "get." if get else ""
+            name = f"{self.prefix}_cellsight.landing.{self.consumer}.{kind}{source}"
             if len(self._landings) < 4096:  # a consumer's lists: a handful
-                self._landings[source] = name
+                self._landings[(source, get)] = name
         return name
 
-    def due(self, sources: Iterable[str]) -> bool:
+    def due(self, sources: Iterable[str], get: bool = False) -> bool:
         """Whether :meth:`hold` has anything to do (no round trip otherwise)."""
-        return time.monotonic() >= self._due or not self._sources.issuperset(sources)
+        return time.monotonic() >= self._due or not self._sources[get].issuperset(sources)
 
-    def hold(self, client: Any, sources: Iterable[str]) -> int:
+    def hold(
+        self, client: Any, sources: Iterable[str], *, get: bool = False, reclaim: bool = True
+    ) -> int:
         """Renews the lease, registers the landings of ``sources`` (prefixed keys) with
-        those already held, and puts back what they hold (call it between takes only).
-        Returns how many messages went back."""
+        those already held, and with ``reclaim`` puts back what they hold (only with no
+        take under way). Returns how many messages went back."""
         for source in sources:
-            self._held.setdefault(self.landing(source), source)
-            self._sources.add(source)
+            self._held.setdefault(self.landing(source, get), source)
+            self._sources[get].add(source)
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
         moved: int = client.eval(
-            HOLD, 2 + len(pairs), self.registry, self.lease, *pairs, self.lease_ms
-        )
-        self._due = time.monotonic() + self._renew_every
+            HOLD, 2 + len(pairs), self.registry, self.lease, *pairs, self.lease_ms,
+            1 if reclaim else 0,
+        )  # fmt: skip
+        if reclaim:  # else a leftover waits for the next hold that may put it back
+            self._due = time.monotonic() + self._renew_every
         return moved
 
     def unsettled(self) -> None:
@@ -181,8 +188,8 @@ class Landings:
         the next :meth:`hold`, before the next take, puts it back."""
         self._due = 0.0
 
-    def take_args(self, sources: Sequence[str]) -> list[str]:
-        return [k for source in sources for k in (source, self.landing(source))]
+    def take_args(self, sources: Sequence[str], get: bool = False) -> list[str]:
+        return [k for source in sources for k in (source, self.landing(source, get))]
 
     def sweep(self, client: Any) -> int:
         """Puts back what the landings of consumers whose lease is gone hold."""
@@ -199,5 +206,6 @@ class Landings:
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
         moved: int = client.eval(RELEASE, 2 + len(pairs), self.registry, self.lease, *pairs)
         self._held.clear()
-        self._sources.clear()
+        for held in self._sources.values():
+            held.clear()
         return moved

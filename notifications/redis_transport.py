@@ -101,19 +101,20 @@ class Channel(kombu_redis.Channel):
             self._sources_of[key] = sources
         return sources
 
-    def _hold(self, sources: list[str]) -> None:
-        if self._taking is not None:  # a take whose reply was never read (kombu dropped
-            self._taking = None  # the connection under it): its message may be landed
-            self.landings.unsettled()
-        if self.landings.due(sources):
+    def _hold(self, sources: list[str], *, get: bool = False) -> None:
+        if self.landings.due(sources, get):
             with self.conn_or_acquire() as client:
-                self.landings.hold(client, sources)
+                # Leftovers go back only with no take under way (a get may come between).
+                self.landings.hold(client, sources, get=get, reclaim=not self._in_poll)
 
     def _brpop_start(self, timeout: float | None = None) -> None:
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return
         sources = self._sources(queues)
+        if self._taking is not None:  # a take whose reply was never read (kombu dropped
+            self._taking = None  # the connection under it): its message may be landed
+            self.landings.unsettled()
         self._hold(sources)
         # One list can be waited on (BRPOPLPUSH), several only polled (a script cannot
         # block): a poll of all of them, then, if it found none, a short wait on the first.
@@ -199,15 +200,16 @@ class Channel(kombu_redis.Channel):
 
     def _get(self, queue: str, timeout: Any = None) -> Any:
         sources = self._sources([queue])
-        self._hold(sources)
+        self._hold(sources, get=True)
         with self.conn_or_acquire() as client:
-            reply = client.eval(TAKE, 2 * len(sources), *self.landings.take_args(sources))
+            args = self.landings.take_args(sources, get=True)
+            reply = client.eval(TAKE, 2 * len(sources), *args)
             if (expire := getattr(self, "_maybe_update_queues_expire", None)) is not None:
                 expire(client, queue)  # where kombu has it: queues that expire unused
         if not reply or not isinstance(reply[1], bytes):
             raise Empty()
         source, item = sources[int(reply[0]) - 1], reply[1]
-        self._landed = Landed(self.landings.landing(source), source, item)
+        self._landed = Landed(self.landings.landing(source, get=True), source, item)
         return loads(self._checked(item, queue))
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:

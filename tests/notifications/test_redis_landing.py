@@ -354,3 +354,40 @@ def test_a_message_taken_and_delivered_inside_an_except_block_stays_delivered(
     assert got == ["once"]
     assert redis_bus.client.llen(redis_bus.prefix + queue.name) == 0
     assert unacked(redis_bus) == 0
+
+
+def test_a_get_while_a_take_is_under_way_on_the_channel_shares_no_landing(
+    redis_bus: RedisBus,
+) -> None:
+    """A get between a consumer's wait and its reply takes onto a landing of its own and
+    puts back nothing of the wait's: both messages arrive once, nothing is left over."""
+    consumed, other = a_queue(), a_queue()
+    publish(redis_bus, other, ["got"])
+    publish(redis_bus, consumed, ["warm-up"])
+    received: list[str] = []
+
+    def take(body: Any, message: Any) -> None:
+        received.append(body)
+        message.ack()
+
+    with redis_bus.connection(priority_steps=[0]) as conn:
+        channel: Any = conn.default_channel
+        with conn.Consumer(consumed, channel=channel, callbacks=[take]):
+            conn.drain_events(timeout=5)
+            with contextlib.suppress(TimeoutError):
+                conn.drain_events(timeout=0.05)  # leaves a wait (BRPOPLPUSH) under way
+            assert channel._taking is not None
+            channel.landings.unsettled()  # the get's hold comes due in the meantime
+            message = other(channel).get()
+            assert message is not None and message.payload == "got"
+            message.ack()
+            publish(redis_bus, consumed, ["consumed"])
+            deadline = time.monotonic() + 10
+            while len(received) < 2 and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.5)
+    assert received == ["warm-up", "consumed"]
+    for queue in (consumed, other):
+        assert redis_bus.client.llen(redis_bus.prefix + queue.name) == 0
+    assert redis_bus.keys("_cellsight.landing.*") == []  # an empty list is no key
+    assert unacked(redis_bus) == 0
