@@ -8,13 +8,14 @@ them, lost the message, which was already off the list and not yet recorded.
 Here a message moves, in one command the server runs atomically, from its list onto a
 **landing** list of the consumer's own (``RPOPLPUSH``, and ``BRPOPLPUSH`` to wait), and
 from there into kombu's record in one ``MULTI`` (the channel's QoS adds the landing's
-``LREM`` to kombu's own transaction). At every moment it is on its list, on a landing,
-or recorded. Each consumer holds a **lease** (a key that expires after the visibility
-timeout unless renewed) and lists its landings in a registry hash; a landing whose
-lease is gone belonged to a consumer that died, and the sweep, run where kombu restores
-unacknowledged messages after the same timeout, puts what it holds back at the head of
-the list it came from. A consumer that was only paused past its lease may then get a
-message delivered twice, which at-least-once delivery allows.
+removal to kombu's own transaction). At every moment it is on its list, on a landing,
+or recorded. Each consumer lists its landings in a registry hash with the end of its
+**lease** (the visibility timeout from its last renewal, by the server's clock: no key
+with a time to live, which a ``volatile-*`` eviction policy would take first); a landing
+whose lease has ended belonged to a consumer that died, and the sweep, run where kombu
+restores unacknowledged messages after the same timeout, puts what it holds back at the
+head of the list it came from. A consumer that was only paused past its lease may then
+get a message delivered twice, which at-least-once delivery allows.
 
 The keys are Cellsight's own (``_cellsight.*``) beside kombu's; producers, and kombu's
 record, restore and ack, are unchanged.
@@ -22,6 +23,7 @@ record, restore and ack, are unchanged.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -53,36 +55,37 @@ local function back(landing, source)
 end
 """
 
-# KEYS: registry, lease, then landing, source pairs; ARGV: the lease in ms, and '1' to
-# put back what is on the landings. Renews the lease, registers the landings, and puts
-# back: only between takes, when a landing holds nothing but a message whose take's
-# reply was lost or whose settling failed. Returns how many messages went back.
+# KEYS: registry, then landing, source pairs; ARGV: the lease in seconds, and '1' to put
+# back what is on the landings. Registers the landings with their lease's end (by the
+# server's clock), and puts back: only between takes, when a landing holds nothing but a
+# message whose take's reply was lost or whose settling failed. Returns how many went back.
 HOLD = (
     BACK
     + """
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[1])
+local ends = tonumber(redis.call('TIME')[1]) + tonumber(ARGV[1])
 local moved = 0
-for i = 3, #KEYS, 2 do
-  redis.call('HSET', KEYS[1], KEYS[i], cjson.encode({KEYS[i + 1], KEYS[2]}))
+for i = 2, #KEYS, 2 do
+  redis.call('HSET', KEYS[1], KEYS[i], cjson.encode({KEYS[i + 1], ends}))
   if ARGV[2] == '1' then moved = moved + back(KEYS[i], KEYS[i + 1]) end
 end
 return moved
 """
 )
 
-# KEYS: registry. Every landing whose lease is gone goes back to its list and leaves the
-# registry. Returns how many messages moved.
+# KEYS: registry. Every landing whose lease has ended goes back to its list and leaves
+# the registry. Returns how many messages moved.
 SWEEP = (
     BACK
     + """
+local now = tonumber(redis.call('TIME')[1])
 local entries = redis.call('HGETALL', KEYS[1])
 local moved = 0
 for i = 1, #entries, 2 do
   local ok, route = pcall(cjson.decode, entries[i + 1])
   if not ok or type(route) ~= 'table' or type(route[1]) ~= 'string'
-      or type(route[2]) ~= 'string' then
+      or type(route[2]) ~= 'number' then
     redis.call('HDEL', KEYS[1], entries[i])
-  elseif redis.call('EXISTS', route[2]) == 0 then
+  elseif route[2] < now then
     moved = moved + back(entries[i], route[1])
     redis.call('HDEL', KEYS[1], entries[i])
   end
@@ -91,17 +94,16 @@ return moved
 """
 )
 
-# KEYS: registry, lease, then landing, source pairs: a closing consumer's landings go
-# back to their lists, its registry entries and lease away. Returns how many moved.
+# KEYS: registry, then landing, source pairs: a closing consumer's landings go back to
+# their lists and leave the registry. Returns how many moved.
 RELEASE = (
     BACK
     + """
 local moved = 0
-for i = 3, #KEYS, 2 do
+for i = 2, #KEYS, 2 do
   moved = moved + back(KEYS[i], KEYS[i + 1])
   redis.call('HDEL', KEYS[1], KEYS[i])
 end
-redis.call('DEL', KEYS[2])
 return moved
 """
 )
@@ -117,12 +119,14 @@ return 0
 
 
 class Landed:
-    """A message on its consumer's landing: where it is, where it came from, its bytes."""
+    """A message on its consumer's landing: where it is, where it came from, its bytes,
+    and, once read, its delivery tag (what kombu records it under)."""
 
-    __slots__ = ("item", "landing", "source")
+    __slots__ = ("item", "landing", "source", "tag")
 
     def __init__(self, landing: str, source: str, item: bytes) -> None:
         self.landing, self.source, self.item = landing, source, item
+        self.tag: Any = None
 
 
 class Landings:
@@ -140,9 +144,8 @@ class Landings:
         self.prefix = prefix
         self.consumer = uuid.uuid4().hex
         self.registry = f"{prefix}_cellsight.landings"
-        self.lease = f"{prefix}_cellsight.lease.{self.consumer}"
         lease_seconds = max(lease_seconds, 4 * self.MAX_WAIT)
-        self.lease_ms = int(lease_seconds * 1000)
+        self.lease = math.ceil(lease_seconds)  # seconds: the server's clock is read in them
         self._renew_every = lease_seconds / 4
         self._due = 0.0
         self._held: dict[str, str] = {}  # landing -> source
@@ -176,9 +179,8 @@ class Landings:
             self._sources[get].add(source)
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
         moved: int = client.eval(
-            HOLD, 2 + len(pairs), self.registry, self.lease, *pairs, self.lease_ms,
-            1 if reclaim else 0,
-        )  # fmt: skip
+            HOLD, 1 + len(pairs), self.registry, *pairs, self.lease, 1 if reclaim else 0
+        )
         if reclaim:  # else a leftover waits for the next hold that may put it back
             self._due = time.monotonic() + self._renew_every
         return moved
@@ -204,7 +206,7 @@ class Landings:
         """At close: every landing back to its list, the registry entries and the lease
         gone. Returns how many messages went back."""
         pairs = [k for landing, source in self._held.items() for k in (landing, source)]
-        moved: int = client.eval(RELEASE, 2 + len(pairs), self.registry, self.lease, *pairs)
+        moved: int = client.eval(RELEASE, 1 + len(pairs), self.registry, *pairs)
         self._held.clear()
         for held in self._sources.values():
             held.clear()

@@ -37,8 +37,10 @@ __all__ = ["Channel", "Transport"]
 
 class QoS(kombu_redis.QoS):
     def append(self, message: Any, delivery_tag: str) -> None:
+        # Taken by any channel of the connection: kombu hands a message to the callback
+        # of its queue, or to the connection's first channel, not always to the taker's.
         landed = self.channel._landed
-        if landed is None:
+        if landed is None or landed.tag != delivery_tag:
             return super().append(message, delivery_tag)
         info = message.delivery_info
         record = dumps([message._raw, info["exchange"], info["routing_key"]])
@@ -69,10 +71,20 @@ class Channel(kombu_redis.Channel):
     # A wait on one list of several: the others are polled between waits, so this is
     # how late a message on one of them can be when the consumer was idle.
     SHARED_WAIT = 0.25
-    _landed: Landed | None = None  # taken, not yet recorded by ``QoS.append``
-    _taking: tuple[bool, list[str]] | None = None  # the take under way: blocking, sources
-    _found_none = False  # the last non-blocking take found every list empty
+    _taking: tuple[str, list[str]] | None = None  # the take under way: its kind, sources
+    _found_none = False  # the last poll of every list found them all empty
     _had: str | None = None  # the list the last take took from, if it was the first tried
+    _next_idle = 0.0  # when an empty take next restores what dead consumers left
+
+    @property
+    def _landed(self) -> Landed | None:
+        """Taken, not yet recorded by ``QoS.append``: one at a time on a connection."""
+        landed: Landed | None = getattr(self.connection, "landed", None)
+        return landed
+
+    @_landed.setter
+    def _landed(self, landed: Landed | None) -> None:
+        self.connection.landed = landed
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._no_ack: dict[str, bool] = {}  # queue -> consumed without acks
@@ -119,34 +131,37 @@ class Channel(kombu_redis.Channel):
         # One list can be waited on (BRPOPLPUSH), several only polled (a script cannot
         # block): a poll of all of them, then, if it found none, a short wait on the first.
         # While the first (kombu's first choice too) keeps giving, it is taken from
-        # directly: no script.
-        block = len(sources) == 1 or self._found_none or self._had == sources[0]
+        # directly (RPOPLPUSH: no script, and no wait that would hold up the others).
         wait = min(timeout or self.brpop_timeout or Landings.MAX_WAIT, Landings.MAX_WAIT)
-        self._taking = (block, sources)
+        landing = self.landings.landing(sources[0])
+        command: list[Any]
+        if len(sources) == 1 or self._found_none:
+            kind = "BRPOPLPUSH"
+            wait = wait if len(sources) == 1 else min(wait, self.SHARED_WAIT)
+            command = [kind, sources[0], landing, wait]
+        elif self._had == sources[0]:
+            kind = "RPOPLPUSH"
+            command = [kind, sources[0], landing]
+        else:
+            kind = "EVAL"
+            command = [kind, TAKE, 2 * len(sources), *self.landings.take_args(sources)]
+        self._taking = (kind, sources)
         self._in_poll = self.client.connection
         self._brpop_sent_at = monotonic()  # type: ignore[assignment]  # kombu's: None
-        if block:
-            landing = self.landings.landing(sources[0])
-            wait = wait if len(sources) == 1 else min(wait, self.SHARED_WAIT)
-            command: list[Any] = ["BRPOPLPUSH", sources[0], landing, wait]
-        else:
-            command = ["EVAL", TAKE, 2 * len(sources), *self.landings.take_args(sources)]
         self.client.connection.send_command(*command)
 
     def _read_take(self, **options: Any) -> tuple[str, bytes] | None:
         """The reply of the take under way: the list it came from and the message."""
-        block, sources = self._taking or (True, [])
+        kind, sources = self._taking or ("BRPOPLPUSH", [])
         try:
-            reply = self.client.parse_response(
-                self.client.connection, "BRPOPLPUSH" if block else "EVAL", **options
-            )
+            reply = self.client.parse_response(self.client.connection, kind, **options)
         except self.connection_errors:
             self.landings.unsettled()  # the server may have landed it
             self.client.connection.disconnect()  # as kombu: the next cycle reconnects
             raise
         finally:
             self._taking = None
-        if not block:
+        if kind == "EVAL":
             self._found_none = not reply
             self._had = sources[0] if reply and int(reply[0]) == 1 else None
             return (sources[int(reply[0]) - 1], reply[1]) if reply else None
@@ -166,6 +181,7 @@ class Channel(kombu_redis.Channel):
             queue = source.removeprefix(self.global_keyprefix or "").rsplit(self.sep, 1)[0]
             self._queue_cycle.rotate(queue)
             payload = loads(self._checked(item, queue))
+            landed.tag = payload["properties"]["delivery_tag"]
             if self._no_ack.get(queue):
                 self._settle(landed, delivered=True)  # at most once, as kombu delivers it
             self.connection._deliver(payload, queue)
@@ -179,7 +195,11 @@ class Channel(kombu_redis.Channel):
     def _idle(self) -> None:
         """A take found nothing: the moment to restore what dead consumers left (kombu
         restores only when its poll times out, which a wait shorter than the poll's
-        timeout never lets happen), under kombu's throttle."""
+        timeout never lets happen): at most once a second, under kombu's throttle."""
+        now = monotonic()
+        if now < self._next_idle:
+            return
+        self._next_idle = now + 1.0
         with contextlib.suppress(*self.connection_errors):
             self.qos.restore_visible(
                 num=self.unacked_restore_limit, interval=self.unacked_restore_throttle
@@ -209,8 +229,10 @@ class Channel(kombu_redis.Channel):
         if not reply or not isinstance(reply[1], bytes):
             raise Empty()
         source, item = sources[int(reply[0]) - 1], reply[1]
-        self._landed = Landed(self.landings.landing(source, get=True), source, item)
-        return loads(self._checked(item, queue))
+        self._landed = landed = Landed(self.landings.landing(source, get=True), source, item)
+        payload = loads(self._checked(item, queue))
+        landed.tag = payload["properties"]["delivery_tag"]
+        return payload
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         got = False

@@ -13,6 +13,7 @@ Redis 6.2) and on a Redis server of its own (``redis://``, under a key prefix).
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -203,7 +204,8 @@ def test_the_sweep_puts_back_a_dead_consumers_landing_and_leaves_a_live_ones(
     client.lpush(alive.landing(source), b"alive's")
     for taken in (b"older", b"newer"):  # as two takes leave them: the newest at the left
         client.lpush(dead.landing(source), taken)
-    client.delete(dead.lease)  # as it runs out when its consumer is dead
+    # As its registry entry reads once its consumer has been dead past its lease:
+    client.hset(dead.registry, dead.landing(source), json.dumps([source, 0]))
     assert alive.sweep(client) == 2
     # Back at the head of the line, oldest first; the live consumer's landing untouched.
     assert [client.rpop(source) for _ in range(3)] == [b"older", b"newer", b"queued"]
@@ -213,7 +215,7 @@ def test_the_sweep_puts_back_a_dead_consumers_landing_and_leaves_a_live_ones(
     assert dead.landing(source).encode() not in registered
     assert alive.release(client) == 1  # a closing consumer puts back what it holds
     assert client.rpop(source) == b"alive's"
-    assert not client.exists(alive.lease)
+    assert not client.hexists(alive.registry, alive.landing(source))
 
 
 def test_a_closing_consumer_puts_back_what_is_on_its_landing(redis_bus: RedisBus) -> None:
@@ -228,7 +230,7 @@ def test_a_closing_consumer_puts_back_what_is_on_its_landing(redis_bus: RedisBus
         assert redis_bus.client.llen(source) == 0
     assert redis_bus.client.lrange(source, 0, -1) == [item]
     assert redis_bus.keys(f"_cellsight.landing.*{queue.name}") == []
-    assert not redis_bus.client.exists(landings.lease)
+    assert not redis_bus.client.hexists(landings.registry, landings.landing(source))
 
 
 def test_one_consumer_takes_from_every_queue_and_priority(redis_bus: RedisBus) -> None:
@@ -272,8 +274,57 @@ def test_a_lease_outlasts_the_longest_wait_of_a_take() -> None:
     take waits a second at most: a lease of four covers both, however short the
     visibility timeout (else a sweep could unregister a landing a take then fills)."""
     landings = Landings("", lease_seconds=0.3)
-    assert landings.lease_ms >= 4000 * Landings.MAX_WAIT
-    assert landings.lease_ms / 4 + Landings.MAX_WAIT * 1000 < landings.lease_ms
+    assert landings.lease >= 4 * Landings.MAX_WAIT
+    assert landings.lease / 4 + Landings.MAX_WAIT < landings.lease
+
+
+def test_a_lease_is_no_key_an_eviction_policy_could_take(redis_bus: RedisBus) -> None:
+    """The lease's end is in the registry's value, by the server's clock: the bus holds
+    no key with a time to live (a ``volatile-*`` policy evicts those first, and a live
+    consumer's landing would then be swept and unregistered)."""
+    queue = a_queue()
+    publish(redis_bus, queue, ["one"])
+    acked = [lambda body, message: message.ack()]
+    with redis_bus.connection() as conn, conn.Consumer(queue, callbacks=acked):
+        conn.drain_events(timeout=5)
+        (registry,) = redis_bus.keys("_cellsight.landings")
+        assert redis_bus.client.ttl(registry) == -1
+        assert [k for k in redis_bus.keys("*") if redis_bus.client.ttl(k) >= 0] == []
+        ends = [json.loads(v)[1] for v in redis_bus.client.hvals(registry)]
+        now = int(redis_bus.client.time()[0])
+        assert ends and all(now < end <= now + 5 for end in ends)
+
+
+def test_two_channels_of_one_connection_on_one_queue_get_each_message_once(
+    redis_bus: RedisBus,
+) -> None:
+    """kombu hands a message to its queue's callback on the connection, whichever
+    channel took it: the channel that records it takes it off the taker's landing."""
+    queue = a_queue()
+    bodies = [f"m{i}" for i in range(20)]
+    publish(redis_bus, queue, bodies)
+    got: list[str] = []
+
+    def take(body: Any, message: Any) -> None:
+        got.append(body)
+        message.ack()
+
+    with redis_bus.connection() as conn:
+        first, second = conn.channel(), conn.channel()
+        with (
+            conn.Consumer(queue, channel=first, callbacks=[take]),
+            conn.Consumer(queue, channel=second, callbacks=[take]),
+        ):
+            deadline = time.monotonic() + 20
+            while len(got) < len(bodies) and time.monotonic() < deadline:
+                with contextlib.suppress(TimeoutError):
+                    conn.drain_events(timeout=0.5)
+            with pytest.raises(TimeoutError):  # nothing more comes
+                while True:
+                    conn.drain_events(timeout=1.5)
+    assert sorted(got) == sorted(bodies)
+    assert redis_bus.client.llen(redis_bus.prefix + queue.name) == 0
+    assert unacked(redis_bus) == 0
 
 
 def test_a_take_whose_reply_was_lost_is_put_back_at_the_next_take(redis_bus: RedisBus) -> None:
