@@ -23,7 +23,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
 
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
+from tenacity import (
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_fixed,
+)
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
@@ -45,6 +51,7 @@ _TRANSIENT = {
 SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
 BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file locked
+OPEN_ATTEMPTS = 3  # opens of a file whose companions were removed meanwhile
 
 # The sqlite3 module binds an exact int, float, str or bytearray directly, but runs its
 # adaptation protocol for anything else, None and bool included: a registry miss, then a
@@ -56,6 +63,11 @@ PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file lo
 # (``sqlite3.adapt`` now answers None and 1 for them where it raised; nothing calls it.)
 sqlite3.register_adapter(type(None), cast("Callable[[None], None]", {}.get))
 sqlite3.register_adapter(bool, int)
+
+
+def _io_error(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return isinstance(exc, sqlite3.OperationalError) and code == sqlite3.SQLITE_IOERR
 
 
 def _busy(exc: BaseException) -> bool:
@@ -105,33 +117,48 @@ class Connections:
             if self._local.identity == self.identity_now():
                 return conn
             self._leave(conn, self._local.identity)
-        conn = None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.timeout,
-                isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE to write
-                check_same_thread=False,  # only so close() can close every thread's one
-                cached_statements=512,
-            )
+            # Files removed while another connection makes them again (``rm index.db*``
+            # under a running API) can fail an open with an I/O error that the next open,
+            # on the files as they now are, does not meet.
+            for attempt in Retrying(
+                retry=retry_if_exception(_io_error),
+                stop=stop_after_attempt(OPEN_ATTEMPTS),
+                wait=wait_fixed(PRAGMA_RETRY),
+                reraise=True,
+            ):
+                with attempt:
+                    fresh, identity = self._open()
+        except (sqlite3.Error, OSError) as exc:
+            if isinstance(exc, sqlite3.Error):
+                raise translate(exc) from exc
+            raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
+        self._local.conn, self._local.pid, self._local.writes = fresh, os.getpid(), False
+        self._local.identity = identity
+        with self._lock:
+            self._all.append((fresh, identity, threading.current_thread()))
+        return fresh
+
+    def _open(self) -> tuple[sqlite3.Connection, FileIdentity]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path,
+            timeout=self.timeout,
+            isolation_level=None,  # transactions are explicit: BEGIN IMMEDIATE to write
+            check_same_thread=False,  # only so close() can close every thread's one
+            cached_statements=512,
+        )
+        try:
             for pragma in self._pragmas:
                 self._apply(conn, pragma)
             identity = self.identity_now()  # the file exists once the WAL mode is set
             # Every new connection: the file may be new to this process, whichever thread
             # comes to it first.
             Catalog(conn, self.prefix).ensure()
-        except (sqlite3.Error, OSError) as exc:
-            if conn is not None:
-                conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise translate(exc) from exc
-            raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
-        self._local.conn, self._local.pid, self._local.writes = conn, os.getpid(), False
-        self._local.identity = identity
-        with self._lock:
-            self._all.append((conn, identity, threading.current_thread()))
-        return conn
+        except BaseException:
+            conn.close()
+            raise
+        return conn, identity
 
     def identity_now(self) -> FileIdentity:
         try:
