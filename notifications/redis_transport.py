@@ -169,28 +169,35 @@ class Channel(kombu_redis.Channel):
         self._had = sources[0] if isinstance(reply, bytes) else None
         return (sources[0], reply) if isinstance(reply, bytes) else None
 
+    def _land(self, source: str, item: bytes, queue: str, *, get: bool = False) -> Any:
+        """The payload of a message taken onto its landing, which ``QoS.append`` is to
+        take it off when it records it (or ``_settle``, if it does not)."""
+        landed = self._landed = Landed(self.landings.landing(source, get), source, item)
+        payload = loads(self._checked(item, queue))
+        landed.tag = payload["properties"]["delivery_tag"]
+        return payload
+
     def _brpop_read(self, **options: Any) -> bool:
-        landed = None
         try:
             taken = self._read_take(**options)
             if taken is None:
                 self._idle()
                 raise Empty()
             source, item = taken
-            landed = self._landed = Landed(self.landings.landing(source), source, item)
             queue = source.removeprefix(self.global_keyprefix or "").rsplit(self.sep, 1)[0]
             self._queue_cycle.rotate(queue)
-            payload = loads(self._checked(item, queue))
-            landed.tag = payload["properties"]["delivery_tag"]
-            if self._no_ack.get(queue):
-                self._settle(landed, delivered=True)  # at most once, as kombu delivers it
+            payload = self._land(source, item, queue)
+            if self._no_ack.get(queue) and self._landed is not None:
+                self._settle(self._landed, delivered=True)  # at most once, as kombu does
             self.connection._deliver(payload, queue)
             return True
         finally:
             self._in_poll = None  # type: ignore[assignment]  # kombu's: a bool
             self._after_take()
-            if landed is not None and self._landed is landed:
-                self._settle(landed, delivered=False)  # not recorded: back to its list
+            # One message is landed at a time on a connection: none was at this take's
+            # start, so one landed now is this take's, unrecorded: back to its list.
+            if self._landed is not None:
+                self._settle(self._landed, delivered=False)
 
     def _idle(self) -> None:
         """A take found nothing: the moment to restore what dead consumers left (kombu
@@ -228,11 +235,7 @@ class Channel(kombu_redis.Channel):
                 expire(client, queue)  # where kombu has it: queues that expire unused
         if not reply or not isinstance(reply[1], bytes):
             raise Empty()
-        source, item = sources[int(reply[0]) - 1], reply[1]
-        self._landed = landed = Landed(self.landings.landing(source, get=True), source, item)
-        payload = loads(self._checked(item, queue))
-        landed.tag = payload["properties"]["delivery_tag"]
-        return payload
+        return self._land(sources[int(reply[0]) - 1], reply[1], queue, get=True)
 
     def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
         got = False

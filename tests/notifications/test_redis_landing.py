@@ -133,21 +133,32 @@ def publish(bus: RedisBus, queue: Queue, bodies: list[str], **options: Any) -> N
             )  # fmt: skip
 
 
-def drain(bus: RedisBus, queue: Queue | list[Queue], count: int, within: float) -> list[str]:
-    """What a live consumer receives (and acks), until ``count`` or ``within`` seconds."""
-    got: list[str] = []
+class Acking:
+    """A consumer's callback that keeps each body (``got``) and acks it."""
 
-    def take(body: Any, message: Any) -> None:
-        got.append(body)
+    def __init__(self) -> None:
+        self.got: list[str] = []
+
+    def __call__(self, body: Any, message: Any) -> None:
+        self.got.append(body)
         message.ack()
 
-    queues = queue if isinstance(queue, list) else [queue]
-    deadline = time.monotonic() + within
-    with bus.connection() as conn, conn.Consumer(queues, callbacks=[take]):
-        while len(got) < count and time.monotonic() < deadline:
-            with contextlib.suppress(TimeoutError):
+    def drain(self, conn: Connection, count: int, within: float, *errors: type) -> None:
+        """Drains ``conn`` until ``count`` bodies are kept or ``within`` seconds pass
+        (``errors``: what else a read may raise and the drain goes on after)."""
+        deadline = time.monotonic() + within
+        while len(self.got) < count and time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError, *errors):
                 conn.drain_events(timeout=0.5)
-    return got
+
+
+def drain(bus: RedisBus, queue: Queue | list[Queue], count: int, within: float) -> list[str]:
+    """What a live consumer receives (and acks), until ``count`` or ``within`` seconds."""
+    take = Acking()
+    queues = queue if isinstance(queue, list) else [queue]
+    with bus.connection() as conn, conn.Consumer(queues, callbacks=[take]):
+        take.drain(conn, count, within)
+    return take.got
 
 
 def kill_a_consumer(bus: RedisBus, queue: Queue, point: str, kind: str) -> None:
@@ -303,11 +314,8 @@ def test_two_channels_of_one_connection_on_one_queue_get_each_message_once(
     queue = a_queue()
     bodies = [f"m{i}" for i in range(20)]
     publish(redis_bus, queue, bodies)
-    got: list[str] = []
-
-    def take(body: Any, message: Any) -> None:
-        got.append(body)
-        message.ack()
+    take = Acking()
+    got = take.got
 
     with redis_bus.connection() as conn:
         first, second = conn.channel(), conn.channel()
@@ -315,10 +323,7 @@ def test_two_channels_of_one_connection_on_one_queue_get_each_message_once(
             conn.Consumer(queue, channel=first, callbacks=[take]),
             conn.Consumer(queue, channel=second, callbacks=[take]),
         ):
-            deadline = time.monotonic() + 20
-            while len(got) < len(bodies) and time.monotonic() < deadline:
-                with contextlib.suppress(TimeoutError):
-                    conn.drain_events(timeout=0.5)
+            take.drain(conn, len(bodies), 20)
             with pytest.raises(TimeoutError):  # nothing more comes
                 while True:
                     conn.drain_events(timeout=1.5)
@@ -332,11 +337,8 @@ def test_a_take_whose_reply_was_lost_is_put_back_at_the_next_take(redis_bus: Red
     reply was read: the consumer's next take puts it back first, and it is delivered."""
     queue = a_queue()
     publish(redis_bus, queue, ["warm-up"])
-    got: list[str] = []
-
-    def take(body: Any, message: Any) -> None:
-        got.append(body)
-        message.ack()
+    take = Acking()
+    got = take.got
 
     with redis_bus.connection(priority_steps=[0]) as conn:
         channel: Any = conn.default_channel
@@ -353,10 +355,7 @@ def test_a_take_whose_reply_was_lost_is_put_back_at_the_next_take(redis_bus: Red
                 time.sleep(0.01)  # the server runs the wait's move when the message comes
             assert redis_bus.client.llen(landing) == 1
             channel.client.connection.disconnect()  # the reply is lost with it
-            deadline = time.monotonic() + 10
-            while len(got) < 2 and time.monotonic() < deadline:
-                with contextlib.suppress(TimeoutError, *conn.connection_errors):
-                    conn.drain_events(timeout=0.5)
+            take.drain(conn, 2, 10, *conn.connection_errors)
     assert got == ["warm-up", "landed"]
     assert redis_bus.keys(f"_cellsight.landing.*{queue.name}") == []
 
@@ -391,11 +390,8 @@ def test_a_message_taken_and_delivered_inside_an_except_block_stays_delivered(
     around it."""
     queue = a_queue()
     publish(redis_bus, queue, ["once"])
-    got: list[str] = []
-
-    def take(body: Any, message: Any) -> None:
-        got.append(body)
-        message.ack()
+    take = Acking()
+    got = take.got
 
     with redis_bus.connection() as conn, conn.Consumer(queue, callbacks=[take]):
         try:
@@ -415,11 +411,8 @@ def test_a_get_while_a_take_is_under_way_on_the_channel_shares_no_landing(
     consumed, other = a_queue(), a_queue()
     publish(redis_bus, other, ["got"])
     publish(redis_bus, consumed, ["warm-up"])
-    received: list[str] = []
-
-    def take(body: Any, message: Any) -> None:
-        received.append(body)
-        message.ack()
+    take = Acking()
+    received = take.got
 
     with redis_bus.connection(priority_steps=[0]) as conn:
         channel: Any = conn.default_channel
@@ -433,10 +426,7 @@ def test_a_get_while_a_take_is_under_way_on_the_channel_shares_no_landing(
             assert message is not None and message.payload == "got"
             message.ack()
             publish(redis_bus, consumed, ["consumed"])
-            deadline = time.monotonic() + 10
-            while len(received) < 2 and time.monotonic() < deadline:
-                with contextlib.suppress(TimeoutError):
-                    conn.drain_events(timeout=0.5)
+            take.drain(conn, 2, 10)
     assert received == ["warm-up", "consumed"]
     for queue in (consumed, other):
         assert redis_bus.client.llen(redis_bus.prefix + queue.name) == 0

@@ -61,13 +61,18 @@ def port_open(host: str, port: int) -> bool:
 # RabbitMQ and the embedded bus ----------------------------------------------------------
 
 
+def reachable(url: str, default_port: int, what: str) -> str:
+    """``url``, once its host answers on its port; else skip, or fail (``unavailable``)."""
+    parsed = urlsplit(url)
+    host, port = parsed.hostname or "127.0.0.1", parsed.port or default_port
+    if not port_open(host, port):
+        unavailable(f"{what} at {host}:{port}")
+    return url
+
+
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> str:
-    parsed = urlsplit(RABBITMQ_URL)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 5672
-    if not port_open(host, port):
-        unavailable(f"RabbitMQ at {host}:{port}")
-    return RABBITMQ_URL
+    return reachable(RABBITMQ_URL, 5672, "RabbitMQ")
 
 
 # Exchanges and queues the tests name on the machine's RabbitMQ: durable, they would
@@ -108,11 +113,7 @@ def _broker_left_clean() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    parsed = urlsplit(REDIS_URL)
-    host, port = parsed.hostname or "127.0.0.1", parsed.port or 6379
-    if not port_open(host, port):
-        unavailable(f"Redis at {host}:{port}")
-    return REDIS_URL
+    return reachable(REDIS_URL, 6379, "Redis")
 
 
 @pytest.fixture(params=BUSES)
@@ -169,11 +170,7 @@ def _no_leftover_embedded_bus_in_session(
 
 
 def _server_url(url: str, what: str, default_port: int) -> sa.URL:
-    parsed = sa.make_url(url)
-    host, port = parsed.host or "127.0.0.1", parsed.port or default_port
-    if not port_open(host, port):
-        unavailable(f"{what} at {host}:{port}")
-    return parsed
+    return sa.make_url(reachable(url, default_port, what))
 
 
 @pytest.fixture(scope="session")
