@@ -189,7 +189,24 @@ def _cli(data_dir: Path, *args: str) -> subprocess.Popen[bytes]:
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # its own process group: it and its workers, stopped as one
     )
+
+
+def _step_until(victim: subprocess.Popen[bytes], reached: Callable[[], bool]) -> None:
+    """Let ``victim`` (and its worker processes) run in slices of a few milliseconds,
+    stopped (SIGSTOP) between them, until ``reached()``, read while it is stopped, holds.
+    Polling a process that runs freely raced it: under load the sync finished between
+    two polls (seen in CI). Stopped, it cannot pass the point; it is left stopped."""
+    group = victim.pid  # its own session's leader
+    deadline = time.monotonic() + 120
+    os.killpg(group, signal.SIGSTOP)
+    while not reached():
+        assert victim.poll() is None, "the sync ended before it could be killed"
+        assert time.monotonic() < deadline, "the sync made no progress"
+        os.killpg(group, signal.SIGCONT)
+        time.sleep(random.uniform(0.001, 0.004))  # a slice of its run, at a random length
+        os.killpg(group, signal.SIGSTOP)
 
 
 def test_a_sync_killed_at_a_random_point_leaves_the_old_index_serving(tmp_path: Path) -> None:
@@ -205,13 +222,11 @@ def test_a_sync_killed_at_a_random_point_leaves_the_old_index_serving(tmp_path: 
     # Kill it at a random point of its load: once its new index holds a random share of
     # the 3,000 documents (a point in progress, not in time: a faster engine must not
     # let the sync finish first).
+    # It is killed where it was stopped (mid-batch, mid-commit or between batches), with
+    # its worker processes, as systemd's stop kills a unit's whole group.
     target = random.randint(1, 2400)
-    deadline = time.monotonic() + 60
-    while sum(i.docs for i in layout(engine, "instance").stray) < target:
-        assert victim.poll() is None, "the sync ended before it could be killed"
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
-    os.kill(victim.pid, signal.SIGKILL)
+    _step_until(victim, lambda: sum(i.docs for i in layout(engine, "instance").stray) >= target)
+    os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(10)
     after = layout(engine, "instance")
     assert after.serving is not None and after.serving.name == old.name  # still serving
