@@ -64,20 +64,25 @@ def start_listener(settings: Settings, cache: NodeCache) -> tuple[threading.Even
         with (
             build_bus(settings) as bus,
             bus.connection() as connection,
-            Consumer(
-                connection,
+            connection.channel() as channel,
+        ):
+            # py-amqp decodes a body with whatever encoding it names, some in Python in
+            # quadratic time (punycode): the bytes go to kombu's JSON reader as they came.
+            if hasattr(channel, "auto_decode"):
+                channel.auto_decode = False
+            with Consumer(
+                channel,
                 [queue],
                 callbacks=[on_message],
                 on_decode_error=on_undecodable,
                 accept=["json"],
-            ),
-        ):
-            ready.set()
-            while not stop.is_set():
-                try:
-                    connection.drain_events(timeout=0.5)
-                except TimeoutError:  # socket.timeout too: nothing within 0.5 s
-                    continue
+            ):
+                ready.set()
+                while not stop.is_set():
+                    try:
+                        connection.drain_events(timeout=0.5)
+                    except TimeoutError:  # socket.timeout too: nothing within 0.5 s
+                        continue
 
     threading.Thread(target=run, name="node-cache-listener", daemon=True).start()
     return ready, stop

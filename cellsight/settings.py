@@ -71,7 +71,11 @@ class Settings(BaseSettings):
     db_connect_timeout: float = Field(5.0, gt=0, description="Seconds, per database connect")
 
     # Message bus.
-    bus_url: str | None = Field(None, description="amqp://… in production; default: embedded Redis")
+    bus_url: str | None = Field(
+        None,
+        description="amqp://… in production (`?heartbeat=N`: AMQP heartbeats, which the"
+        " indexer sends while idle and busy); default: embedded Redis",
+    )
     exchange: str = Field("nova", description="Topic exchange Nova publishes notifications to")
     publisher_id: str = Field(
         "cellsight-ops", description="publisher_id of the notifications Cellsight emits"

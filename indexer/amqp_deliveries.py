@@ -22,11 +22,17 @@ checks for a closing channel and a consumer tag without a callback cannot apply.
 
 As py-amqp does, a body whose content encoding is not UTF-8 (or binary) is decoded to
 text with it when it can be; UTF-8 bodies stay bytes, which every decoder here reads.
+Unlike py-amqp, only with the Unicode encodings, Latin-1 and cp1252 (``TEXT_CODECS``,
+decoded in C in time linear in the body), and only a body within the decoder's bound:
+Python's punycode decoder takes time quadratic in its input (an adversarial probe's
+480 KB body held the indexer 53 s), and others may; any other stays bytes.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
+import functools
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -52,6 +58,21 @@ MORE_FLAGS = 1  # a second word of property flags follows (not for basic's prope
 # Encodings whose bodies stay bytes: what they spell is what a decoder reads as UTF-8.
 PLAIN_ENCODINGS = frozenset({"utf-8", "utf8", "binary", "ascii", "us-ascii"})
 COMPRESSION = b"compression"  # kombu's header naming a compressed body's codec
+# Codecs (by their canonical names) that a body is decoded to text with.
+TEXT_CODECS = frozenset(
+    {"utf-8-sig", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"}
+    | {"iso8859-1", "cp1252"}
+)
+
+
+@functools.lru_cache(maxsize=64)
+def text_codec(encoding: str) -> str | None:
+    """The codec a body named ``encoding`` is decoded with, or None: it stays bytes."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return None
+    return name if name in TEXT_CODECS else None
 
 
 class Delivery:
@@ -191,7 +212,13 @@ class DeliveryRouter:
     def __call__(self, frame: tuple[int, int, bytes]) -> bool:
         kind, channel, payload = frame
         if channel != self._channel_id:
-            return self._inner(frame)
+            handled = self._inner(frame)
+            if kind == HEARTBEAT:
+                # The moment to send ours: py-amqp's wait for a delivery starts again at
+                # each frame, the broker's heartbeats included, so a consumer idle in it
+                # never got back to ask (the broker closed it after two intervals).
+                self._connection.heartbeat_tick()
+            return handled
         pending = self._pending
         if pending is None:
             if kind != METHOD or payload[:4] != DELIVER:
@@ -243,11 +270,14 @@ class DeliveryRouter:
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
             with contextlib.suppress(Exception):
                 delivery.body = bounded_decompress(body, codec, MAX_BODY_BYTES)
-        elif (encoding := _encoding(delivery)) is not None and (
-            encoding.lower() not in PLAIN_ENCODINGS
+        elif (
+            (encoding := _encoding(delivery)) is not None
+            and encoding.lower() not in PLAIN_ENCODINGS
+            and len(body) <= MAX_BODY_BYTES
+            and (codec := text_codec(encoding)) is not None
         ):
-            with contextlib.suppress(Exception):  # as py-amqp: undecodable stays bytes
-                delivery.body = body.decode(encoding)
+            with contextlib.suppress(UnicodeError):  # as py-amqp: undecodable stays bytes
+                delivery.body = body.decode(codec)
         self.delivered += 1
         self._on_message(delivery)
         return True

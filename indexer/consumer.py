@@ -148,6 +148,7 @@ class IndexerConsumer:
         self.received = 0
         self._consuming_since: float | None = None  # monotonic, on the current connection
         self._ever_consumed = False  # an outage at start-up is "unreachable", not "lost"
+        self._next_beat = 0.0  # when ``_beat`` next checks the bus's heartbeats
 
     # Run loop ---------------------------------------------------------------
     def run(self, max_batches: int | None = None) -> None:
@@ -237,6 +238,7 @@ class IndexerConsumer:
                 try:
                     while not self.stop.is_set():
                         self._receive(frames)
+                        self._beat()
                         if self._flights.any_settled():
                             self._settle()
                         if self._ready is None and self._due():
@@ -267,6 +269,16 @@ class IndexerConsumer:
         except TimeoutError:
             if self._collector is not None:
                 self._collector.idle()
+
+    def _beat(self) -> None:
+        """AMQP heartbeats, when the bus URL asks for them (``?heartbeat=N``): kombu sends
+        them only when asked; here about once a second while messages come, and at each
+        of the broker's heartbeats while idle (``DeliveryRouter``). Without them the
+        broker closed an idle indexer's connection every 2N s. A no-op on Redis."""
+        now = time.monotonic()
+        if now >= self._next_beat:
+            self._next_beat = now + 1.0
+            self.connection.heartbeat_check()
 
     def _wait_time(self) -> float:
         if self._flights or self._ready is not None:

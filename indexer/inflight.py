@@ -28,11 +28,7 @@ from cellsight.indexer.amqp_deliveries import Delivery, Received
 from cellsight.indexer.outcomes import dead
 from cellsight.indexer.writer import BatchWriter, Outcome, Planned
 from cellsight.notifications.errors import MalformedNotification
-from cellsight.notifications.unreadable import (
-    UNREADABLE_CODE_HEADER,
-    UNREADABLE_CODES,
-    UNREADABLE_HEADER,
-)
+from cellsight.notifications.unreadable import UNREADABLE_CODES
 
 log = logging.getLogger(__name__)
 
@@ -124,18 +120,16 @@ class Ordered:
 def unreadable_on_bus(messages: list[Received]) -> dict[int, Outcome]:
     """The dead letters of the messages the embedded bus's channel could not read
     (``redis_transport``): their bodies are what was on the list, never a notification
-    to index, whatever they hold. RabbitMQ's deliveries are never such (their headers
-    are parsed only when a dead letter needs them)."""
+    to index, whatever they hold. Known by the channel's mark (``Message.unreadable``),
+    not by headers, which any producer sets. RabbitMQ's deliveries are never such."""
     refused: dict[int, Outcome] = {}
     for position, message in enumerate(messages):
         if type(message) is Delivery:
             continue
-        headers = message.headers
-        why = headers.get(UNREADABLE_HEADER) if isinstance(headers, dict) else None
-        if why is not None:
-            # The channel sets one of these two; a producer could set anything.
-            code = headers.get(UNREADABLE_CODE_HEADER)
-            refused[position] = dead(code if code in UNREADABLE_CODES else MALFORMED, str(why))
+        mark = getattr(message, "unreadable", None)
+        if mark is not None:
+            code, why = mark
+            refused[position] = dead(code if code in UNREADABLE_CODES else MALFORMED, why)
     return refused
 
 

@@ -23,6 +23,7 @@ from cellsight.notifications.unreadable import kombu_url
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",
+    "RESTORE_LOCK_SECONDS",
     "SOCKET_PATH_MAX",
     "Bus",
     "BusError",
@@ -40,6 +41,7 @@ a batch still in work after this long is delivered twice (the index's external
 versions absorb that). Shorter means faster recovery after a crash."""
 
 REDIS_SCHEMES = ("redis", "rediss", "redis+socket", "sentinel")
+RESTORE_LOCK_SECONDS = 10
 
 
 def redis_transport_options(
@@ -52,6 +54,11 @@ def redis_transport_options(
         # read must outlast.
         "socket_timeout": max(timeout, 5.0),
         "socket_connect_timeout": timeout,
+        # kombu's lock on restoring what dead consumers left: a consumer killed while it
+        # restores holds it until it expires (kombu's default, 300 s), and no live one
+        # restores meanwhile. Its restore stays correct without the lock (each message is
+        # moved in a transaction watching the record), so a short bound costs nothing.
+        "unacked_mutex_expire": RESTORE_LOCK_SECONDS,
     }
 
 

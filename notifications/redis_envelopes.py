@@ -13,7 +13,7 @@ record of it as unacknowledged, with the decompression bounded; it also refuses 
 kombu would take but could not restore after its consumer died, or the consumer could
 not dead-letter (:func:`_fault`). Cellsight's channel (``redis_transport``) replaces an
 envelope that would fail by one kombu reads (:func:`quarantined`), whose body is the
-original bytes and whose ``UNREADABLE_HEADER`` says what failed; the indexer
+original bytes and whose ``UNREADABLE_MARK`` says what failed; the indexer
 dead-letters it ``malformed`` (``too_large`` for a bomb) with that reason, acks it, and
 goes on. What it costs a readable message is measured in the README (Performance).
 """
@@ -37,7 +37,11 @@ from cellsight.notifications.errors import (
     escaped,
 )
 from cellsight.notifications.limits import MAX_BODY_BYTES
-from cellsight.notifications.unreadable import UNREADABLE_CODE_HEADER, UNREADABLE_HEADER
+from cellsight.notifications.unreadable import (
+    UNREADABLE_CODE_HEADER,
+    UNREADABLE_HEADER,
+    UNREADABLE_MARK,
+)
 
 __all__ = ["UnreadableEnvelope", "quarantined", "readable"]
 
@@ -176,15 +180,14 @@ def _why(exc: Exception) -> str:
 
 def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:
     """An envelope kombu reads, carrying ``item`` whole and why it was unreadable."""
+    reason = f"the bus could not read the message: {why}"
     return dumps(
         {
             "body": base64.b64encode(item).decode("ascii"),
             "content-encoding": "binary",
             "content-type": "application/octet-stream",
-            "headers": {
-                UNREADABLE_HEADER: f"the bus could not read the message: {why}",
-                UNREADABLE_CODE_HEADER: why.code,
-            },
+            "headers": {UNREADABLE_HEADER: reason, UNREADABLE_CODE_HEADER: why.code},
+            UNREADABLE_MARK: [why.code, reason],
             "properties": {
                 "body_encoding": "base64",
                 "delivery_tag": str(uuid.uuid4()),

@@ -31,8 +31,9 @@ from redis.exceptions import OutOfMemoryError
 
 from cellsight.notifications.redis_envelopes import UnreadableEnvelope, quarantined, readable
 from cellsight.notifications.redis_landing import TAKE, Landed, Landings
+from cellsight.notifications.unreadable import UNREADABLE_MARK
 
-__all__ = ["Channel", "Transport"]
+__all__ = ["Channel", "Message", "Transport"]
 
 
 class QoS(kombu_redis.QoS):
@@ -63,11 +64,25 @@ class QoS(kombu_redis.QoS):
                 self.channel.landings.sweep(client)
 
 
+class Message(virtual.Message):
+    """kombu's message, and ``unreadable``: ``(code, reason)`` when the channel could not
+    read what it came as (:func:`quarantined`), from its envelope's ``UNREADABLE_MARK``,
+    which a producer's headers cannot set."""
+
+    def __init__(self, payload: dict[str, Any], channel: Any = None, **kwargs: Any) -> None:
+        super().__init__(payload, channel=channel, **kwargs)
+        mark = payload.get(UNREADABLE_MARK)
+        self.unreadable: tuple[str, str] | None = None
+        if isinstance(mark, list) and len(mark) == 2:
+            self.unreadable = (str(mark[0]), str(mark[1]))
+
+
 class Channel(kombu_redis.Channel):
     """kombu's channel, taking messages through a landing (``redis_landing``) and
     reading each before kombu does (:func:`readable`)."""
 
     QoS = QoS
+    Message = Message
     # A wait on one list of several: the others are polled between waits, so this is
     # how late a message on one of them can be when the consumer was idle.
     SHARED_WAIT = 0.25

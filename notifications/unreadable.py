@@ -17,6 +17,7 @@ __all__ = [
     "UNREADABLE_CODES",
     "UNREADABLE_CODE_HEADER",
     "UNREADABLE_HEADER",
+    "UNREADABLE_MARK",
     "kombu_url",
 ]
 
@@ -27,6 +28,12 @@ UNREADABLE_CODE_HEADER = "x-cellsight-unreadable-code"
 """Its reason code: ``too_large`` for a body that decompresses past the bound (as on
 RabbitMQ), ``malformed`` otherwise."""
 UNREADABLE_CODES = frozenset({MalformedNotification.reason, TooLarge.reason})
+UNREADABLE_MARK = "cellsight-unreadable"
+"""The envelope key, beside kombu's own, that holds ``[code, reason]`` on such a message:
+what the indexer believes, where the two headers are for whoever reads the dead letter.
+A producer sets any header it likes (an adversarial probe had a good notification
+dead-lettered with a code and reason of its choosing); kombu's producers write no other
+envelope key."""
 
 ALIAS = "cellsight-redis"
 TRANSPORT_ALIASES.setdefault(ALIAS, "cellsight.notifications.redis_transport:Transport")

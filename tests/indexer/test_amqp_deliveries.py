@@ -55,13 +55,18 @@ class FakeChannel:
 
 
 class FakeConnection:
-    """What the router touches of py-amqp's connection: its frame handler and counter."""
+    """What the router touches of py-amqp's connection: its frame handler, counter and
+    heartbeat check (``ticks``: how many times it was asked)."""
 
     def __init__(self) -> None:
         self.bytes_recv = 0
+        self.ticks = 0
         self.passed: list[Frame] = []
         self.methods: list[tuple[int, Any, Any]] = []
         self.on_inbound_frame = frame_handler(self, self._on_method)
+
+    def heartbeat_tick(self) -> None:
+        self.ticks += 1
 
     def _on_method(self, channel: int, sig: Any, payload: Any, content: Any) -> bool:
         self.methods.append((channel, sig, content))
@@ -159,6 +164,7 @@ def test_routed_deliveries_match_py_amqps_own_reading(
             "routing_key": "notifications.info",
         }
     assert conn.bytes_recv >= len(frames)  # py-amqp's heartbeat check sees the traffic
+    assert conn.ticks == sum(f[0] == HEARTBEAT for f in mixed)  # at each broker heartbeat
 
 
 @settings(max_examples=40, deadline=None)
@@ -293,6 +299,36 @@ def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
     for f in deliver_frames(1, b"not gzip", props, []):
         router(f)
     assert [d.body for d in got] == [b"not gzip"]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "read"),
+    [
+        ("latin-1", b"caf\xe9", "caf\u00e9"),  # decoded, as py-amqp does
+        ("UTF-16", "{}".encode("utf-16"), "{}"),
+        ("utf-8", b"caf\xc3\xa9", b"caf\xc3\xa9"),  # stays bytes, which decoders read
+        # Python's punycode decoder takes time quadratic in its input: never used (an
+        # adversarial probe's 480 KB body held the indexer 53 s); idna's is Python too.
+        ("punycode", b"x" * 1000 + b"-" + b"ba" * 1000, b"x" * 1000 + b"-" + b"ba" * 1000),
+        ("idna", b"xn--caf-dma", b"xn--caf-dma"),
+        ("rot13", b"{}", b"{}"),  # no text encoding: a transform
+        ("no-such-codec", b"{}", b"{}"),
+        # Past the decoder's bound it is refused as too large: not decoded first.
+        ("latin-1", b"x" * (MAX_BODY_BYTES + 1), b"x" * (MAX_BODY_BYTES + 1)),
+    ],
+)
+def test_a_body_is_decoded_only_with_a_linear_text_codec(
+    encoding: str, body: bytes, read: bytes | str
+) -> None:
+    props = {"content_encoding": encoding}
+    conn, channel = FakeConnection(), FakeChannel()
+    got: list[Delivery] = []
+    router = DeliveryRouter(conn, channel, got.append)
+    for f in deliver_frames(1, body, props, [len(body) // 2] if len(body) > 1 else []):
+        router(f)
+    (delivery,) = got
+    assert delivery.body == read
+    assert wire_bytes(delivery.body, encoding) == body  # its dead letter's bytes
 
 
 def test_dead_letters_carry_the_bytes_that_came() -> None:

@@ -6,6 +6,7 @@ still raised: that is a setting to fix."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -87,4 +88,30 @@ def test_a_declaration_the_broker_refuses_is_raised(tmp_path: Path, rabbitmq_url
         thread.join(10)
     assert not stuck, "a refused declaration was retried"
     assert failure and isinstance(failure[0], PreconditionFailed), failure
+    engine.close()
+
+
+def test_an_idle_indexer_keeps_a_connection_with_heartbeats(
+    tmp_path: Path, rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With heartbeats asked for in the bus URL, the indexer sends them: the broker closed
+    an idle indexer's connection after two silent intervals (an adversarial probe, at
+    ``?heartbeat=5``: twice in 45 s). Idle for three and a half intervals, it keeps its
+    connection, then indexes what comes."""
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = settings.model_copy(update={"bus_url": f"{rabbitmq_url}?heartbeat=2"})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    good = novagen.notification(next(iter(novagen.EVENT_CLASSES)), seed=77)
+    with running_indexer(settings, engine, "process") as consumer:
+        first = consumer.connection
+        assert first.heartbeat == 2
+        # The broker's own timer: it closes a connection silent for two intervals.
+        quiet = threading.Event()
+        quiet.wait(7.0)
+        assert consumer.connection is first  # not lost, not replaced
+        publish(settings, [novagen.body(good)])
+        wait_for(lambda: consumer.acked >= 1, 30, "the notification acked")
+    assert "bus connection lost" not in caplog.text
+    assert consumer.totals["indexed"] == 1
     engine.close()

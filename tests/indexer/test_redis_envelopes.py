@@ -32,7 +32,11 @@ from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.notifications.limits import MAX_BODY_BYTES
 from cellsight.notifications.redis_envelopes import UnreadableEnvelope, readable
-from cellsight.notifications.unreadable import UNREADABLE_HEADER, kombu_url
+from cellsight.notifications.unreadable import (
+    UNREADABLE_CODE_HEADER,
+    UNREADABLE_HEADER,
+    kombu_url,
+)
 from cellsight.settings import Settings
 from tests.support import novagen, poison
 from tests.support.indexing import (
@@ -203,6 +207,23 @@ def test_a_decompression_bomb_is_too_large_on_the_embedded_bus(
     assert f"past {MAX_BODY_BYTES} bytes" in str(letter.reason)
     # The letter's body is the envelope the bomb came in, the compressed bytes inside.
     assert json.loads(letter.body)["headers"]["compression"] == "application/x-bz2"
+
+
+def test_a_producers_headers_do_not_make_a_notification_unreadable(
+    settings_: Settings, embedded_index: EmbeddedEngine
+) -> None:
+    """What the channel could not read it marks in the envelope, beside kombu's keys,
+    where producers write nothing. Headers claiming it are a producer's headers like any
+    other: an adversarial probe had a good notification dead-lettered ``too_large`` with
+    a reason of its choosing, by setting the two that the channel's mark also sets."""
+    good = poison.good(seed=5)
+    forged = {UNREADABLE_HEADER: "spoof", UNREADABLE_CODE_HEADER: "too_large"}
+    publish_bodies(settings_, [novagen.body(good)], headers=forged)
+    with running_indexer(settings_, embedded_index) as consumer:
+        wait_for(lambda: consumer.acked >= 1, 60, "the message acked")
+    assert (consumer.totals["indexed"], consumer.totals["dead"]) == (1, 0)
+    assert embedded_index.get("instance", poison.data(good)["uuid"]) is not None
+    assert letters(settings_) == []
 
 
 def test_an_unreadable_letter_does_not_stop_the_dead_letter_readers(settings_: Settings) -> None:

@@ -29,6 +29,7 @@ import redis
 from kombu import Connection, Exchange, Queue
 
 from cellsight.clients import build_bus
+from cellsight.notifications.bus import RESTORE_LOCK_SECONDS
 from cellsight.notifications.redis_landing import Landings
 from cellsight.notifications.redis_transport import Channel
 from cellsight.notifications.unreadable import kombu_url
@@ -42,6 +43,7 @@ from kombu import Connection, Exchange, Queue
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 from cellsight.notifications import redis_transport
+from cellsight.notifications.bus import redis_transport_options
 url, name, point, kind, prefix = sys.argv[1:6]
 base = redis_transport if kind == "cellsight" else kombu_redis
 
@@ -54,6 +56,11 @@ class QoS(base.QoS):
             die()
         return super().append(*args, **kwargs)
 
+    def restore_by_tag(self, *args, **kwargs):
+        if point == "restoring":
+            die()  # holding kombu's restore lock
+        return super().restore_by_tag(*args, **kwargs)
+
 class Channel(base.Channel):
     QoS = QoS
     def _brpop_read(self, **options):
@@ -65,7 +72,9 @@ class Transport(base.Transport):
     Channel = Channel
 
 TRANSPORT_ALIASES["killed"] = "__main__:Transport"
-options = {"visibility_timeout": 1}
+# As Cellsight's connections are made (``Bus``), restoring on every idle scan.
+options = redis_transport_options(timeout=5.0, visibility_timeout=1)
+options["unacked_restore_throttle"] = 1
 if prefix:
     options["global_keyprefix"] = prefix
 queue = Queue(name, Exchange(name, "direct"), name)
@@ -201,6 +210,24 @@ def test_kombus_own_transport_killed_at_the_same_point_leaves_it_nowhere(
     assert redis_bus.client.llen(redis_bus.prefix + queue.name) == 1  # one left of two
     assert unacked(redis_bus) == 0
     assert redis_bus.keys(f"*landing*{queue.name}*") == []
+
+
+def test_a_consumer_killed_while_restoring_holds_up_no_restore_for_long(
+    redis_bus: RedisBus,
+) -> None:
+    """kombu restores what dead consumers left under a lock; one killed while restoring
+    leaves it held until it expires, and no live consumer restores meanwhile: 300 s by
+    kombu's default (an adversarial probe: 2,136 messages back after 302 s with a
+    visibility timeout of 6 s), ``RESTORE_LOCK_SECONDS`` on Cellsight's connections."""
+    queue = a_queue()
+    publish(redis_bus, queue, ["first"])
+    # It takes "first", does not ack it, and dies restoring it once it is past due.
+    kill_a_consumer(redis_bus, queue, "restoring", "cellsight")
+    assert unacked(redis_bus) == 1
+    (lock,) = redis_bus.keys("unacked_mutex")
+    assert 0 < redis_bus.client.pttl(lock) <= RESTORE_LOCK_SECONDS * 1000
+    assert drain(redis_bus, queue, 1, within=RESTORE_LOCK_SECONDS + 20) == ["first"]
+    assert unacked(redis_bus) == 0
 
 
 def test_the_sweep_puts_back_a_dead_consumers_landing_and_leaves_a_live_ones(
