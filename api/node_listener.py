@@ -10,6 +10,7 @@ Enabled by the ``node_cache_listen`` setting; stopped with the returned event.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
@@ -79,10 +80,12 @@ def start_listener(settings: Settings, cache: NodeCache) -> tuple[threading.Even
             ):
                 ready.set()
                 while not stop.is_set():
-                    try:
+                    # socket.timeout too: nothing within 0.5 s
+                    with contextlib.suppress(TimeoutError):
                         connection.drain_events(timeout=0.5)
-                    except TimeoutError:  # socket.timeout too: nothing within 0.5 s
-                        continue
+                    # AMQP heartbeats, if the bus URL asks for them: kombu sends them only
+                    # when asked (the broker closed a silent listener after two intervals).
+                    connection.heartbeat_check()
 
     threading.Thread(target=run, name="node-cache-listener", daemon=True).start()
     return ready, stop

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     bus_url: str | None = Field(
         None,
         description="amqp://… in production (`?heartbeat=N`: AMQP heartbeats, which the"
-        " indexer sends while idle and busy); default: embedded Redis",
+        " indexer and the API's node listener send); default: embedded Redis",
     )
     exchange: str = Field("nova", description="Topic exchange Nova publishes notifications to")
     publisher_id: str = Field(

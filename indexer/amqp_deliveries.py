@@ -70,7 +70,7 @@ def text_codec(encoding: str) -> str | None:
     """The codec a body named ``encoding`` is decoded with, or None: it stays bytes."""
     try:
         name = codecs.lookup(encoding).name
-    except LookupError:
+    except (LookupError, ValueError):  # a NUL or a lone surrogate in the name: ValueError
         return None
     return name if name in TEXT_CODECS else None
 

@@ -48,8 +48,13 @@ def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
     view = memoryview(body)
     out = bytearray()
     stream, pos, streams = make(), 0, 1
-    while len(out) <= limit:
+    # A later stream's output is kept only once it ends: the standard library's
+    # functions drop all of a later stream that fails, and it may span many chunks.
+    later = bytearray()
+    while len(out) + len(later) <= limit:
         if stream.eof:
+            out += later
+            later.clear()
             pos -= len(stream.unused_data)  # where the stream ended
             if not many or pos >= len(view):
                 break
@@ -61,10 +66,14 @@ def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
             raise ValueError(f"{codec} stream ends early")
         chunk = view[pos : pos + _CHUNK]
         pos += len(chunk)
+        room = limit + 1 - len(out) - len(later)
         try:
-            out += stream.decompress(chunk, limit + 1 - len(out))
+            if streams == 1:
+                out += stream.decompress(chunk, room)
+            else:
+                later += stream.decompress(chunk, room)
         except (OSError, lzma.LZMAError):
             if streams == 1:
                 raise
-            break  # not another stream: ignored, as bz2's and lzma's functions do
-    return bytes(out)
+            return bytes(out)  # not another stream: ignored, as bz2's and lzma's functions do
+    return bytes(out + later)

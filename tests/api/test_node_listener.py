@@ -93,3 +93,20 @@ def test_the_listener_goes_on_after_a_message_it_cannot_decode(
         with build_notifier(settings) as notifier:
             register_node(Operations(registry, notifier, publisher_id="elsewhere"), "cell1", "h1")
             assert cache.heard.wait(30), "the listener stopped at the undecodable message"
+
+
+def test_the_listener_keeps_its_connection_with_heartbeats(
+    tmp_path: Path, rabbitmq_url: str
+) -> None:
+    """With ``?heartbeat=2`` on the bus URL the listener sends heartbeats: it never did,
+    and the broker closed it after two silent intervals, which stopped it for good (the
+    cache then expires by TTL only; a review found it). Idle for 3.5 intervals, it
+    still hears a node event."""
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = settings.model_copy(update={"bus_url": f"{rabbitmq_url}?heartbeat=2"})
+    with listening(settings, tmp_path) as (registry, cache):
+        threading.Event().wait(7.0)  # the broker's own timer: two silent intervals
+        assert any(t.name == "node-cache-listener" for t in threading.enumerate())
+        with build_notifier(settings) as notifier:
+            register_node(Operations(registry, notifier, publisher_id="elsewhere"), "cell1", "h1")
+            assert cache.heard.wait(30), "the listener lost its connection"

@@ -35,6 +35,7 @@ from cellsight.indexer.amqp_deliveries import (
     _deliver_args,
     bounded_decompress,
     routed_deliveries,
+    text_codec,
 )
 from cellsight.indexer.deadletter import wire_bytes
 from cellsight.indexer.planning import plan
@@ -313,6 +314,7 @@ def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
         ("idna", b"xn--caf-dma", b"xn--caf-dma"),
         ("rot13", b"{}", b"{}"),  # no text encoding: a transform
         ("no-such-codec", b"{}", b"{}"),
+        ("utf\x00-8", b"{}", b"{}"),  # codecs.lookup raises ValueError: it stopped the indexer
         # Past the decoder's bound it is refused as too large: not decoded first.
         ("latin-1", b"x" * (MAX_BODY_BYTES + 1), b"x" * (MAX_BODY_BYTES + 1)),
     ],
@@ -329,6 +331,14 @@ def test_a_body_is_decoded_only_with_a_linear_text_codec(
     (delivery,) = got
     assert delivery.body == read
     assert wire_bytes(delivery.body, encoding) == body  # its dead letter's bytes
+
+
+def test_an_encoding_name_lookup_cannot_fail() -> None:
+    """Names py-amqp can hand over that ``codecs.lookup`` raises on other than with
+    ``LookupError`` (a lone surrogate, from its ``surrogatepass`` reading)."""
+    assert text_codec("utf-8\udcff") is None
+    assert text_codec("latin\x00-1") is None
+    assert text_codec("LATIN-1") == "iso8859-1"
 
 
 def test_dead_letters_carry_the_bytes_that_came() -> None:
