@@ -180,7 +180,7 @@ def _checked(param: str, value: str) -> str:
 
 
 def _tags(param: str, value: str) -> list[str]:
-    tags = [t.strip() for t in value.split(",")]
+    tags = value.split(",")  # as Nova (2.26+): no strip, a tag may begin or end with spaces
     if not all(tags):
         raise invalid_parameter(param, value, "Expected a comma-separated list of non-empty tags.")
     return tags

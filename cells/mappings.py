@@ -62,6 +62,7 @@ class InstanceMapping:
     project_id: str
     user_id: str | None
     queued_for_delete: bool
+    created_at: datetime | None = None
 
 
 def _cell(row: sa.RowMapping) -> CellMapping:
@@ -81,6 +82,7 @@ def _instance_mapping(row: sa.RowMapping) -> InstanceMapping:
         project_id=row["project_id"],
         user_id=row["user_id"],
         queued_for_delete=bool(row["queued_for_delete"]),
+        created_at=row["created_at"],
     )
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +78,19 @@ def _resource(resource: str) -> str:
     return resource
 
 
+def _json_fault(exc: ValueError | RecursionError) -> str:
+    """What is wrong with the body, by the error's type, in the API's words: the parser's
+    own text for an integer too long to convert named CPython's setting, cut mid-word."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"  # deeper than the JSON parser goes; never a 500
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return "it is not UTF-8"
+    # The one other ValueError the parser raises: an integer's digits past the bound.
+    return f"a number has more than {sys.get_int_max_str_digits()} digits"
+
+
 def _body(raw: bytes) -> QueryBody:
     usage = 'The body must be a JSON object {"fields": [names], "filter": [...] or null}'
     if len(raw) > MAX_BODY:
@@ -84,10 +98,8 @@ def _body(raw: bytes) -> QueryBody:
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError) as exc:
-        # RecursionError: nesting deeper than the JSON parser goes; never a 500.
-        reason = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
         raise BadRequest(
-            f"The request body is not valid JSON: {reason}", parameter="body"
+            f"The request body is not valid JSON: {_json_fault(exc)}", parameter="body"
         ) from None
     if not isinstance(body, dict):
         raise BadRequest(usage, parameter="body")

@@ -117,7 +117,8 @@ def show_server(
             raise unavailable(
                 f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
             ) from None
-        entry = Unreachable(server_id, mapping.project_id, None)
+        # Nova's show from a down cell dates it by its mapping, as the listing does.
+        entry = Unreachable(server_id, mapping.project_id, mapping.created_at)
         out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"
         return FastJSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
     if row is None or row.get("deleted"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -190,3 +191,31 @@ def test_the_latency_middleware_reads_the_path_header_by_its_name() -> None:
     from cellsight.api.metrics import PATH_HEADER
 
     assert PATH.lower().encode() == PATH_HEADER
+
+
+@pytest.mark.parametrize("param", ["tags", "tags-any", "not-tags", "not-tags-any"])
+def test_tag_filters_take_each_tag_as_written(param: str) -> None:
+    """As Nova (2.26+), the value is split on commas and nothing else: a tag may begin or
+    end with spaces (Nova's tag pattern allows them), and one that does is not another
+    tag (the values were stripped, so ``tags=%20a`` matched tag ``a``: a probe)."""
+    from cellsight.api.auth import Principal
+    from cellsight.api.params import parse_list_query
+    from cellsight.query.tree import Contains
+
+    admin = Principal("u", "p", frozenset({"admin"}))
+    query = parse_list_query(
+        [(param, "  spaced  ,b, c")], admin, max_limit=1000, version=Version(2, 26)
+    )
+    contained = {node.value for node in _walk(query.filter) if isinstance(node, Contains)}
+    assert contained == {"  spaced  ", "b", " c"}
+
+
+def _walk(node: Any) -> list[Any]:
+    """Every node of a filter tree (dataclasses holding nodes or tuples of nodes)."""
+    out = [node]
+    for f in dataclasses.fields(node):
+        value = getattr(node, f.name)
+        for child in value if isinstance(value, tuple | list) else [value]:
+            if dataclasses.is_dataclass(child):
+                out.extend(_walk(child))
+    return out

@@ -56,6 +56,10 @@ def test_a_locked_postgresql_cell_is_skipped_within_its_deadline(
             client.get(f"/v2.1/servers/detail?project_id={project}", headers=v269),
             client.get(f"{listing}&name=a", headers=v269),
         ]
+        # A show dates the server by its mapping, as the listing's record does (it was
+        # "created": null: an adversarial probe).
+        one = sorted(victims)[0]
+        shown = client.get(f"/v2.1/servers/{one}", headers=v269)
         trans.rollback()
     locker.dispose()
     assert response.status_code == 200 and response.headers[PATH] == "fanout"
@@ -69,6 +73,10 @@ def test_a_locked_postgresql_cell_is_skipped_within_its_deadline(
     }
     assert set(unknown[0]) == {"id", "status", "tenant_id", "created", "links"}
     assert partial.json()["servers"][: len(unknown)] == unknown  # prefixed, as in Nova
+    assert shown.status_code == 200, shown.text
+    record = shown.json()["server"]
+    assert record["status"] == "UNKNOWN" and record["created"] is not None
+    assert record["created"] == {s["id"]: s for s in unknown}[one]["created"]
     for answer in withheld:
         assert answer.status_code == 200 and SKIPPED_CELLS in answer.headers
         assert [s for s in answer.json()["servers"] if s["status"] == "UNKNOWN"] == []
