@@ -21,8 +21,10 @@ S-expression has a text form (``to_text``) that parses back to the same tree:
   in a regex it only escapes the delimiter, every other escape reaches the regex;
 * regex flags: ``s`` is accepted and changes nothing (``.`` already matches a
   newline in the portable subset); ``i`` is refused, the subset is case-sensitive;
-* a glob becomes ``["|", ["=~", f, "^glob$"], ["=~", f, "^glob\\..*"]]``: Ganeti's
-  ``^glob(\\..*)?$`` nests quantifiers, which the portable subset refuses.
+* a glob becomes ``["|", ["=~", f, "^glob$"], ["=~", f, "^glob\\."]]``: Ganeti's
+  ``^glob(\\..*)?$`` nests quantifiers, which the portable subset refuses. Each ``*`` is
+  an unbounded quantifier, and the subset's bound allows two (``MAX_GLOB_STARS``): a glob
+  with more is refused naming its stars, not the regex the user never wrote.
 
 Every error is a ``FilterError`` (so the API answers 400) whose message starts with
 the 1-based column it points at, and carries that column in ``column``.
@@ -271,14 +273,24 @@ class _Parser:
         return "".join(out)
 
 
+MAX_GLOB_STARS = 2
+
+
 def _glob(parser: _Parser, start: int, name: str, pattern: str) -> list[Any]:
     """Ganeti's DNS-name glob, as two regexes (see the module docstring)."""
+    if pattern.count("*") > MAX_GLOB_STARS:
+        raise parser.error(
+            f"glob {pattern[:60]!r} for field {name!r} has {pattern.count('*')} '*': at most "
+            f"{MAX_GLOB_STARS} (more cannot be matched in bounded time)",
+            start,
+        )
     body = "".join(
         "[^.]*" if c == "*" else "[^.]" if c == "?" else "\\" + c if c in _GLOB_SPECIAL else c
         for c in pattern
     )
     whole = parser.node(start, "=~", name, f"^{body}$")
-    dotted = parser.node(start, "=~", name, f"^{body}\\..*")
+    # Unanchored at its end: what follows the dot is anything, with no quantifier.
+    dotted = parser.node(start, "=~", name, f"^{body}\\.")
     return parser.node(start, "|", whole, dotted)
 
 

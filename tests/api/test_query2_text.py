@@ -74,12 +74,25 @@ def test_glob_is_ganetis_dns_name_glob() -> None:
     assert raw == [
         "|",
         ["=~", "name", "^web[^.]\\.[^.]*$"],
-        ["=~", "name", "^web[^.]\\.[^.]*\\..*"],
+        ["=~", "name", "^web[^.]\\.[^.]*\\."],
     ]
     assert to_sexpr('name !* "a"')[0][0] == "!"
     docs = [{"display_name": n} for n in ("web1.x", "web1.x.site", "web12.x", "web1", "web1.xy")]
     tree = parse_text("instance", 'name =* "web?.x"').tree
     assert [d["display_name"] for d in docs if evaluate(tree, d)] == ["web1.x", "web1.x.site"]
+
+
+def test_a_glob_takes_two_stars_and_names_a_third() -> None:
+    """Each ``*`` is an unbounded quantifier and the regex bound allows two: ``*-*``
+    (refused before, by the dotted regex's own ``.*``) is read; a third is refused
+    naming the glob, where the error quoted a regex the user never wrote (a probe)."""
+    docs = [{"display_name": n} for n in ("web-1", "web-1.site", "web1", "db-2.x.y")]
+    tree = parse_text("instance", 'name =* "*-*"').tree
+    assert [d["display_name"] for d in docs if evaluate(tree, d)] == [
+        "web-1", "web-1.site", "db-2.x.y"
+    ]  # fmt: skip
+    with pytest.raises(TextFilterError, match=r"glob '\*-\*-\*' for field 'name' has 3"):
+        parse_text("instance", 'name =* "*-*-*"')
 
 
 _resource_and_filter = st.sampled_from(["instance", "node"]).flatmap(
