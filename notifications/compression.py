@@ -48,13 +48,13 @@ def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
     view = memoryview(body)
     out = bytearray()
     stream, pos, streams = make(), 0, 1
-    # A later stream's output is kept only once it ends: the standard library's
-    # functions drop all of a later stream that fails, and it may span many chunks.
-    later = bytearray()
-    while len(out) + len(later) <= limit:
+    # The current stream's output joins ``out`` only once the stream ends: the standard
+    # library's functions drop all of a later stream that fails, and it may span chunks.
+    current = bytearray()
+    while len(out) + len(current) <= limit:
         if stream.eof:
-            out += later
-            later.clear()
+            out += current
+            current.clear()
             pos -= len(stream.unused_data)  # where the stream ended
             if not many or pos >= len(view):
                 break
@@ -66,14 +66,12 @@ def bounded_decompress(body: bytes, codec: str, limit: int) -> bytes:
             raise ValueError(f"{codec} stream ends early")
         chunk = view[pos : pos + _CHUNK]
         pos += len(chunk)
-        room = limit + 1 - len(out) - len(later)
         try:
-            if streams == 1:
-                out += stream.decompress(chunk, room)
-            else:
-                later += stream.decompress(chunk, room)
+            current += stream.decompress(chunk, limit + 1 - len(out) - len(current))
         except (OSError, lzma.LZMAError):
             if streams == 1:
                 raise
-            return bytes(out)  # not another stream: ignored, as bz2's and lzma's functions do
-    return bytes(out + later)
+            break  # not another stream: ignored, as bz2's and lzma's functions do
+    else:
+        out += current  # past the limit: cut one byte past it, whichever stream it is in
+    return bytes(out)

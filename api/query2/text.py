@@ -32,11 +32,13 @@ the 1-based column it points at, and carries that column in ``column``.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
 
 from cellsight.api.query2.sexpr import MAX_DEPTH, MAX_TERMS, FilterError, ParsedFilter, parse
+from cellsight.query.regex_syntax import MAX_CHOICES, UNBOUNDED_CHOICES
 
 MAX_TEXT = 64 * 1024  # a filter is typed by a person; longer is a mistake or an attack
 MAX_NESTING = 4 * MAX_DEPTH  # parentheses and "not" before the tree's own depth check
@@ -273,7 +275,8 @@ class _Parser:
         return "".join(out)
 
 
-MAX_GLOB_STARS = 2
+# Each '*' is an unbounded quantifier: as many as the regex bound's product allows.
+MAX_GLOB_STARS = next(n for n in itertools.count() if UNBOUNDED_CHOICES ** (n + 1) > MAX_CHOICES)
 
 
 def _glob(parser: _Parser, start: int, name: str, pattern: str) -> list[Any]:
