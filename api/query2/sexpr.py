@@ -224,6 +224,7 @@ class _Parser:
             raise MalformedFilter(f"filter: {op} does not apply to {field.name!r}; use == or !=")
         if not isinstance(value, str):
             raise WrongValueKind(field.name, op, value, "a string")
+        _storable(field, op, value)  # as every other text value: no status holds either
         matches = status_filter([value])
         return Not(matches) if op == "!=" else matches
 
