@@ -132,8 +132,14 @@ def _read_naming(
 def fetch_faults(conn: sa.Connection) -> tuple[type[Exception], ...]:
     """What fetching a page raises for a value the driver or a column type cannot convert
     (PostgreSQL's 'infinity' timestamp, a JSON integer past 4,300 digits): the model's
-    faults, and the driver's own ``DataError`` (a raw fetch is not wrapped by SQLAlchemy)."""
-    return (*ROW_FAULTS, sa.exc.DataError, conn.dialect.loaded_dbapi.DataError)
+    faults, and the driver's own ``DataError`` (a raw fetch is not wrapped by SQLAlchemy).
+    SQLite's driver raises ``OperationalError`` for text that is not UTF-8 (SQLite stores
+    any bytes as text), its only error for a value it cannot convert; a lock or an I/O
+    error of that type fails the culprit's search too and is raised as it was."""
+    dbapi = conn.dialect.loaded_dbapi
+    if conn.dialect.name == "sqlite":
+        return (*ROW_FAULTS, sa.exc.DataError, sa.exc.OperationalError, dbapi.OperationalError)
+    return (*ROW_FAULTS, sa.exc.DataError, dbapi.DataError)
 
 
 def _culprit(
@@ -166,6 +172,10 @@ def _culprit(
         for column in page.selected_columns:
             failure = fails(page.with_only_columns(column).where(uuid == found))
             if failure is not None:
+                # A value's fault only if the statement reads no row without failing: a
+                # column the table lost fails with no row to convert, and is no culprit.
+                if fails(page.with_only_columns(column).where(sa.false())) is not None:
+                    return None
                 return UnreadableRow(found, f"column {column.key}: {row_fault(failure)}")
         return None
     return None

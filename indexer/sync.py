@@ -327,6 +327,7 @@ class _Run:
         )
         result = verifier.run(off)
         self.report.caught_up += sum(c.repaired for c in result.cells)
+        self.report.twins += sum(c.twin for c in result.cells)
         failed = [c for c in result.cells if c.errors or c.repair_failed]
         if failed:
             detail = "; ".join(f"{c.name}: {', '.join(c.errors[:3])}" for c in failed)

@@ -39,6 +39,7 @@ from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult, WriteStatus
 from cellsight.indexer.retries import write_retrying
 from cellsight.indexer.sync_request import RETRY_BACKOFF, peak_rss_mb
+from cellsight.indexer.verify_report import brief
 
 # Below this many rows, starting worker processes costs more than it saves.
 PROCESS_MIN_ROWS = 50_000
@@ -165,7 +166,9 @@ def _work(
                 engines.dispose()  # memory stays flat however many cells there are
     except BaseException as exc:  # reported to the coordinator, which fails the sync
         where = f"cell {cell.name}: " if cell is not None else ""
-        out.put(("error", None, f"{where}{type(exc).__name__}: {exc}"))
+        # One line: SQLAlchemy's text of a database error adds the statement and its
+        # parameters, which an operator's terminal need not see.
+        out.put(("error", None, f"{where}{brief(exc)}"))
     finally:
         out.put(("exit", None, peak_rss_mb() if own_process else 0.0))
 

@@ -68,6 +68,7 @@ class SyncReport:
     rows: int = 0
     documents: int = 0
     caught_up: int = 0
+    twins: int = 0  # uuids with a row in two cells: indexed once (``Verifier``'s TWIN)
     cleaned_up: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)

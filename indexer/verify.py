@@ -65,6 +65,7 @@ from cellsight.indexer.verify_report import (
     MISSING,
     ORPHANED,
     SAMPLES,
+    TWIN,
     CellDrift,
     VerifyReport,
     VerifyStopped,
@@ -207,6 +208,17 @@ class Verifier:
     ) -> None:
         missing = {uuid: version for uuid, (kind, version) in kinds.items() if kind == MISSING}
         filed = self._filed_elsewhere(docs.cell_uuid, list(missing))
+        # The same uuid in two cells (Nova never makes one; a restore or a hand-made copy
+        # can): the document is one, filed under the other cell, whose row is as real as
+        # this one. Neither misfiled nor missing, and not rewritten: the version rule
+        # keeps one of the two, as the sync's load did.
+        try:
+            twins = self._rows_elsewhere(docs.cell_uuid, list(filed)) if filed else set()
+        except (sa.exc.SQLAlchemyError, CellsError):
+            twins = set()  # the other cell unreadable: misfiled, as before
+        for uuid in twins:
+            drift.note(TWIN, uuid)
+            del missing[uuid], filed[uuid], kinds[uuid]
         for uuid in missing:
             drift.note(MISSING if uuid not in filed else MISFILED, uuid)
         # A misfiled document at or above the row's revision would refuse the rewrite.

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 MISFILED = "misfiled"
+TWIN = "twin"  # a row in this cell and one in another: one document, under the other
 SAMPLES = 5
 
 
@@ -67,6 +68,7 @@ class CellDrift:
     misfiled: int = 0
     misfiled_held: int = 0  # misfiled at or above its row's revision: not rewritten
     row_elsewhere: int = 0  # filed here, its row in another cell: not an orphan
+    twin: int = 0  # its row here and in another cell, its document filed there: not drift
     tombstones_without_row: int = 0
     repaired: int = 0
     repair_lost_to_newer: int = 0  # a live write got there first: nothing to do

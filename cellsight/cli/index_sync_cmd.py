@@ -121,10 +121,18 @@ def index_sync(
         f"into {data['index']} in {data['seconds']:.1f} s ({data['docs_per_s']:,} docs/s)",
         highlight=False,
     )
+    if data["twins"]:
+        console.print(_TWINS.format(data["twins"]), highlight=False)
     if data["cleaned_up"]:
         console.print(f"removed what an unfinished sync left: {', '.join(data['cleaned_up'])}")
     if data["dropped"]:
         console.print(f"dropped old indexes: {', '.join(data['dropped'])}")
+
+
+_TWINS = (
+    "{:,} uuids have a row in another cell too: indexed once, under that cell "
+    "(the fan-out lists both)"
+)
 
 
 def index_verify(
@@ -210,6 +218,8 @@ def _print_report(report: Any) -> None:
                 str(c.orphaned), str(c.misfiled), str(c.ahead),
                 str(c.repaired) if report.repair else "-",
             )  # fmt: skip
+        if c.twin:
+            console.print(f"{escape(c.name)}: {_TWINS.format(c.twin)}", highlight=False)
         for error in c.errors:
             why = f"not compared: {error}" if error == c.failed else str(error)
             err_console.print(f"[red]{escape(c.name)}[/]: {escape(why)}", highlight=False)

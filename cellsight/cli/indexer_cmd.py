@@ -18,7 +18,9 @@ dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
 )
 
-_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION = re.compile(r"^([0-9]{1,12})([smhd])$")
+# Past this, now minus the age is before the calendar's first year: nothing was deleted.
+MAX_DURATION = timedelta(days=365 * 1000)
 
 
 def parse_duration(value: str) -> timedelta:
@@ -26,7 +28,10 @@ def parse_duration(value: str) -> timedelta:
     if not match:
         raise typer.BadParameter(f"{value!r} is not a duration like 30d, 12h, 15m or 90s")
     units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-    return timedelta(**{units[match.group(2)]: int(match.group(1))})
+    seconds = int(match.group(1)) * timedelta(**{units[match.group(2)]: 1}).total_seconds()
+    if seconds > MAX_DURATION.total_seconds():
+        raise typer.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days")
+    return timedelta(seconds=seconds)
 
 
 def run_indexer(

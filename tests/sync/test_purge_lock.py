@@ -121,3 +121,19 @@ def test_nothing_else_runs_beside_a_purge(synced: Settings, engine: SearchEngine
     assert len(removed) == 1  # it went on, and finished
     assert engine.get_meta(lock_key("instance"))["released"]  # type: ignore[index]
     assert cli(synced, "sync").exit_code == 0  # free again once the purge is done
+
+
+@pytest.mark.parametrize(
+    "value", ["abc", "-1d", "99999999999999d", "740000d", "20000000h", "9" * 5000 + "s", "٣d"]
+)
+def test_a_bad_age_is_a_usage_error_naming_the_option(tmp_path: Path, value: str) -> None:
+    """An adversarial probe: an age past the calendar's start was an "internal error"
+    (OverflowError), naming neither the option nor its value."""
+    _register()
+    result = runner.invoke(
+        app, ["--data-dir", str(tmp_path / "d"), "index", "purge", "--older-than", value]
+    )
+    err = result.stderr.strip()
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(err.splitlines()) == 1 and err.startswith("error: --older-than: "), err
+    assert "internal" not in err and "Traceback" not in result.output

@@ -338,3 +338,46 @@ def test_a_revision_that_is_no_integer_fails_verify_naming_the_row(make_world: A
     (failed_cell,) = report.failed_cells
     assert failed_cell.failed is not None
     assert victim in failed_cell.failed and "revision 'abc' is not an integer" in failed_cell.failed
+
+
+def test_a_cell_that_fails_its_query_fails_the_sync_in_one_line(make_world: Any) -> None:
+    """An adversarial probe dropped a column of a cell's table: the sync's error quoted
+    SQLAlchemy's whole text, the statement and its parameters over eight lines."""
+    import sqlalchemy as sa
+
+    world: World = make_world("sqlite", "embedded", cells=1)
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    before = _serving(world)
+    cell = world.registry.list_cells()[0]
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(sa.text("ALTER TABLE instances DROP COLUMN tags"))
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions())
+    message = str(failed.value)
+    assert f"cell {cell.name}: OperationalError: no such column" in message
+    assert "[SQL" not in message and "SELECT" not in message and "\n" not in message
+    assert _serving(world) == before
+
+
+def test_text_that_is_not_utf8_fails_the_sync_naming_row_and_column(make_world: Any) -> None:
+    """SQLite stores any bytes as text; its driver cannot decode them and fails the page
+    (an adversarial probe): the error now names the row and column, as for the values
+    PostgreSQL's driver cannot convert."""
+    import sqlalchemy as sa
+
+    world: World = make_world("sqlite", "embedded", cells=1)
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    cell = world.registry.list_cells()[0]
+    victim = sorted(world.revisions(cell))[4]
+    with world.registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE instances SET display_name = CAST(X'C328FF' AS TEXT), "
+                "revision = revision + 1 WHERE uuid = :uuid"
+            ),
+            {"uuid": victim},
+        )
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions(batch_size=7))
+    assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
+    assert "column display_name:" in str(failed.value)

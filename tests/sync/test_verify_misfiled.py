@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid as uuidlib
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect
@@ -103,3 +104,39 @@ def test_orphans_wait_while_another_cell_cannot_be_read(make_world: Any) -> None
     assert repaired.ok and repaired.cells[0].repaired == 1
     stored = engine.get("instance", orphan)
     assert stored is not None and stored.document["deleted"] is True
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1])
+def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(make_world: Any, offset: int) -> None:
+    """An adversarial probe copied a row into a second cell: with the copies' revisions
+    apart every full sync failed ("misfiled ... index sync rebuilds them"), with them
+    equal the sync passed and every ``verify --repair`` then failed the same way. Both
+    rows are real: the document is one, filed under either cell, and neither verify nor
+    the sync counts the other as drift."""
+    from cellsight.cells.schema import instances
+
+    world: World = make_world("sqlite", "embedded")
+    engine, registry = world.engine, world.registry
+    one, two = world.cells
+    run_sync(engine, registry, SyncOptions(keep_old=0))
+    uuid = sorted(world.revisions(one))[2]
+    with registry.cell_engine(one).connect() as conn:
+        found = conn.execute(sa.select(instances).where(instances.c.uuid == uuid)).one()
+    row = dict(found._mapping)
+    row.pop("id")
+    row["revision"] += offset
+    with registry.cell_engine(two).begin() as conn:
+        conn.execute(instances.insert().values(**row))
+
+    for _ in range(2):  # a sync over the twins, and the next one
+        report = run_sync(engine, registry, SyncOptions(keep_old=0))
+        assert report.twins == 1
+    stored = engine.get("instance", uuid)
+    assert stored is not None and stored.document["cell_uuid"] in (one.uuid, two.uuid)
+    if offset:  # the version rule: the higher revision's cell
+        assert stored.document["cell_uuid"] == (two.uuid if offset > 0 else one.uuid)
+    for repair in (False, True):
+        found = verify_resource(engine, registry, "instance", repair=repair)
+        assert found.ok and found.drift == 0, found.as_dict()
+        assert sum(c.twin for c in found.cells) == 1
+        assert sum(c.repaired for c in found.cells) == 0
