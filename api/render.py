@@ -141,6 +141,12 @@ def _canonical(value: str) -> bool:
     return len(value) in (20, 27) and value[-1] == "Z" and value[10] == "T" and value[19] in ".Z"
 
 
+# A row without a creation time (written by other means: Nova always sets it) is shown
+# as created at the epoch. Nova's ``isotime(None)`` is the time of the request, which
+# differs from page to page and path to path; Tempest's schemas want a time, not null.
+NO_TIME = "1970-01-01T00:00:00Z"
+
+
 def isotime(value: str | datetime | None) -> str | None:
     """Nova's ``utils.isotime``: seconds precision, ``Z``."""
     if value is None:
@@ -236,10 +242,10 @@ def detail(doc: Mapping[str, Any], ctx: LinkContext) -> dict[str, Any]:
         "hostId": host_id(project, doc.get("host")),
         "image": _image(doc, ctx),
         "flavor": _flavor(doc, ctx),
-        "created": isotime(doc.get("created_at")),
+        "created": isotime(doc.get("created_at")) or NO_TIME,
         # Nova shows "now" for a never-updated server; a fixed value keeps both paths
         # (and repeated pages) identical, so the creation time stands in.
-        "updated": isotime(doc.get("updated_at") or doc.get("created_at")),
+        "updated": isotime(doc.get("updated_at") or doc.get("created_at")) or NO_TIME,
         "addresses": addresses(doc),
         "accessIPv4": "",
         "accessIPv6": "",
@@ -315,6 +321,6 @@ def unknown(entry: Unreachable, ctx: LinkContext, *, detailed: bool) -> dict[str
         "id": entry.uuid,
         "status": "UNKNOWN",
         "tenant_id": entry.project_id,
-        "created": isotime(entry.created_at),
+        "created": isotime(entry.created_at) or NO_TIME,
         "links": ctx.links(entry.uuid),
     }

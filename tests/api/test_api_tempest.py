@@ -21,6 +21,7 @@ import pytest
 from cellsight.api.app import create_app
 from cellsight.api.microversion import MAX
 from cellsight.api.microversion import parse as parse_version
+from cellsight.api.render import NO_TIME
 from cellsight.cells.nodeevents import register_node
 from cellsight.cells.operations import Operations
 from cellsight.cells.reservations import Reservations
@@ -222,3 +223,39 @@ def test_reservations_and_what_they_became_validate_against_tempest_schemas(
         if role == "admin" and parse_version(version) >= parse_version("2.3"):
             shown = tempest.show_server(late)["server"]
             assert shown["OS-EXT-SRV-ATTR:hostname"] == "late-name"
+
+
+def test_a_row_without_times_validates_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An adversarial probe nulled a row's created_at and updated_at with plain SQL: both
+    paths rendered ``"created": null``, which Tempest's schemas refuse at every version.
+    Both now show the epoch, the same on every page and either path."""
+    import sqlalchemy as sa
+
+    world = build_world(tmp_path / "w", "sqlite")
+    cell = world.registry.list_cells()[0]
+    victim = next(
+        row["uuid"]
+        for c, row in world.rows()
+        if c == cell.uuid and not row["deleted"] and not row["forthcoming"]
+    )
+    cell_engine = sa.create_engine(cell.database_url)
+    with cell_engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE instances SET created_at = NULL, updated_at = NULL WHERE uuid = :u"),
+            {"u": victim},
+        )
+    cell_engine.dispose()
+    with both_paths(tmp_path / "p", world, "notimes") as urls:
+        for version in ("2.1", "2.47", "2.96"):
+            monkeypatch.setattr(base_compute_client, "COMPUTE_MICROVERSION", version)
+            for path, base in urls.items():
+                tempest = client(base, "root:admin")
+                server = tempest.show_server(victim)["server"]
+                assert (server["created"], server["updated"]) == (NO_TIME, NO_TIME)
+                listed = tempest.list_servers(detail=True, all_tenants="True", limit=1000)
+                assert listed.response["x-cellsight-path"] == path
+                (found,) = [s for s in listed["servers"] if s["id"] == victim]
+                assert (found["created"], found["updated"]) == (NO_TIME, NO_TIME)
+    world.registry.close()
