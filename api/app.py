@@ -63,7 +63,14 @@ def create_app(
     )
     safe_connect = SafeConnect(settings.safe_connect_cooldown)
     metrics.safe_connect.set_function(lambda: 1.0 if safe_connect.flagged else 0.0)
-    search = InstanceSearch(registry, engine, fanout, safe_connect, metrics)
+    search = InstanceSearch(
+        registry,
+        engine,
+        fanout,
+        safe_connect,
+        metrics,
+        per_project_cells=settings.instance_list_per_project_cells,
+    )
 
     def next_probe_delay() -> float:
         wait = safe_connect.next_probe_in()

@@ -89,8 +89,11 @@ class InstanceSearch:
         fanout: FanOut,
         safe_connect: SafeConnect,
         metrics: ApiMetrics | None = None,
+        *,
+        per_project_cells: bool = False,
     ) -> None:
         self.registry = registry
+        self.per_project_cells = per_project_cells
         self.engine = engine
         self.fanout = fanout
         self.safe_connect = safe_connect
@@ -230,10 +233,11 @@ class InstanceSearch:
         return sort_values(marker_document(self.registry, self.fanout, marker, principal), order)
 
     def cells_for(self, project: str | None) -> list[CellMapping]:
-        """Every cell, or for one project only the cells holding its instances."""
+        """Every cell, as Nova by default; with ``per_project_cells``, for one project
+        only the cells its instance mappings name."""
         try:
             cells = self.registry.list_cells()
-            if project is None:
+            if project is None or not self.per_project_cells:
                 return cells
             m = instance_mappings.c
             query = sa.select(m.cell_uuid).where(m.project_id == project).distinct()

@@ -171,6 +171,12 @@ class Settings(BaseSettings):
         5.0, gt=0, description="Seconds between background probes of the search index"
     )
     fanout_workers: int = Field(32, ge=1, description="Cell queries run at once (fan-out)")
+    instance_list_per_project_cells: bool = Field(
+        False,
+        description="A project's fan-out reads only the cells its instance mappings name "
+        "(Nova's option of that name): fewer queries, but a row whose mapping is missing or "
+        "names another cell is left out there while the index lists it",
+    )
     fanout_admission_wait: float = Field(
         2.0, ge=0, description="Seconds a fan-out waits for room in the pool before a 503"
     )

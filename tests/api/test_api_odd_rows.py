@@ -55,3 +55,50 @@ def test_a_row_that_does_not_read_skips_its_cell_by_name(
     listed = {server["id"] for server in listing.json()["servers"]}
     assert others <= listed and victim not in listed
     world.registry.close()
+
+
+@pytest.mark.parametrize("per_project_cells", [False, True])
+def test_a_row_without_its_mapping_on_both_paths(tmp_path: Path, per_project_cells: bool) -> None:
+    """An adversarial probe: a project's server whose instance mapping is missing was
+    listed by the index and left out by the fan-out, which read only the cells the
+    project's mappings name. Nova reads every cell unless told otherwise
+    (``instance_list_per_project_cells``), and so does Cellsight now."""
+    from cellsight.cells.schema import instance_mappings, instances
+    from cellsight.indexer.engines.embedded import EmbeddedEngine
+    from tests.support.api_world import load_index
+
+    world = build_world(tmp_path / "w", "sqlite")
+    cell = world.registry.list_cells()[0]
+    victim = next(
+        row["uuid"]
+        for c, row in world.rows()
+        if c == cell.uuid and not row["deleted"] and not row["forthcoming"]
+    )
+    cell_engine = sa.create_engine(cell.database_url)
+    with cell_engine.begin() as conn:
+        conn.execute(
+            instances.update().where(instances.c.uuid == victim).values(project_id="lonely")
+        )
+    cell_engine.dispose()
+    with world.registry.api_engine.begin() as conn:
+        conn.execute(instance_mappings.delete().where(instance_mappings.c.instance_uuid == victim))
+    engine = EmbeddedEngine(tmp_path / "index.db", prefix="lonely")
+    load_index(engine, world)
+    settings = api_settings(tmp_path, instance_list_per_project_cells=per_project_cells)
+    listed: dict[str, list[str]] = {}
+    for path, app in (
+        ("index", create_app(settings, engine=engine, registry=world.registry)),
+        ("fanout", create_app(settings, registry=world.registry)),
+    ):
+        with TestClient(app) as client:
+            for who, query in (("member", ""), ("admin", "?project_id=lonely")):
+                headers = {"X-Auth-Token": "u:lonely"} if who == "member" else ADMIN
+                response = client.get(f"/v2.1/servers{query}", headers=headers)
+                assert response.status_code == 200, response.text
+                assert response.headers["X-Cellsight-Path"] == path
+                listed[f"{path} {who}"] = [s["id"] for s in response.json()["servers"]]
+    assert listed["index member"] == listed["index admin"] == [victim]
+    expected = [] if per_project_cells else [victim]
+    assert listed["fanout member"] == listed["fanout admin"] == expected
+    engine.close()
+    world.registry.close()
