@@ -62,11 +62,16 @@ class Scope:
     def where(self) -> list[sa.ColumnElement[bool]]:
         if self.resource == "node":
             return [compute_nodes.c.deleted.is_(False)]
-        if self.purge_floor is None:
-            return []
+        purged = self.purged()
+        return [] if purged is None else [sa.not_(purged)]
+
+    def purged(self) -> sa.ColumnElement[bool] | None:
+        """The instance rows deleted before the purge floor: out of the index's scope, as
+        their purged tombstones are, though the cells keep them until Nova archives them."""
+        if self.resource != "instance" or self.purge_floor is None:
+            return None
         c = instances.c
-        purged = sa.and_(c.deleted.is_(True), c.deleted_at < self.purge_floor)
-        return [sa.not_(purged)]
+        return sa.and_(c.deleted.is_(True), c.deleted_at < self.purge_floor)
 
 
 def scope_of(engine: SearchEngine, resource: str, registry: CellRegistry) -> Scope:
@@ -231,13 +236,20 @@ class CellDocs:
             out.extend(self.ops(conn, rows))
         return out
 
-    def existing(self, conn: sa.Connection, uuids: Sequence[str]) -> set[str]:
-        """Which of ``uuids`` have a row in scope now."""
+    def existing(
+        self, conn: sa.Connection, uuids: Sequence[str], *, purged: bool = False
+    ) -> set[str]:
+        """Which of ``uuids`` have a row in scope now (``purged``: a row out of scope,
+        deleted before the purge floor)."""
         t = self.scope.table
         found: set[str] = set()
+        below = self.scope.purged()
+        if purged and below is None:
+            return found
+        where = [below] if purged and below is not None else self.scope.where()
         for start in range(0, len(uuids), IN_CHUNK):
             chunk = list(uuids[start : start + IN_CHUNK])
-            query = sa.select(t.c.uuid).where(t.c.uuid.in_(chunk), *self.scope.where())
+            query = sa.select(t.c.uuid).where(t.c.uuid.in_(chunk), *where)
             try:
                 found.update(str(u) for (u,) in conn.execute(query))
             finally:

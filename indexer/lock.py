@@ -82,6 +82,8 @@ def is_free(value: dict[str, Any] | None, now: datetime) -> bool:
 def describe(value: dict[str, Any] | None) -> str:
     if not value:
         return "nobody"
+    if value.get("released"):  # the holder that took it over has finished since
+        return f"by {value.get('owner')}, which released it at {value.get('at')}"
     return (
         f"a {value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')} "
         f"since {value.get('acquired_at')} (last heartbeat {value.get('heartbeat_at')}, "

@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from cellsight.cells.rows import COLUMN_OF, node_to_payload, row_to_payload
 from cellsight.cells.schema import instances
 from cellsight.indexer.documents import instance_document, node_document, node_version
+from cellsight.indexer.engines.base import StoredDocument, WriteOp
 from cellsight.indexer.fields import BOOKKEEPING_FIELDS, INSTANCE_FIELDS
 from cellsight.indexer.row_values import (
     Convert,
@@ -211,3 +212,19 @@ def _flat_flavor(flavor: Convert, flat: Convert, value: Any) -> list[Any]:
 def now_stamp() -> str:
     """``indexed_at`` of one batch: a sync stamps a batch, not each document."""
     return format_timestamp(datetime.now(UTC))
+
+
+def tombstone(stored: StoredDocument) -> WriteOp:
+    """The orphan's document marked deleted, one version above the stored one."""
+    stamp = now_stamp()
+    version = stored.version + 1
+    doc = dict(stored.document)
+    doc.update(
+        deleted=True,
+        state="deleted",
+        deleted_at=doc.get("deleted_at") or stamp,
+        version=version,
+        event_type=REPAIR_EVENT,
+        indexed_at=stamp,
+    )
+    return WriteOp("instance", stored.id, version, doc)

@@ -300,7 +300,10 @@ class _Run:
         self, exc: BaseException, new: str, old_read: str, problems: list[str]
     ) -> SyncFailed:
         what = "was interrupted" if _interrupted(exc) else f"failed: {exc}"
-        if problems:
+        if isinstance(exc, LockLost):  # the sync that took the lock over set the aliases
+            serving = "the aliases are as the sync that took the lock over left them"
+            left = f"{serving}; {'; '.join(problems) or f'{new} was deleted'}"
+        elif problems:
             left = f"{old_read} still serves; {'; '.join(problems)} (the next sync cleans up)"
         else:
             left = f"{old_read} still serves and {new} was deleted"

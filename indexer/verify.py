@@ -57,10 +57,11 @@ from cellsight.indexer.engines.base import (
     WriteStatus,
 )
 from cellsight.indexer.retries import write_retrying
-from cellsight.indexer.row_documents import REPAIR_EVENT, now_stamp
+from cellsight.indexer.row_documents import REPAIR_EVENT, tombstone
 from cellsight.indexer.sync_request import RETRY_BACKOFF
 from cellsight.indexer.verify_report import (
     AHEAD,
+    HIDDEN,
     MISFILED,
     MISSING,
     ORPHANED,
@@ -161,6 +162,7 @@ class Verifier:
         stored = counted(self._docs_stream(cell.uuid), docs_seen)
         rewrite: dict[str, tuple[str, int]] = {}  # uuid → (missing or stale, revision)
         orphans: list[str] = []
+        ahead: list[str] = []
         reported = 0
         for kind, uuid, version in diff(rows, stored):
             if self._stop.is_set():
@@ -173,17 +175,23 @@ class Verifier:
                 drift.note(kind, uuid)
                 if kind != AHEAD:
                     rewrite[uuid] = (kind, version)
+                elif self.resource == "instance":
+                    ahead.append(uuid)
             if len(rewrite) >= IN_CHUNK:
                 self._rewrite(conn, docs, rewrite, drift)
                 rewrite = {}
             if len(orphans) >= IN_CHUNK:
                 self._orphans(conn, docs, orphans, drift, held)
                 orphans = []
+            if len(ahead) >= IN_CHUNK:
+                self._hidden(conn, docs, ahead, drift)
+                ahead = []
             if rows_seen[0] - reported >= self.batch_size:
                 self.on_progress(cell.uuid, rows_seen[0] - reported)
                 reported = rows_seen[0]
         self._rewrite(conn, docs, rewrite, drift)
         self._orphans(conn, docs, orphans, drift, held)
+        self._hidden(conn, docs, ahead, drift)
         self.on_progress(cell.uuid, rows_seen[0] - reported)
         drift.rows, drift.documents = rows_seen[0], docs_seen[0]
         if drift.misfiled_held and self.repair:
@@ -234,7 +242,7 @@ class Verifier:
         """The stored version of each of ``uuids`` whose document another cell holds."""
         if not uuids:
             return {}
-        stored = self.engine.get_many(self.resource, uuids, fields=["cell_uuid"])
+        stored = self._stored(uuids, fields=["cell_uuid"])
         return {
             uuid: doc.version
             for uuid, doc in stored.items()
@@ -278,13 +286,22 @@ class Verifier:
             repair = False
         drift.row_elsewhere += len(elsewhere)
         candidates = [u for u in candidates if u not in elsewhere]
+        # A row deleted before the purge floor is out of scope, not gone: its document is
+        # one the purge would have removed (a tombstone built from it would carry the
+        # wrong deletion time and list the server where the fan-out does not).
+        below = docs.existing(conn, candidates, purged=True) if candidates else set()
+        for uuid in below:
+            drift.note(ORPHANED, uuid)
+        if repair and below:
+            drift.repaired += self.engine.delete(self.resource, sorted(below))
+        candidates = [u for u in candidates if u not in below]
         if self.resource == "node":
             for uuid in candidates:
                 drift.note(ORPHANED, uuid)
             if repair and candidates:
                 drift.repaired += self.engine.delete("node", candidates)
             return
-        stored = self.engine.get_many("instance", candidates) if candidates else {}
+        stored = self._stored(candidates)
         tombstones = []
         for uuid in candidates:
             doc = stored.get(uuid)
@@ -297,6 +314,30 @@ class Verifier:
             tombstones.append(tombstone(doc))
         if repair:
             self._write(tombstones, drift)
+
+    def _hidden(
+        self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
+    ) -> None:
+        """Live rows under a tombstone of a higher version (``ahead``): a cell database
+        restored after a repair tombstoned its archived rows. The tombstone's version
+        (the stored one + 1) is one the row reaches by its next update, so the version
+        rule alone would leave the server shown deleted. Repair removes the tombstone
+        and writes the row. A change in flight that read as ahead reads equal now."""
+        if not uuids:
+            return
+        stored = self._stored(uuids, fields=["deleted"])
+        tombstoned = [u for u, doc in stored.items() if doc.document.get("deleted")]
+        rows = docs.fetch(conn, tombstoned) if tombstoned else []
+        live = [
+            op
+            for op in rows
+            if not op.document.get("deleted") and op.version < stored[op.id].version
+        ]
+        for op in live:
+            drift.note(HIDDEN, op.id)
+        if self.repair and live:
+            self.engine.delete(self.resource, [op.id for op in live])
+            self._write(live, drift, {op.id for op in live})
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
         """Versioned writes, transient failures retried (``write_retrying``); a STALE
@@ -329,7 +370,7 @@ class Verifier:
         if busy:
             drift.errors.append(f"{busy} repairs not written: engine busy")
         # A live write that created the document meanwhile also answers STALE.
-        created = self.engine.get_many(self.resource, refused) if refused else {}
+        created = self._stored(refused)
         drift.repair_lost_to_newer += len(created)
         for uuid in refused:
             if uuid not in created:
@@ -337,23 +378,16 @@ class Verifier:
                 if len(drift.errors) < SAMPLES:
                     drift.errors.append(f"{uuid}: recreation refused (deleted under a minute ago?)")
 
+    def _stored(
+        self, uuids: list[str], fields: list[str] | None = None
+    ) -> dict[str, StoredDocument]:
+        """The documents of the index checked: a sync's new index alone, not the old one
+        behind the same write alias (a twin filed differently there would be found)."""
+        if not uuids:
+            return {}
+        return self.engine.get_many(self.resource, uuids, fields=fields, index=self.index)
+
     def _send(self, ops: list[WriteOp]) -> Sequence[WriteResult]:
         if self.index is None:
             return self.engine.bulk(ops)
         return list(self.engine.bulk_index(self.index, iter(ops), chunk_size=len(ops)))
-
-
-def tombstone(stored: StoredDocument) -> WriteOp:
-    """The orphan's document marked deleted, one version above the stored one."""
-    stamp = now_stamp()
-    version = stored.version + 1
-    doc = dict(stored.document)
-    doc.update(
-        deleted=True,
-        state="deleted",
-        deleted_at=doc.get("deleted_at") or stamp,
-        version=version,
-        event_type=REPAIR_EVENT,
-        indexed_at=stamp,
-    )
-    return WriteOp("instance", stored.id, version, doc)

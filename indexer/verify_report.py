@@ -11,6 +11,7 @@ import sqlalchemy as sa
 
 MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 MISFILED = "misfiled"
+HIDDEN = "hidden"  # a live row under a tombstone of a higher version (a restored cell)
 TWIN = "twin"  # a row in this cell and one in another: one document, under the other
 SAMPLES = 5
 
@@ -68,6 +69,7 @@ class CellDrift:
     misfiled: int = 0
     misfiled_held: int = 0  # misfiled at or above its row's revision: not rewritten
     row_elsewhere: int = 0  # filed here, its row in another cell: not an orphan
+    hidden: int = 0
     twin: int = 0  # its row here and in another cell, its document filed there: not drift
     tombstones_without_row: int = 0
     repaired: int = 0
@@ -82,7 +84,7 @@ class CellDrift:
 
     @property
     def drift(self) -> int:
-        return self.missing + self.stale + self.orphaned + self.misfiled
+        return self.missing + self.stale + self.orphaned + self.misfiled + self.hidden
 
     def note(self, kind: str, uuid: str) -> None:
         setattr(self, kind, getattr(self, kind) + 1)

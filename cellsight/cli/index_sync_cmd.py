@@ -220,6 +220,12 @@ def _print_report(report: Any) -> None:
             )  # fmt: skip
         if c.twin:
             console.print(f"{escape(c.name)}: {_TWINS.format(c.twin)}", highlight=False)
+        if c.hidden:
+            console.print(
+                f"{escape(c.name)}: {c.hidden:,} live rows under a tombstone of a higher "
+                "version (a restored database?)",
+                highlight=False,
+            )
         for error in c.errors:
             why = f"not compared: {error}" if error == c.failed else str(error)
             err_console.print(f"[red]{escape(c.name)}[/]: {escape(why)}", highlight=False)

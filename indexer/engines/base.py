@@ -178,13 +178,19 @@ class DocumentStore(abc.ABC):
 
     @abc.abstractmethod
     def get_many(
-        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+        self,
+        resource: str,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str] | None = None,
+        index: str | None = None,
     ) -> dict[str, StoredDocument]:
         """From the write alias's indexes, the highest version of each id (what the
         writer compares against: during a sync the new index lacks what it has not
-        loaded yet). With ``fields``, each document holds only those of them it stores
-        (the engine may add others): the writer needs a stored document's tags, not its
-        3 KB."""
+        loaded yet), or from the concrete ``index`` alone (what a sync's check of its
+        new index reads). With ``fields``, each document holds only those of them it
+        stores (the engine may add others): the writer needs a stored document's tags,
+        not its 3 KB."""
 
 
 class Search(abc.ABC):

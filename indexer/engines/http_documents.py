@@ -96,13 +96,18 @@ class HttpDocuments(HttpCore):
         return stored(body)
 
     def get_many(
-        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+        self,
+        resource: str,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str] | None = None,
+        index: str | None = None,
     ) -> dict[str, StoredDocument]:
         if not ids:
             return {}
         # Every index behind the write alias, the highest version of each id: during a
         # sync the new index lacks what it has not loaded yet.
-        indexes = self._alias_indexes(self.write_alias(resource))
+        indexes = [index] if index is not None else self._alias_indexes(self.write_alias(resource))
         params = None if fields is None else {"_source_includes": ",".join(fields)}
         unique = list(dict.fromkeys(ids))
         request: dict[str, Any]

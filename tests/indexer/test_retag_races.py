@@ -68,9 +68,14 @@ class PausingEngine(EmbeddedEngine):
     before_full_read: Callable[[], None] | None = None
 
     def get_many(
-        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+        self,
+        resource: str,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str] | None = None,
+        index: str | None = None,
     ) -> dict[str, StoredDocument]:
-        found = super().get_many(resource, ids, fields=fields)
+        found = super().get_many(resource, ids, fields=fields, index=index)
         if fields is None and self.before_full_read is not None:
             hook, self.before_full_read = self.before_full_read, None
             hook()
@@ -130,10 +135,15 @@ class CountingReads(EmbeddedEngine):
     reads = 0
 
     def get_many(
-        self, resource: str, ids: Sequence[str], *, fields: Sequence[str] | None = None
+        self,
+        resource: str,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str] | None = None,
+        index: str | None = None,
     ) -> dict[str, StoredDocument]:
         self.reads += 1
-        return super().get_many(resource, ids, fields=fields)
+        return super().get_many(resource, ids, fields=fields, index=index)
 
 
 def test_duplicates_of_events_with_tags_cost_no_read_on_the_embedded_engine(

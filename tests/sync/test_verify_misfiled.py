@@ -107,7 +107,9 @@ def test_orphans_wait_while_another_cell_cannot_be_read(make_world: Any) -> None
 
 
 @pytest.mark.parametrize("offset", [-1, 0, 1])
-def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(make_world: Any, offset: int) -> None:
+def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(
+    make_world: Any, engine_kind: str, offset: int
+) -> None:
     """An adversarial probe copied a row into a second cell: with the copies' revisions
     apart every full sync failed ("misfiled ... index sync rebuilds them"), with them
     equal the sync passed and every ``verify --repair`` then failed the same way. Both
@@ -115,7 +117,7 @@ def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(make_world: Any, o
     the sync counts the other as drift."""
     from cellsight.cells.schema import instances
 
-    world: World = make_world("sqlite", "embedded")
+    world: World = make_world("sqlite", engine_kind)
     engine, registry = world.engine, world.registry
     one, two = world.cells
     run_sync(engine, registry, SyncOptions(keep_old=0))

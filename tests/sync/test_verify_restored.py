@@ -1,0 +1,99 @@
+"""``index verify --repair`` where its own tombstones meet rows that are not gone: a row
+deleted before the purge floor (out of scope, still in the cell), and a row back after
+its cell's database was restored. Both found by an adversarial probe of the CLI."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+
+from cellsight.cells.database import connect
+from cellsight.cells.schema import instances
+from cellsight.indexer.antientropy import verify_resource
+from cellsight.indexer.purge import purge_tombstones
+from cellsight.indexer.sync import SyncOptions, run_sync
+from tests.support.sync_world import World
+
+
+def test_a_row_deleted_before_the_floor_loses_its_document(
+    make_world: Any, engine_kind: str
+) -> None:
+    """A server deleted two days ago whose delete notification was lost, under a floor
+    of one day: its document was tombstoned with the time of the repair as its deletion
+    time, so the index listed it among deleted servers where the fan-out (which leaves
+    out rows deleted before the floor) did not. The purge would have removed it."""
+    world: World = make_world("sqlite", engine_kind, cells=1)
+    engine, registry = world.engine, world.registry
+    run_sync(engine, registry, SyncOptions(keep_old=0))
+    purge_tombstones(engine, datetime.now(UTC) - timedelta(days=1), registry=registry)
+    (cell,) = world.cells
+    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[3]
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    world.bump(cell, [victim], deleted=True, vm_state="deleted", deleted_at=two_days_ago)
+
+    found = verify_resource(engine, registry, "instance")
+    assert (found.cells[0].orphaned, found.drift) == (1, 1)
+    assert engine.get("instance", victim) is not None  # reported, not yet repaired
+    repaired = verify_resource(engine, registry, "instance", repair=True)
+    assert repaired.ok and repaired.cells[0].repaired == 1
+    assert engine.get("instance", victim) is None
+    assert verify_resource(engine, registry, "instance").drift == 0
+
+
+def test_a_restored_row_under_a_repair_tombstone_is_written_again(
+    make_world: Any, engine_kind: str
+) -> None:
+    """A row archived (deleted outright), tombstoned by repair at its version + 1, then
+    restored with the cell's database: the tombstone hid the live server, and once the
+    row's next update reached the tombstone's version, verify saw nothing at all."""
+    world: World = make_world("sqlite", engine_kind, cells=1)
+    engine, registry = world.engine, world.registry
+    run_sync(engine, registry, SyncOptions(keep_old=0))
+    (cell,) = world.cells
+    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[5]
+    with connect(registry.cell_engine(cell)) as conn, conn.begin():
+        saved = conn.execute(sa.select(instances).where(instances.c.uuid == victim)).one()
+        conn.execute(instances.delete().where(instances.c.uuid == victim))
+    assert verify_resource(engine, registry, "instance", repair=True).cells[0].repaired == 1
+    tombstone = engine.get("instance", victim)
+    assert tombstone is not None and tombstone.document["deleted"] is True
+    with connect(registry.cell_engine(cell)) as conn, conn.begin():
+        conn.execute(instances.insert().values(**saved._mapping))
+
+    found = verify_resource(engine, registry, "instance")
+    assert (found.cells[0].hidden, found.cells[0].ahead, found.drift) == (1, 1, 1)
+    repaired = verify_resource(engine, registry, "instance", repair=True)
+    if engine_kind != "embedded":
+        # Elasticsearch and OpenSearch remember a deleted document's version for a
+        # minute (``index.gc_deletes``) and refuse to write it again below that: the
+        # tombstone is gone, and the next verify, a minute on, writes the row.
+        assert not repaired.ok and repaired.cells[0].repair_refused == 1
+        assert "recreation refused" in repaired.cells[0].errors[0]
+        assert engine.get("instance", victim) is None
+        return
+    assert repaired.ok and repaired.cells[0].repaired == 1, repaired.as_dict()
+    stored = engine.get("instance", victim)
+    assert stored is not None and stored.document["deleted"] is False
+    assert stored.version == saved.revision
+    # Its next update is an ordinary one now, no longer level with a tombstone.
+    world.bump(cell, [victim], display_name="after the restore")
+    assert verify_resource(engine, registry, "instance", repair=True).cells[0].repaired == 1
+    assert verify_resource(engine, registry, "instance").drift == 0
+    world.assert_index_equals_cells()
+
+
+def test_a_change_in_flight_is_not_hidden(make_world: Any, engine_kind: str) -> None:
+    """A document ahead of its row because the row was read before a live write: the
+    row reads level with it now, and verify leaves the document alone."""
+    world: World = make_world("sqlite", engine_kind, cells=1)
+    engine, registry = world.engine, world.registry
+    run_sync(engine, registry, SyncOptions(keep_old=0))
+    (cell,) = world.cells
+    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[1]
+    with connect(registry.cell_engine(cell)) as conn, conn.begin():
+        conn.execute(instances.update().where(instances.c.uuid == victim).values(revision=0))
+    found = verify_resource(engine, registry, "instance", repair=True)
+    # Ahead and live on both sides: reported as ahead, neither hidden nor rewritten.
+    assert (found.cells[0].ahead, found.cells[0].hidden, found.cells[0].repaired) == (1, 0, 0)
