@@ -57,6 +57,15 @@ class ConfigError(Exception):
     """The configuration file or a setting is unusable; the message says which."""
 
 
+def file_in_the_way(path: Path) -> Path | None:
+    """The first part of ``path`` that exists, if it is no directory: a directory made
+    there would fail later as the OS's "File exists" or "Not a directory"."""
+    for part in (path, *path.parents):
+        if part.exists():
+            return None if part.is_dir() else part
+    return None
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid")
 
@@ -217,6 +226,15 @@ class Settings(BaseSettings):
                 "blank_path",
                 "must not be empty (it would be the working directory; unset it for the "
                 "default .cellsight)",
+            )
+        return value
+
+    @field_validator("data_dir")
+    @classmethod
+    def _data_dir_a_directory(cls, value: Path) -> Path:
+        if (file := file_in_the_way(value)) is not None:
+            raise PydanticCustomError(
+                "not_a_directory", "{part} is a file, not a directory", {"part": str(file)}
             )
         return value
 

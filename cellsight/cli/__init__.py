@@ -132,6 +132,12 @@ def _root(
                 "must not be empty (it would be the working directory)",
                 param_hint="'--data-dir'",
             )
+        from cellsight.settings import file_in_the_way
+
+        if (file := file_in_the_way(Path(data_dir))) is not None:
+            raise typer.BadParameter(
+                f"{file} is a file, not a directory", param_hint="'--data-dir'"
+            )
         overrides["data_dir"] = Path(data_dir)
     from cellsight.cli import logs
 

@@ -102,3 +102,16 @@ def test_an_empty_data_dir_setting_is_refused(tmp_path: Path, value: str) -> Non
     result = cellsight(cwd, "cells", "list", env={"CELLSIGHT_DATA_DIR": value})
     one_line_error(result, USAGE, "data_dir", "CELLSIGHT_DATA_DIR", "must not be empty")
     assert not list(cwd.iterdir()), "written into the working directory"
+
+
+@pytest.mark.parametrize("below", ["", "inner"])
+def test_a_data_dir_that_is_a_file_is_a_usage_error(tmp_path: Path, below: str) -> None:
+    """An adversarial probe: a file as the data directory (or on its way) failed at the
+    first directory made there, exit 1 with the OS's "File exists" or "Not a directory"."""
+    file = tmp_path / "plain.txt"
+    file.write_text("not a directory")
+    data = file / below if below else file
+    result = cellsight(tmp_path, "--data-dir", str(data), "index", "sync")
+    one_line_error(result, USAGE, "'--data-dir'", f"{file} is a file, not a directory")
+    by_env = cellsight(tmp_path, "cells", "list", env={"CELLSIGHT_DATA_DIR": str(data)})
+    one_line_error(by_env, USAGE, "data_dir", "CELLSIGHT_DATA_DIR", "is a file, not a directory")
