@@ -13,6 +13,7 @@ Sync, verify and the counts they compare all use the same scope.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -129,7 +130,7 @@ def _read_naming(
         return _read(conn, query, raw)
     except fetch_faults(conn) as exc:
         conn.rollback()
-        if (culprit := _culprit(conn, query, uuid, raw)) is not None:
+        if value_fault(exc) and (culprit := _culprit(conn, query, uuid, raw)) is not None:
             raise culprit from exc
         raise
 
@@ -139,12 +140,22 @@ def fetch_faults(conn: sa.Connection) -> tuple[type[Exception], ...]:
     (PostgreSQL's 'infinity' timestamp, a JSON integer past 4,300 digits): the model's
     faults, and the driver's own ``DataError`` (a raw fetch is not wrapped by SQLAlchemy).
     SQLite's driver raises ``OperationalError`` for text that is not UTF-8 (SQLite stores
-    any bytes as text), its only error for a value it cannot convert; a lock or an I/O
-    error of that type fails the culprit's search too and is raised as it was."""
+    any bytes as text), its only error for a value it cannot convert (``value_fault``
+    tells it from a lock or an I/O error of that type)."""
     dbapi = conn.dialect.loaded_dbapi
     if conn.dialect.name == "sqlite":
         return (*ROW_FAULTS, sa.exc.DataError, sa.exc.OperationalError, dbapi.OperationalError)
     return (*ROW_FAULTS, sa.exc.DataError, dbapi.DataError)
+
+
+def value_fault(exc: BaseException) -> bool:
+    """Whether a fault of ``fetch_faults`` can be a value's: SQLite's decode failure is
+    the one ``OperationalError`` without an SQLite error code (a lock, a busy database,
+    an I/O error or a missing column have theirs)."""
+    orig = exc.orig if isinstance(exc, sa.exc.DBAPIError) else exc
+    if isinstance(orig, sqlite3.OperationalError):
+        return getattr(orig, "sqlite_errorcode", None) is None
+    return True
 
 
 def _culprit(
@@ -160,6 +171,8 @@ def _culprit(
         try:
             _read(conn, query, raw)
         except faults as exc:
+            if not value_fault(exc):
+                raise
             return exc
         finally:
             conn.rollback()

@@ -65,6 +65,7 @@ from cellsight.indexer.sync_request import (
     SyncReport,
 )
 from cellsight.indexer.verify import Verifier
+from cellsight.indexer.verify_report import brief
 
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
 
@@ -92,7 +93,7 @@ def run_sync(
     except (KeyboardInterrupt, SystemExit) as exc:
         raise SyncInterrupted(f"{options.resource} sync interrupted; nothing changed") from exc
     except Exception as exc:  # before the new index existed, or reading the cells
-        raise SyncFailed(f"{options.resource} sync failed: {exc}") from exc
+        raise SyncFailed(f"{options.resource} sync failed: {brief(exc)}") from exc
     report.finished_at = datetime.now(UTC).isoformat()
     report.seconds = round(time.perf_counter() - run.started, 3)
     # The figures are for `index status`; the sync itself succeeded either way.
@@ -174,11 +175,7 @@ class _Run:
                 tallies[cell.uuid].expected = self._count(scope, cell)
             except Exception as exc:
                 # the driver's first line: a CLI error is one line, without the SQL
-                why = getattr(exc, "orig", None) or exc
-                first = (str(why).strip().splitlines() or [""])[0]
-                raise SyncFailed(
-                    f"cell {cell.name} is unreadable: {type(why).__name__}: {first}"
-                ) from exc
+                raise SyncFailed(f"cell {cell.name} is unreadable: {brief(exc)}") from exc
         total = sum(t.expected for t in tallies.values())
         # Worker processes open their own: pooled connections to every cell would sit
         # here for the whole load, each with its page cache.
@@ -299,9 +296,9 @@ class _Run:
     def _failure(
         self, exc: BaseException, new: str, old_read: str, problems: list[str]
     ) -> SyncFailed:
-        what = "was interrupted" if _interrupted(exc) else f"failed: {exc}"
-        if isinstance(exc, LockLost):  # the sync that took the lock over set the aliases
-            serving = "the aliases are as the sync that took the lock over left them"
+        what = "was interrupted" if _interrupted(exc) else f"failed: {_said(exc)}"
+        if isinstance(exc, LockLost):  # whoever took the lock over owns the aliases now
+            serving = "the aliases are as the process that took the lock over left them"
             left = f"{serving}; {'; '.join(problems) or f'{new} was deleted'}"
         elif problems:
             left = f"{old_read} still serves; {'; '.join(problems)} (the next sync cleans up)"
@@ -383,7 +380,7 @@ class _Run:
                 raise SyncInterrupted(
                     f"{resource} sync of {names} was interrupted; {kept}"
                 ) from exc
-            raise SyncFailed(f"{resource} sync of {names} failed: {exc}; {kept}") from exc
+            raise SyncFailed(f"{resource} sync of {names} failed: {_said(exc)}; {kept}") from exc
         for cell in cells:
             tally = tallies[cell.uuid]
             tally.rows_now = self._count(scope, cell)
@@ -391,3 +388,9 @@ class _Run:
         report.cells = [t.as_dict() for t in tallies.values()]
         report.documents = sum(t.documents or 0 for t in tallies.values())
         return report
+
+
+def _said(exc: BaseException) -> str:
+    """A failure in one line: the sync's own errors as they say it, a database error in
+    the driver's words without SQLAlchemy's statement and parameters."""
+    return str(exc) if isinstance(exc, SyncFailed | LockLost) else brief(exc)

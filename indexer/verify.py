@@ -9,11 +9,16 @@ for what needs repairing. Drift, per cell, with exact counts:
 * **stale**: a document older than its row (an update's notification lost);
 * **orphaned**: a live document whose row is gone (archived, or never committed);
 * **ahead** (reported, never repaired): a document newer than its row, which only a
-  restored cell database explains; a full sync rebuilds it;
+  restored cell database explains; a full sync rebuilds it. A tombstone ahead of a live
+  row is drift (**hidden**): the row's next update would reach the tombstone's version
+  and the server stay shown deleted. Not repaired either: removing the tombstone would
+  race the live writer, and Elasticsearch refuses the lower version for a minute;
 * **misfiled**: a row whose document is filed under another cell. Repair refiles it
   when the row's revision is above the document's version; otherwise it is reported
   (an error of the cell), and a full sync rebuilds it.
 
+A row whose document is filed under another cell that holds a row of the same uuid, at
+or above this row's revision, is a **twin**: indexed once, by the version rule, not drift.
 A document filed under this cell whose row lives in another registered cell is not an
 orphan here (``row_elsewhere``): it is never tombstoned, since its server is live. When
 another cell cannot be read, this cell's orphans are reported and not tombstoned.
@@ -194,6 +199,11 @@ class Verifier:
         self._hidden(conn, docs, ahead, drift)
         self.on_progress(cell.uuid, rows_seen[0] - reported)
         drift.rows, drift.documents = rows_seen[0], docs_seen[0]
+        if drift.hidden and self.repair:
+            drift.errors.append(
+                f"{drift.hidden:,} live rows under a tombstone of a higher version (a restored "
+                "database?): not rewritten (index sync rebuilds them)"
+            )
         if drift.misfiled_held and self.repair:
             drift.errors.append(
                 f"{drift.misfiled_held:,} documents filed under another cell hold a version "
@@ -216,21 +226,24 @@ class Verifier:
     ) -> None:
         missing = {uuid: version for uuid, (kind, version) in kinds.items() if kind == MISSING}
         filed = self._filed_elsewhere(docs.cell_uuid, list(missing))
-        # The same uuid in two cells (Nova never makes one; a restore or a hand-made copy
-        # can): the document is one, filed under the other cell, whose row is as real as
-        # this one. Neither misfiled nor missing, and not rewritten: the version rule
-        # keeps one of the two, as the sync's load did.
+        # The same uuid in two cells (Nova never makes one; a restore or a copy can): at
+        # or above this row's revision the document is the version rule's choice, as the
+        # sync's load made it (a twin); below it, this row is newer: refiled here.
+        above = [u for u, (version, _) in filed.items() if version >= missing[u]]
         try:
-            twins = self._rows_elsewhere(docs.cell_uuid, list(filed)) if filed else set()
+            by_cell: dict[str, list[str]] = {}
+            for uuid in above:
+                by_cell.setdefault(filed[uuid][1], []).append(uuid)
+            twins = self._rows_in(by_cell)
         except (sa.exc.SQLAlchemyError, CellsError):
-            twins = set()  # the other cell unreadable: misfiled, as before
+            twins = set()  # a cell unreadable: misfiled, as before
         for uuid in twins:
             drift.note(TWIN, uuid)
             del missing[uuid], filed[uuid], kinds[uuid]
         for uuid in missing:
             drift.note(MISSING if uuid not in filed else MISFILED, uuid)
         # A misfiled document at or above the row's revision would refuse the rewrite.
-        held = {uuid for uuid, version in filed.items() if version >= missing[uuid]}
+        held = {uuid for uuid, (version, _) in filed.items() if version >= missing[uuid]}
         drift.misfiled_held += len(held)
         if not self.repair:
             return
@@ -238,28 +251,25 @@ class Verifier:
         if chosen:
             self._write(docs.fetch(conn, chosen), drift, set(missing) - set(filed))
 
-    def _filed_elsewhere(self, cell_uuid: str, uuids: list[str]) -> dict[str, int]:
-        """The stored version of each of ``uuids`` whose document another cell holds."""
-        if not uuids:
-            return {}
+    def _filed_elsewhere(self, cell_uuid: str, uuids: list[str]) -> dict[str, tuple[int, str]]:
+        """The stored version and cell of each of ``uuids`` whose document another cell
+        holds."""
         stored = self._stored(uuids, fields=["cell_uuid"])
         return {
-            uuid: doc.version
+            uuid: (doc.version, cell)
             for uuid, doc in stored.items()
-            if doc.document.get("cell_uuid") not in (None, cell_uuid)
+            if (cell := doc.document.get("cell_uuid")) not in (None, cell_uuid)
         }
 
-    def _rows_elsewhere(self, cell_uuid: str, uuids: list[str]) -> set[str]:
-        """Which of ``uuids`` have a row in another registered cell (raises when one
-        cannot be read: an orphan must not be tombstoned on a guess)."""
+    def _rows_in(self, wanted: dict[str, list[str]]) -> set[str]:
+        """Which of the uuids wanted of each cell (by cell uuid) have a row there (raises
+        when one cannot be read: an orphan must not be tombstoned on a guess)."""
         found: set[str] = set()
         for other in self._everywhere:
-            if len(found) == len(uuids):
-                break
-            if other.uuid == cell_uuid:
-                continue
-            with connect(self.registry.cell_engine(other)) as conn:
-                found |= CellDocs(self.scope, other.uuid, REPAIR_EVENT).existing(conn, uuids)
+            uuids = [u for u in wanted.get(other.uuid, ()) if u not in found]
+            if uuids:
+                with connect(self.registry.cell_engine(other)) as conn:
+                    found |= CellDocs(self.scope, other.uuid, REPAIR_EVENT).existing(conn, uuids)
         return found
 
     def _orphans(
@@ -278,7 +288,8 @@ class Verifier:
         in_flight = docs.existing(conn, uuids)
         candidates = [u for u in uuids if u not in in_flight]
         try:
-            elsewhere = self._rows_elsewhere(docs.cell_uuid, candidates) if candidates else set()
+            others = [c.uuid for c in self._everywhere if c.uuid != docs.cell_uuid]
+            elsewhere = self._rows_in(dict.fromkeys(others, candidates))
         except (sa.exc.SQLAlchemyError, CellsError) as exc:
             elsewhere = set()
             if repair:
@@ -318,26 +329,15 @@ class Verifier:
     def _hidden(
         self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
     ) -> None:
-        """Live rows under a tombstone of a higher version (``ahead``): a cell database
-        restored after a repair tombstoned its archived rows. The tombstone's version
-        (the stored one + 1) is one the row reaches by its next update, so the version
-        rule alone would leave the server shown deleted. Repair removes the tombstone
-        and writes the row. A change in flight that read as ahead reads equal now."""
+        """Tombstones ahead of a live row (the module's **hidden**), told from a change in
+        flight by reading the row again."""
         if not uuids:
             return
         stored = self._stored(uuids, fields=["deleted"])
         tombstoned = [u for u, doc in stored.items() if doc.document.get("deleted")]
-        rows = docs.fetch(conn, tombstoned) if tombstoned else []
-        live = [
-            op
-            for op in rows
-            if not op.document.get("deleted") and op.version < stored[op.id].version
-        ]
-        for op in live:
-            drift.note(HIDDEN, op.id)
-        if self.repair and live:
-            self.engine.delete(self.resource, [op.id for op in live])
-            self._write(live, drift, {op.id for op in live})
+        for op in docs.fetch(conn, tombstoned) if tombstoned else []:
+            if not op.document.get("deleted") and op.version < stored[op.id].version:
+                drift.note(HIDDEN, op.id)
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
         """Versioned writes, transient failures retried (``write_retrying``); a STALE

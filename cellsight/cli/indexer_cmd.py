@@ -19,7 +19,8 @@ dlq_app = typer.Typer(
 )
 
 _DURATION = re.compile(r"^([0-9]{1,12})([smhd])$")
-# Past this, now minus the age is before the calendar's first year: nothing was deleted.
+# A bound far past any retention (and within what a date can hold, where now minus the
+# age lands): an age of thousands of years was an OverflowError, not a usage error.
 MAX_DURATION = timedelta(days=365 * 1000)
 
 

@@ -142,3 +142,32 @@ def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(
         assert found.ok and found.drift == 0, found.as_dict()
         assert sum(c.twin for c in found.cells) == 1
         assert sum(c.repaired for c in found.cells) == 0
+
+
+def test_a_twin_updated_behind_the_index_is_refiled_under_its_cell(
+    make_world: Any, engine_kind: str
+) -> None:
+    """A review of the twins: the copy in cell two updated by lost notifications is the
+    newer row; verify must refile the document there, as the next sync would, not call
+    it a twin and leave the older one."""
+    from cellsight.cells.schema import instances
+
+    world: World = make_world("sqlite", engine_kind)
+    engine, registry = world.engine, world.registry
+    one, two = world.cells
+    uuid = sorted(world.revisions(one))[2]
+    with registry.cell_engine(one).connect() as conn:
+        found = conn.execute(sa.select(instances).where(instances.c.uuid == uuid)).one()
+    row = dict(found._mapping)
+    row.pop("id")
+    with registry.cell_engine(two).begin() as conn:
+        conn.execute(instances.insert().values(**row))
+    run_sync(engine, registry, SyncOptions(keep_old=0))
+    world.bump(two, [uuid], display_name="renamed in two")
+    repaired = verify_resource(engine, registry, "instance", repair=True)
+    assert repaired.ok and sum(c.repaired for c in repaired.cells) == 1, repaired.as_dict()
+    stored = engine.get("instance", uuid)
+    assert stored is not None and stored.document["cell_uuid"] == two.uuid
+    assert stored.document["display_name"] == "renamed in two"
+    again = verify_resource(engine, registry, "instance", repair=True)
+    assert again.ok and again.drift == 0 and sum(c.twin for c in again.cells) == 1
