@@ -63,23 +63,13 @@ def test_a_row_without_its_mapping_on_both_paths(tmp_path: Path, per_project_cel
     listed by the index and left out by the fan-out, which read only the cells the
     project's mappings name. Nova reads every cell unless told otherwise
     (``instance_list_per_project_cells``), and so does Cellsight now."""
-    from cellsight.cells.schema import instance_mappings, instances
+    from cellsight.cells.schema import instance_mappings
     from cellsight.indexer.engines.embedded import EmbeddedEngine
     from tests.support.api_world import load_index
 
     world = build_world(tmp_path / "w", "sqlite")
-    cell = world.registry.list_cells()[0]
-    victim = next(
-        row["uuid"]
-        for c, row in world.rows()
-        if c == cell.uuid and not row["deleted"] and not row["forthcoming"]
-    )
-    cell_engine = sa.create_engine(cell.database_url)
-    with cell_engine.begin() as conn:
-        conn.execute(
-            instances.update().where(instances.c.uuid == victim).values(project_id="lonely")
-        )
-    cell_engine.dispose()
+    victim = world.listed_server()
+    world.set_row(victim, project_id="lonely")
     with world.registry.api_engine.begin() as conn:
         conn.execute(instance_mappings.delete().where(instance_mappings.c.instance_uuid == victim))
     engine = EmbeddedEngine(tmp_path / "index.db", prefix="lonely")

@@ -231,22 +231,9 @@ def test_a_row_without_times_validates_on_both_paths(
     """An adversarial probe nulled a row's created_at and updated_at with plain SQL: both
     paths rendered ``"created": null``, which Tempest's schemas refuse at every version.
     Both now show the epoch, the same on every page and either path."""
-    import sqlalchemy as sa
-
     world = build_world(tmp_path / "w", "sqlite")
-    cell = world.registry.list_cells()[0]
-    victim = next(
-        row["uuid"]
-        for c, row in world.rows()
-        if c == cell.uuid and not row["deleted"] and not row["forthcoming"]
-    )
-    cell_engine = sa.create_engine(cell.database_url)
-    with cell_engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE instances SET created_at = NULL, updated_at = NULL WHERE uuid = :u"),
-            {"u": victim},
-        )
-    cell_engine.dispose()
+    victim = world.listed_server()
+    world.set_row(victim, created_at=None, updated_at=None)
     with both_paths(tmp_path / "p", world, "notimes") as urls:
         for version in ("2.1", "2.47", "2.96"):
             monkeypatch.setattr(base_compute_client, "COMPUTE_MICROVERSION", version)

@@ -55,6 +55,21 @@ class World:
                 out.extend((cell.uuid, row) for row in iter_instances(conn))
         return out
 
+    def listed_server(self) -> str:
+        """A server of the first cell that a default listing shows."""
+        cell = self.registry.list_cells()[0]
+        return next(
+            row["uuid"]
+            for c, row in self.rows()
+            if c == cell.uuid and not row["deleted"] and not row["forthcoming"]
+        )
+
+    def set_row(self, uuid: str, **values: Any) -> None:
+        """Change an instance row with plain SQL, behind the notifications' back."""
+        for cell in self.registry.list_cells():
+            with connect(self.registry.cell_engine(cell)) as conn, conn.begin():
+                conn.execute(instances.update().where(instances.c.uuid == uuid).values(**values))
+
     def close(self) -> None:
         self.registry.close()
         for server, name in self.dropped:
