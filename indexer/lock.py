@@ -83,7 +83,8 @@ def describe(value: dict[str, Any] | None) -> str:
     if not value:
         return "nobody"
     if value.get("released"):  # the holder that took it over has finished since
-        return f"by {value.get('owner')}, which released it at {value.get('at')}"
+        who = f"{value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')}"
+        return f"a {who}, which released it at {value.get('at')}"
     return (
         f"a {value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')} "
         f"since {value.get('acquired_at')} (last heartbeat {value.get('heartbeat_at')}, "
@@ -192,7 +193,14 @@ class MaintenanceLock:
         with self._guard:
             if self._value is None or self._lost.is_set():
                 return
-            released = {"released": True, "owner": self.owner, "at": datetime.now(UTC).isoformat()}
+            released = {
+                "released": True,
+                "owner": self.owner,
+                "purpose": self.purpose,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "at": datetime.now(UTC).isoformat(),
+            }
             try:
                 self.engine.swap_meta(self.key, self._value, released)
             except EngineError as exc:  # it goes stale on its own
