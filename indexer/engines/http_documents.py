@@ -120,6 +120,12 @@ class HttpDocuments(HttpCore):
         body = self._send("POST", path, params=params, body=request)
         out: dict[str, StoredDocument] = {}
         for doc in body.get("docs", []):
+            if (
+                index is not None
+                and doc.get("error", {}).get("type") == "index_not_found_exception"
+            ):
+                # mget answers a missing index per document; the embedded engine raises.
+                raise IndexMissing(f"{self.distribution}: index [{index}] does not exist")
             if doc.get("found"):
                 s = stored(doc)
                 if s.id not in out or s.version > out[s.id].version:

@@ -351,6 +351,8 @@ def test_get_many_reads_the_newest_write_index(ready: SearchEngine) -> None:
     list(ready.bulk_index(old, iter([op(only_in_old, 5)])))
     ready.refresh("instance")
     assert ready.get_many("instance", [only_in_old], index=new)[only_in_old].version == 1
+    with pytest.raises(IndexMissing):
+        ready.get_many("instance", [doc_id], index=f"{ready.prefix}-instance-none")
 
 
 def test_live_and_bulk_sync_writes_obey_one_version_order(ready: SearchEngine) -> None:
