@@ -43,6 +43,13 @@ def zone_of(node: Mapping[str, Any], default: str | None) -> str | None:
     return node.get("availability_zone") or default
 
 
+LIMIT_MAX = 2**63 - 1
+
+
+def _capped(limit: float) -> int:
+    return LIMIT_MAX if limit >= LIMIT_MAX else int(limit)
+
+
 @dataclass(frozen=True)
 class Resources:
     vcpus: int
@@ -74,10 +81,12 @@ class HostState:
     @property
     def limits(self) -> Resources:
         n = self.node
+        # Capped at what a Selection's SchedulerLimits carries (a signed 64-bit integer):
+        # a large capacity times its ratio failed every boot the node was weighed first for.
         return Resources(
-            int(n["vcpus"] * n["cpu_allocation_ratio"]),
-            int(n["memory_mb"] * n["ram_allocation_ratio"]),
-            int(n["local_gb"] * n["disk_allocation_ratio"]),
+            _capped(n["vcpus"] * n["cpu_allocation_ratio"]),
+            _capped(n["memory_mb"] * n["ram_allocation_ratio"]),
+            _capped(n["local_gb"] * n["disk_allocation_ratio"]),
         )
 
     @property

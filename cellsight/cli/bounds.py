@@ -7,4 +7,6 @@ MAX_INSTANCES = 100_000_000  # instances a seed puts in each cell
 MAX_CHUNK = 1_000_000  # rows a seed inserts, or a sync reads, at once
 MAX_WORKERS = 64  # processes or cells at once
 MAX_BOOT_COUNT = 1_000  # instances one boot makes
-LONG_MAX = 2**63 - 1  # a node's capacities: what a database integer holds
+# A node's capacities: what the compute_nodes columns hold (Integer, 32 bits on
+# PostgreSQL and MariaDB, as in Nova's schema).
+INT_MAX = 2**31 - 1

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from cellsight.cli.bounds import LONG_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
+from cellsight.cli.bounds import INT_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
 from cellsight.cli.context import console, fail, open_registry, operations, settings_of
 
 if TYPE_CHECKING:
@@ -153,12 +153,12 @@ def add_host(
     ctx: typer.Context,
     cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
     host: Annotated[str, typer.Option("--host", help="Compute host name")],
-    vcpus: Annotated[int, typer.Option(min=1, max=LONG_MAX, help="Virtual CPUs")] = 64,
+    vcpus: Annotated[int, typer.Option(min=1, max=INT_MAX, help="Virtual CPUs")] = 64,
     memory_mb: Annotated[
-        int, typer.Option("--memory-mb", min=1, max=LONG_MAX, help="Memory, MiB")
+        int, typer.Option("--memory-mb", min=1, max=INT_MAX, help="Memory, MiB")
     ] = 262_144,
     disk_gb: Annotated[
-        int, typer.Option("--disk-gb", min=1, max=LONG_MAX, help="Local disk, GiB")
+        int, typer.Option("--disk-gb", min=1, max=INT_MAX, help="Local disk, GiB")
     ] = 4_000,
     availability_zone: Annotated[str, typer.Option("--az", help="Availability zone")] = "nova",
 ) -> None:

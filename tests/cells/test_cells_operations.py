@@ -216,3 +216,17 @@ def test_scheduler_keeps_alternates_in_one_cell_and_respects_capacity(
         scheduler.select_destinations(get_flavor("m1.large"), count=3, cell=small.uuid)
     with pytest.raises(NoValidHost, match="availability zone 'nowhere'"):
         scheduler.select_destinations(get_flavor("m1.tiny"), availability_zone="nowhere")
+
+
+def test_a_capacity_past_a_selections_limits_is_capped(
+    registry: CellRegistry, add_cell: Callable[..., CellMapping]
+) -> None:
+    """An adversarial probe: a node whose capacity times its allocation ratio passed 64
+    bits failed every boot it was weighed first for (SchedulerLimits refused the limit;
+    the API's reservation answered 500). A Selection carries the limit capped."""
+    most = 2**31 - 1  # what the cells' Integer columns hold
+    add_cell("huge", hosts=("h1",), vcpus=most, memory_mb=most, cpu_allocation_ratio=1e10)
+    (choices,) = Scheduler(registry).select_destinations(get_flavor("m1.tiny"))
+    limits = choices[0].limits
+    assert limits is not None and limits.vcpu == 2**63 - 1  # past 64 bits: capped
+    assert limits.memory_mb == most  # times 1.0: as it is

@@ -185,6 +185,12 @@ def test_bad_settings_are_a_usage_error(tmp_path: Path) -> None:
         (["index", "sync", "--workers", HUGE], "'--workers'"),
         (["index", "sync", "--batch-size", HUGE], "'--batch-size'"),
         (["cells", "add-host", "--cell", "c", "--host", "h", "--vcpus", HUGE], "'--vcpus'"),
+        # Past what the cells' Integer columns hold: a driver error on PostgreSQL and
+        # MariaDB (an adversarial probe), though SQLite took it.
+        (
+            ["cells", "add-host", "--cell", "c", "--host", "h", "--memory-mb", str(2**31)],
+            "'--memory-mb'",
+        ),
         # Bytes that are not UTF-8 (lone surrogates to Python): failed as an internal
         # UnicodeEncodeError once the name reached the database.
         (["cells", "add-host", "--cell", "\udcff\udcfex", "--host", "h"], "is not valid UTF-8"),
