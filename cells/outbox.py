@@ -80,10 +80,15 @@ def add_many(conn: sa.Connection, notifications: Sequence[Notification]) -> None
 def _row(notification: Notification, now: datetime) -> dict[str, Any]:
     notification = stamped(notification)
     uuid = getattr(notification.payload, "uuid", None)
+    body = json.dumps(notification.to_dict())
+    # What the relay cannot read it cannot publish, and the rows behind it wait too: a
+    # value the contract refuses (a publisher_id over 255 characters, a time past year
+    # 9999 in UTC) fails here, in the caller's transaction, which then rolls back.
+    decode(body)
     return {
         "instance_uuid": uuid if isinstance(uuid, str) else None,
         "event_type": notification.event_type,
-        "body": json.dumps(notification.to_dict()),
+        "body": body,
         "created_at": now,
     }
 

@@ -87,7 +87,10 @@ class Settings(BaseSettings):
     )
     exchange: str = Field("nova", description="Topic exchange Nova publishes notifications to")
     publisher_id: str = Field(
-        "cellsight-ops", description="publisher_id of the notifications Cellsight emits"
+        "cellsight-ops",
+        min_length=1,
+        max_length=255,
+        description="publisher_id of the notifications Cellsight emits",
     )
     publish_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a publish/confirm")
     bus_visibility_timeout: float = Field(

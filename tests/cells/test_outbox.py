@@ -243,3 +243,22 @@ def test_a_publisher_that_names_no_message_gets_the_first_of_the_batch(
     assert report.error.endswith(
         f"and the {BOOT_EVENTS - 1} after it not delivered: bus down (test)"
     )
+
+
+def test_a_notification_the_relay_could_not_read_is_refused_at_commit(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    """An adversarial probe: a publisher_id over 255 characters was written into the
+    outbox, which the relay's decoder refuses; every row after it then waited for good
+    while each operation committed and exited 0. The operation fails now, its
+    transaction rolled back, and the outbox keeps moving."""
+    from cellsight.notifications.errors import NotificationError
+
+    publisher = CollectingPublisher()
+    with pytest.raises(NotificationError, match="255"):
+        boot(Operations(registry, publisher, publisher_id="p" * 256))
+    assert waiting(registry, cell) == 0 and publisher.sent == []
+    with connect(registry.cell_engine(cell)) as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM instances")).scalar_one() == 0
+    boot(Operations(registry, publisher))
+    assert waiting(registry, cell) == 0 and len(publisher.sent) == BOOT_EVENTS
