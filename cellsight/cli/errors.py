@@ -57,6 +57,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         BadDatabaseURL,
         CellsError,
         DuplicateCell,
+        DuplicateInstance,
         InstanceNotFound,
         UnknownCell,
         UnknownFlavor,
@@ -81,7 +82,14 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         return USAGE, f"{field}: {error['msg']}"
     if isinstance(exc, LockHeld):
         return LOCKED, _first_line(exc)
-    named = (UnknownCell, DuplicateCell, DuplicateHost, UnknownFlavor, InstanceNotFound)
+    named = (
+        UnknownCell,
+        DuplicateCell,
+        DuplicateHost,
+        DuplicateInstance,  # a uuid already taken, as the exit codes' table says
+        UnknownFlavor,
+        InstanceNotFound,
+    )
     if isinstance(exc, named):
         return USAGE, exc.message
     if isinstance(exc, CellsError | NotificationError):

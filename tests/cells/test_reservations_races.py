@@ -330,3 +330,14 @@ def test_bad_cli_values_are_usage_errors(cli: Invoke) -> None:
     for option in ("--name", "--project", "--user"):
         assert cli("ops", "reserve", option, "x" * 256).exit_code == 2
         assert cli("ops", "modify", UUID_TEXT, option, "x" * 256).exit_code == 2
+
+
+def test_a_taken_uuid_is_a_usage_error(cli: Invoke) -> None:
+    """An adversarial probe: reserving a uuid already taken exited 1, where the exit
+    codes' table (and a taken cell or host name) says 2."""
+    assert cli("cells", "seed", "--cells", "1", "--instances", "0").exit_code == 0
+    first = cli("ops", "reserve", "--uuid", UUID_TEXT, "--flavor", "m1.tiny")
+    assert first.exit_code == 0, first.output
+    again = cli("ops", "reserve", "--uuid", UUID_TEXT, "--flavor", "m1.tiny")
+    assert again.exit_code == 2, again.output
+    assert UUID_TEXT in again.stderr and "already exists" in again.stderr
