@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import connect
+from cellsight.cells.database import connect, first_line
 from cellsight.cells.errors import DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.node_locks import node_ids
@@ -243,6 +243,11 @@ def read_answering(
                 out.append((cell, read(conn)))
         except DatabaseUnavailable as exc:
             down.append((cell, exc))
+        except sa.exc.DBAPIError as exc:
+            # Reached, but its query failed (a database without the cell's tables): as
+            # unreadable as one that does not answer (an adversarial probe got a 500).
+            why = first_line(exc.orig if exc.orig is not None else exc)
+            down.append((cell, DatabaseUnavailable(cell.database_url, why)))
     if down and not out:
         raise down[0][1]  # the caller's one error line; nothing logged besides
     for cell, failure in down:

@@ -341,3 +341,23 @@ def test_a_taken_uuid_is_a_usage_error(cli: Invoke) -> None:
     again = cli("ops", "reserve", "--uuid", UUID_TEXT, "--flavor", "m1.tiny")
     assert again.exit_code == 2, again.output
     assert UUID_TEXT in again.stderr and "already exists" in again.stderr
+
+
+def test_a_cell_without_its_tables_is_skipped_by_the_scheduler(
+    two_cells: tuple[CellRegistry, list[CellMapping], Operations],
+) -> None:
+    """An adversarial probe emptied a cell's database (dropped and made again): its
+    query failed past the connection, and every reservation, even one naming a host of
+    another cell, answered 500. It is skipped now, as a cell that does not answer is."""
+    import sqlalchemy as sa
+
+    registry, cells, ops = two_cells
+    for c in cells:
+        register_node(ops, c.name, f"{c.name}-h1", **NODE)
+    with registry.cell_engine(cells[0]).begin() as conn:
+        conn.execute(sa.text("DROP TABLE compute_nodes"))
+    forced = Reservations(ops).reserve(flavor="m1.small", host="c2-h1")
+    assert forced.cell.uuid == cells[1].uuid
+    assert Reservations(ops).reserve(flavor="m1.small").cell.uuid == cells[1].uuid
+    with pytest.raises(DatabaseUnavailable, match="no such table"):
+        Reservations(ops).reserve(flavor="m1.small", cell="c1")
