@@ -56,7 +56,11 @@ class RemoteSource:
 
         from cellsight.cli.errors import RUNTIME, USAGE
 
-        parts = urlsplit(self.url)
+        try:
+            parts = urlsplit(self.url)
+            parts.port  # noqa: B018 - a port that is no number raises only when read
+        except ValueError as exc:  # "Invalid IPv6 URL", a bad port
+            raise SourceError(f"--url {self.url}: {exc}", USAGE) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise SourceError(f"--url {self.url}: not an http:// or https:// URL", USAGE)
         data = None if body is None else json.dumps(body).encode()

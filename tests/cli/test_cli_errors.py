@@ -191,6 +191,9 @@ def test_bad_settings_are_a_usage_error(tmp_path: Path) -> None:
             ["cells", "add-host", "--cell", "c", "--host", "h", "--memory-mb", str(2**31)],
             "'--memory-mb'",
         ),
+        # URLs urllib cannot split (an adversarial probe): an internal ValueError.
+        (["nodes", "refresh", "--url", "http://[::1"], "Invalid IPv6 URL"),
+        (["query", "node", "name", "--url", "http://h:99999999"], "Port out of range"),
         # Bytes that are not UTF-8 (lone surrogates to Python): failed as an internal
         # UnicodeEncodeError once the name reached the database.
         (["cells", "add-host", "--cell", "\udcff\udcfex", "--host", "h"], "is not valid UTF-8"),
