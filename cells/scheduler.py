@@ -26,6 +26,7 @@ from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.node_locks import node_ids
 from cellsight.cells.reads import list_compute_nodes
 from cellsight.cells.schema import compute_nodes, utcnow
+from cellsight.notifications.limits import LONG_MAX
 from cellsight.notifications.objects import SchedulerLimits, Selection
 
 log = logging.getLogger(__name__)
@@ -43,11 +44,8 @@ def zone_of(node: Mapping[str, Any], default: str | None) -> str | None:
     return node.get("availability_zone") or default
 
 
-LIMIT_MAX = 2**63 - 1
-
-
 def _capped(limit: float) -> int:
-    return LIMIT_MAX if limit >= LIMIT_MAX else int(limit)
+    return LONG_MAX if limit >= LONG_MAX else int(limit)
 
 
 @dataclass(frozen=True)

@@ -190,10 +190,6 @@ def _culprit(
         for column in page.selected_columns:
             failure = fails(page.with_only_columns(column).where(uuid == found))
             if failure is not None:
-                # A value's fault only if the statement reads no row without failing: a
-                # column the table lost fails with no row to convert, and is no culprit.
-                if fails(page.with_only_columns(column).where(sa.false())) is not None:
-                    return None
                 return UnreadableRow(found, f"column {column.key}: {row_fault(failure)}")
         return None
     return None
@@ -256,10 +252,13 @@ class CellDocs:
         deleted before the purge floor)."""
         t = self.scope.table
         found: set[str] = set()
-        below = self.scope.purged()
-        if purged and below is None:
-            return found
-        where = [below] if purged and below is not None else self.scope.where()
+        if purged:
+            below = self.scope.purged()
+            if below is None:
+                return found
+            where = [below]
+        else:
+            where = self.scope.where()
         for start in range(0, len(uuids), IN_CHUNK):
             chunk = list(uuids[start : start + IN_CHUNK])
             query = sa.select(t.c.uuid).where(t.c.uuid.in_(chunk), *where)

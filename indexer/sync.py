@@ -93,7 +93,7 @@ def run_sync(
     except (KeyboardInterrupt, SystemExit) as exc:
         raise SyncInterrupted(f"{options.resource} sync interrupted; nothing changed") from exc
     except Exception as exc:  # before the new index existed, or reading the cells
-        raise SyncFailed(f"{options.resource} sync failed: {brief(exc)}") from exc
+        raise SyncFailed(f"{options.resource} sync failed: {_said(exc)}") from exc
     report.finished_at = datetime.now(UTC).isoformat()
     report.seconds = round(time.perf_counter() - run.started, 3)
     # The figures are for `index status`; the sync itself succeeded either way.

@@ -229,11 +229,11 @@ class Verifier:
         # The same uuid in two cells (Nova never makes one; a restore or a copy can): at
         # or above this row's revision the document is the version rule's choice, as the
         # sync's load made it (a twin); below it, this row is newer: refiled here.
-        above = [u for u, (version, _) in filed.items() if version >= missing[u]]
+        above = {u for u, (version, _) in filed.items() if version >= missing[u]}
+        by_cell: dict[str, list[str]] = {}
+        for uuid in above:
+            by_cell.setdefault(filed[uuid][1], []).append(uuid)
         try:
-            by_cell: dict[str, list[str]] = {}
-            for uuid in above:
-                by_cell.setdefault(filed[uuid][1], []).append(uuid)
             twins = self._rows_in(by_cell)
         except (sa.exc.SQLAlchemyError, CellsError):
             twins = set()  # a cell unreadable: misfiled, as before
@@ -243,7 +243,7 @@ class Verifier:
         for uuid in missing:
             drift.note(MISSING if uuid not in filed else MISFILED, uuid)
         # A misfiled document at or above the row's revision would refuse the rewrite.
-        held = {uuid for uuid, (version, _) in filed.items() if version >= missing[uuid]}
+        held = above - twins
         drift.misfiled_held += len(held)
         if not self.repair:
             return

@@ -270,10 +270,10 @@ class EmbeddedEngine(SearchEngine):
                 indexes = [index]
             else:
                 indexes = cat.targets(alias) if every else [cat.read_index(alias)]
-            for index in indexes:
+            for name in indexes:
                 for doc_id, version, doc in cat.conn.execute(
-                    f"SELECT t.id, t.version, d.doc FROM {quote(index)} t "
-                    f"JOIN {doc_table(index)} d ON d.rid = t.rid "
+                    f"SELECT t.id, t.version, d.doc FROM {quote(name)} t "
+                    f"JOIN {doc_table(name)} d ON d.rid = t.rid "
                     "WHERE t.id IN (SELECT value FROM json_each(?))",
                     (json.dumps(list(ids)),),
                 ):

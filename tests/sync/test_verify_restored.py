@@ -17,6 +17,18 @@ from cellsight.indexer.sync import SyncOptions, run_sync
 from tests.support.sync_world import World
 
 
+def _synced(make_world: Any, engine_kind: str) -> World:
+    """One SQLite cell, synced into a new index of ``engine_kind``."""
+    world: World = make_world("sqlite", engine_kind, cells=1)
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    return world
+
+
+def _live(world: World, n: int) -> str:
+    """The ``n``-th live instance, in uuid order."""
+    return sorted(u for u, row in world.rows().items() if not row["deleted"])[n]
+
+
 def test_a_row_deleted_before_the_floor_loses_its_document(
     make_world: Any, engine_kind: str
 ) -> None:
@@ -24,12 +36,11 @@ def test_a_row_deleted_before_the_floor_loses_its_document(
     of one day: its document was tombstoned with the time of the repair as its deletion
     time, so the index listed it among deleted servers where the fan-out (which leaves
     out rows deleted before the floor) did not. The purge would have removed it."""
-    world: World = make_world("sqlite", engine_kind, cells=1)
+    world = _synced(make_world, engine_kind)
     engine, registry = world.engine, world.registry
-    run_sync(engine, registry, SyncOptions(keep_old=0))
     purge_tombstones(engine, datetime.now(UTC) - timedelta(days=1), registry=registry)
     (cell,) = world.cells
-    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[3]
+    victim = _live(world, 3)
     two_days_ago = datetime.now(UTC) - timedelta(days=2)
     world.bump(cell, [victim], deleted=True, vm_state="deleted", deleted_at=two_days_ago)
 
@@ -50,11 +61,10 @@ def test_a_restored_row_under_a_repair_tombstone_is_reported_and_synced(
     row's next update reached the tombstone's version, verify saw nothing at all. It is
     drift now (``hidden``); repair leaves it (removing the tombstone would race the live
     writer) and says that ``index sync`` rebuilds it, which it does."""
-    world: World = make_world("sqlite", engine_kind, cells=1)
+    world = _synced(make_world, engine_kind)
     engine, registry = world.engine, world.registry
-    run_sync(engine, registry, SyncOptions(keep_old=0))
     (cell,) = world.cells
-    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[5]
+    victim = _live(world, 5)
     with connect(registry.cell_engine(cell)) as conn, conn.begin():
         saved = conn.execute(sa.select(instances).where(instances.c.uuid == victim)).one()
         conn.execute(instances.delete().where(instances.c.uuid == victim))
@@ -83,11 +93,10 @@ def test_a_restored_row_under_a_repair_tombstone_is_reported_and_synced(
 def test_a_live_document_ahead_of_its_row_is_not_hidden(make_world: Any, engine_kind: str) -> None:
     """Ahead of its row but no tombstone (a live write the row read missed, or a row
     restored under a live document): reported as ahead, neither hidden nor rewritten."""
-    world: World = make_world("sqlite", engine_kind, cells=1)
+    world = _synced(make_world, engine_kind)
     engine, registry = world.engine, world.registry
-    run_sync(engine, registry, SyncOptions(keep_old=0))
     (cell,) = world.cells
-    victim = sorted(u for u, row in world.rows().items() if not row["deleted"])[1]
+    victim = _live(world, 1)
     with connect(registry.cell_engine(cell)) as conn, conn.begin():
         conn.execute(instances.update().where(instances.c.uuid == victim).values(revision=0))
     found = verify_resource(engine, registry, "instance", repair=True)
