@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sqlite3
 import threading
 from pathlib import Path
 
 import pytest
 
-from cellsight.indexer.engines.base import EngineError, IndexMissing, WriteOp
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable, IndexMissing, WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.writer import BatchWriter
 from tests.support import novagen
@@ -212,3 +213,24 @@ def test_a_new_thread_first_to_the_new_file_makes_its_catalog(tmp_path: Path) ->
     held = {identity for _, identity, _ in engine._connections._all}
     assert held == {engine._connections.identity_now()}
     engine.close()
+
+
+def test_an_open_that_keeps_failing_gives_up_after_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opens meeting I/O errors are tried again (files being removed and made again),
+    but a disk that keeps failing is the engine's EngineUnavailable within its timeout,
+    not a hang. No real disk fails on demand: the open is replaced by one that does."""
+    engine = EmbeddedEngine(tmp_path / "index.db", timeout=0.05)
+    tries: list[int] = []
+
+    def failing_open() -> object:
+        tries.append(1)
+        exc = sqlite3.OperationalError("disk I/O error")
+        exc.sqlite_errorcode = sqlite3.SQLITE_IOERR
+        raise exc
+
+    monkeypatch.setattr(engine._connections, "_open", failing_open)
+    with pytest.raises(EngineUnavailable, match="I/O error"):
+        engine.ping()
+    assert len(tries) > 3  # more than the three tries that once gave up too soon
