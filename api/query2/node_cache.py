@@ -11,7 +11,10 @@ Reading a node's live state is the expensive part of a node query, so:
   cells that cannot answer are snapshotted, and only those.
 * **Invalidation**: a node notification (``compute_node.update``) or an operation on a
   node drops that node's entry (its cell is read again on the next request); a live
-  migration, evacuation or cross-host resize drops the whole cache (``observe``).
+  migration, evacuation or cross-host resize drops the whole cache (``observe``). A
+  cell read again for a dropped entry is read by ``truth`` when given (its own
+  database): the index may not hold the change yet, and an entry refilled from it
+  would keep the old state for a whole TTL.
 * ``get(bypass=True)`` (``bypass_cache=true``) snapshots every cell and refills;
   ``refresh()`` is the same, for ``cellsight nodes refresh`` and the periodic refresh.
 * A cell that does not answer keeps its old entries, shown with status 2 (no data)
@@ -111,11 +114,14 @@ class NodeCache:
         *,
         ttl: float = DEFAULT_TTL,
         clock: Callable[[], float] = time.monotonic,
+        truth: Loader | None = None,
     ) -> None:
         if ttl < 0:
             raise ValueError("ttl must not be negative")
         self._list_cells = cells
         self._loader = loader
+        self._truth_loader = truth
+        self._truth: set[str] = set()  # cells whose next read goes to ``truth``
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -172,8 +178,20 @@ class NodeCache:
 
     def _fill(self, cells: list[CellMapping]) -> tuple[SkippedCell, ...]:
         self.loads += 1
-        load = self._loader(cells)  # an exception leaves the entries as they were
+        truth = [c for c in cells if c.uuid in self._truth] if self._truth_loader else []
+        rest = [c for c in cells if c.uuid not in self._truth] if truth else cells
+        # Both read before either is kept: an exception leaves the entries as they were.
+        loads = [self._truth_loader(truth)] if self._truth_loader and truth else []
+        if rest:
+            loads.append(self._loader(rest))
         loaded_at = self._clock()
+        for load in loads:
+            self._keep(load, loaded_at)
+        self._generation += 1
+        self._source = loads[-1].source
+        return tuple(s for load in loads for s in load.skipped)
+
+    def _keep(self, load: CellLoad, loaded_at: float) -> None:
         for cell_uuid, docs in load.documents.items():
             for old in self._members.get(cell_uuid, ()):
                 self._entries.pop(old, None)
@@ -184,9 +202,7 @@ class NodeCache:
                 self._cell_of[str(doc["uuid"])] = cell_uuid
             self._loaded_at[cell_uuid] = loaded_at
             self._dropped.discard(cell_uuid)
-        self._generation += 1
-        self._source = load.source
-        return load.skipped
+            self._truth.discard(cell_uuid)
 
     # Invalidation -----------------------------------------------------------------
 
@@ -197,6 +213,7 @@ class NodeCache:
         with self._lock:
             if self._entries.pop(node_uuid, None) is not None:
                 self._dropped.add(self._cell_of[node_uuid])
+                self._truth.add(self._cell_of[node_uuid])
             else:
                 # Cells never read, or dropped already, are read on their next request.
                 cells = {cell_uuid} if cell_uuid is not None else set(self._loaded_at)
@@ -204,11 +221,13 @@ class NodeCache:
                 if not fresh:
                     return
                 self._dropped.update(fresh)
+                self._truth.update(fresh)
             self._generation += 1
             self._count("node")
 
     def invalidate(self) -> None:
         with self._lock:
+            self._truth.update(self._loaded_at)
             self._entries.clear()
             self._members.clear()
             self._loaded_at.clear()

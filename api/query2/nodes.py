@@ -48,6 +48,7 @@ def node_cache(state: State) -> NodeCache:
                     lambda: state.registry.list_cells(),
                     lambda cells: load_cells(state, cells),
                     ttl=state.settings.node_cache_ttl,
+                    truth=lambda cells: load_truth(state, cells),
                 )
                 state.node_cache = cache
                 if state.settings.node_cache_refresh > 0:
@@ -98,6 +99,18 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
             state.metrics.bug("node index read", exc, log)
             safe.release_probe()
     return _from_cells(list(cells), state.fanout)
+
+
+def load_truth(state: State, cells: Sequence[CellMapping]) -> CellLoad:
+    """Cells an event or an operation dropped entries of: read from their databases,
+    since the index may not hold the change yet. A cell that does not answer is read as
+    any other (from the index, when it serves), rather than left out."""
+    load = _from_cells(list(cells), state.fanout)
+    if not load.skipped or state.safe_connect.flagged:
+        return load
+    missed = {s.uuid for s in load.skipped}
+    rest = load_cells(state, [c for c in cells if c.uuid in missed])
+    return CellLoad({**load.documents, **rest.documents}, rest.skipped, rest.source)
 
 
 def with_derived(doc: dict[str, Any], cell_name: str | None) -> dict[str, Any]:

@@ -65,3 +65,46 @@ def test_nodes_of_a_cell_that_stops_answering_are_status_2(setup: tuple[World, P
             assert row[2][0] == 0 and row[4] == [2, None] and row[5] == [2, None]
         else:
             assert row[4][0] in (0, 4)
+
+
+def test_a_dropped_node_is_read_from_its_cell_not_the_lagging_index(
+    setup: tuple[World, Pair],
+) -> None:
+    """An operation or a node notification drops a node's entry before the indexer has
+    written the change: the next request read the cell's nodes from the index and kept
+    the old state for a whole TTL (an adversarial probe). It reads that cell's database;
+    the other cell stays cached."""
+    world, pair = setup
+    client = pair.index
+    node = node_documents(world)[0]
+    row = lambda body: next(r for r in body["data"] if r[0][1] == node["uuid"])  # noqa: E731
+    assert row(nodes(client).json())[3] == [0, False]
+    cache = state(client).node_cache
+    assert cache.get().source == "index"
+    _set_offline(world, node)  # in the cell; no indexer runs, so the index lags
+    cache.invalidate_node(node["uuid"], node["cell_uuid"])  # what the operation does
+    loads = cache.loads
+    assert row(nodes(client).json())[3] == [0, True]
+    assert cache.loads == loads + 1
+    # One cell read again, from its database; the other answered from memory.
+    assert cache.get().source == "cells" and cache.loads == loads + 1
+    # The cell's next read, once its entries expire or are bypassed, is the index's again.
+    cache.refresh()
+    assert cache.get().source == "index"
+
+
+def test_a_dropped_node_of_a_cell_that_does_not_answer_is_read_from_the_index(
+    setup: tuple[World, Pair],
+) -> None:
+    """The cell's own read fails: its nodes come from the index, as before any drop,
+    rather than be left out of the answer."""
+    world, pair = setup
+    client = pair.index
+    before = nodes(client).json()["data"]
+    cell2 = next(c.uuid for c in world.registry.list_cells() if c.name == "cell2")
+    node = next(n for n in node_documents(world) if n["cell_uuid"] == cell2)
+    dead = _break_cell(world, pair, "cell2")
+    state(client).node_cache.invalidate_node(node["uuid"], dead)
+    after = nodes(client)
+    assert after.status_code == 200 and SKIPPED_CELLS not in after.headers
+    assert after.json()["data"] == before
