@@ -138,6 +138,7 @@ class RelayReport:
     published: int = 0
     left: int = 0
     busy: bool = False  # another relay holds the lease
+    more: bool = False  # stopped at its time budget: rows may be waiting still
     error: str | None = None
     seconds: float = 0.0
     batches: list[int] = field(default_factory=list)
@@ -164,6 +165,7 @@ class Outbox:
         holder: str | None = None,
         clock: Callable[[], datetime] = utcnow,
         wait_for_lease: float = 2.0,
+        deliver_budget: float | None = None,
     ) -> None:
         self.publisher = publisher
         self.lease = timedelta(seconds=lease_seconds)
@@ -171,6 +173,10 @@ class Outbox:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}"
         self.clock = clock
         self.wait_for_lease = wait_for_lease
+        # Seconds ``deliver`` publishes for at most (then finishes its batch): a request
+        # after a bus outage must not publish the whole backlog before it answers. What
+        # it leaves goes with the next delivery or the periodic relay, in order.
+        self.deliver_budget = deliver_budget
 
     add = staticmethod(add)
 
@@ -180,7 +186,7 @@ class Outbox:
         deadline = time.monotonic() + self.wait_for_lease
         while True:
             try:
-                report = self.relay(engine)
+                report = self.relay(engine, budget=self.deliver_budget)
             except (CellsError, sa.exc.SQLAlchemyError) as exc:
                 # The change is committed either way: never fail the operation now.
                 report = RelayReport(error=f"{type(exc).__name__}: {exc}", left=-1)
@@ -189,11 +195,15 @@ class Outbox:
             time.sleep(0.05)  # another producer is draining this cell: ours go with it
         if report.error:
             log.warning("outbox: notifications kept for the relay: %s", report.error)
+        elif report.more:
+            log.info("outbox: %d published; the rest is left for the relay", report.published)
         return report
 
-    def relay(self, engine: sa.Engine) -> RelayReport:
+    def relay(self, engine: sa.Engine, *, budget: float | None = None) -> RelayReport:
         """Publish every waiting row of one cell in id order, deleting each batch once
-        the bus confirmed it. Returns at once (``busy``) if another relay holds the lease."""
+        the bus confirmed it; with ``budget``, stop after the batch that reaches that
+        many seconds (``more``). Returns at once (``busy``) if another relay holds the
+        lease."""
         started = time.perf_counter()
         report = RelayReport()
         if not self._acquire(engine):
@@ -229,6 +239,9 @@ class Outbox:
                     break
                 if not kept:
                     report.error = "the relay lease was lost (taken over after expiry)"
+                    break
+                if budget is not None and time.perf_counter() - started >= budget:
+                    report.more = True
                     break
         finally:
             if not released:

@@ -13,13 +13,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cellsight.api.headers import PATH
+from cellsight.api.routes import reservations as reservations_routes
+from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.operations import Operations
+from cellsight.cells.outbox import Outbox, relay_cells
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.index_roles import marker_key
 from cellsight.indexer.writer import BatchWriter
 from tests.support.api_world import World, make_client
-from tests.support.publishers import CollectingPublisher
+from tests.support.publishers import CollectingPublisher, FailingPublisher
 from tests.support.query2_world import ADMIN, query, state
 
 MEMBER = {"X-Auth-Token": "alice:p"}
@@ -164,3 +168,32 @@ def test_bad_requests_are_named(
     (fault,) = got.json().values()
     assert words in fault["message"]
     assert stack.publisher.sent == []
+
+
+def test_a_request_publishes_a_backlog_for_its_budget_only(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a bus outage a request published its cell's whole outbox before it answered
+    (64.7 s for 30,000 in a probe). Now it stops at ``DELIVER_BUDGET`` (0 here: one
+    batch), and the rest, its own notifications last, goes with the relay in order."""
+    monkeypatch.setattr(reservations_routes, "DELIVER_BUDGET", 0.0)
+    registry = stack.world.registry
+    down = Operations(registry, FailingPublisher(), publisher_id="t")
+    for cell in ("cell1", "cell2"):  # the reservation lands in either: a backlog in both
+        booted = down.boot(BootRequest(f"old-{cell}", "m1.small", "p", "u", cell=cell))
+        for i in range(110):
+            down.rename(booted.instances[0].uuid, f"old-{cell}-{i}")
+    backlog = 2 * (4 + 110)  # 4 for a boot, 1 a rename
+    made = call(stack.fanout, "POST", "/v2.1/reservations", {"reservation": {"flavor": "m1.small"}})
+    assert made.status_code == 201, made.text
+    uuid = made.json()["reservation"]["uuid"]
+    sent = stack.publisher.take()
+    assert len(sent) == 100  # one batch of the backlog, in order
+    assert all(getattr(n.payload, "uuid", None) != uuid for n in sent)
+    rest = CollectingPublisher()
+    cell = made.json()["reservation"]["cell_uuid"]
+    (report,) = relay_cells(registry, Outbox(rest), [cell]).values()
+    mine = [i for i, n in enumerate(rest.sent) if getattr(n.payload, "uuid", None) == uuid]
+    # Its cell's backlog first, then its own (and its node's update, last).
+    assert mine == [len(rest.sent) - 2] and rest.sent[-1].event_type == "compute_node.update"
+    assert report.published == len(rest.sent) == backlog // 2 - 100 + 2

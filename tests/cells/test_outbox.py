@@ -262,3 +262,33 @@ def test_a_notification_the_relay_could_not_read_is_refused_at_commit(
         assert conn.execute(sa.text("SELECT count(*) FROM instances")).scalar_one() == 0
     boot(Operations(registry, publisher))
     assert waiting(registry, cell) == 0 and len(publisher.sent) == BOOT_EVENTS
+
+
+def test_a_delivery_with_a_time_budget_leaves_the_rest_in_order(
+    registry: CellRegistry, cell: CellMapping
+) -> None:
+    """``deliver_budget`` (the API's requests): a delivery stops after the batch that
+    reached its budget, releases the lease, and the rest goes with the next pass in the
+    same order. A budget of 0 is exactly one batch."""
+    down = Operations(registry, FailingPublisher())
+    uuids = [boot(down, f"web-{i}") for i in range(3)]
+    engine = registry.cell_engine(cell)
+    backlog = waiting(registry, cell)
+    assert backlog == 3 * BOOT_EVENTS
+    up = CollectingPublisher()
+    report = Outbox(up, batch=5, deliver_budget=0.0).deliver(engine)
+    assert (report.published, report.more, report.error) == (5, True, None)
+    assert waiting(registry, cell) == backlog - 5
+    rest = Outbox(up, batch=5).relay(engine)  # the lease was released: no wait
+    assert (rest.published, rest.more, rest.busy) == (backlog - 5, False, False)
+    assert waiting(registry, cell) == 0
+    # Every notification once, in commit order: each boot's in turn, its node's last.
+    assert len(up.sent) == backlog
+    instances = [n.payload.uuid for n in up.sent if n.event_type.startswith("instance.")]
+    assert instances == [u for u in uuids for _ in range(BOOT_EVENTS - 1)]
+    assert [n.event_type for n in up.sent[:BOOT_EVENTS]] == [
+        "instance.create.start",
+        "instance.update",
+        "instance.create.end",
+        "compute_node.update",
+    ]
