@@ -220,3 +220,18 @@ def row_fault(exc: BaseException) -> str:
 # (pydantic's ValidationError is a ValueError), JSON or a date that does not parse, a
 # value of the wrong type, JSON nested past the recursion limit.
 ROW_FAULTS: tuple[type[Exception], ...] = (ValueError, TypeError, RecursionError)
+
+
+class InvalidText(CellsError):
+    """A name or id holding a character Nova's API refuses in names (its
+    ``parameter_types.name`` pattern): a control, format, surrogate or unassigned code
+    point, or a line or paragraph separator."""
+
+    reason = "invalid_text"
+
+    def __init__(self, field: str, value: str, char: str) -> None:
+        super().__init__(
+            f"{field} {value[:60]!r} holds U+{ord(char):04X}, which names may not hold "
+            "(control characters, line and paragraph separators)"
+        )
+        self.field = field

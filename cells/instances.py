@@ -11,6 +11,7 @@ from typing import Any
 
 from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
+from cellsight.cells.text_rules import check_text
 from cellsight.notifications.errors import clip
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
@@ -81,6 +82,7 @@ class BootRequest:
             raise ValueError(f"count must be at least 1, got {self.count}")
         if not self.display_name.strip():
             raise ValueError("display_name must not be empty")
+        check_text("name", self.display_name)
         if self.uuids is None:
             return [str(uuidlib.uuid4()) for _ in range(self.count)]
         if len(self.uuids) != self.count:

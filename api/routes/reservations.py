@@ -46,6 +46,7 @@ from cellsight.cells.errors import (
 from cellsight.cells.operations import Operations
 from cellsight.cells.outbox import Outbox
 from cellsight.cells.reservations import NotForthcoming, ReservationIncomplete, Reservations
+from cellsight.cells.text_rules import unprintable
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstancePayload
@@ -54,7 +55,12 @@ from cellsight.notifications.publisher import Publisher
 router = APIRouter(tags=["reservations"])
 M = TypeVar("M", bound=BaseModel)
 _lock = threading.Lock()
-Name = Field(default=None, max_length=255)
+Name = Field(
+    default=None,
+    max_length=255,
+    description="Printable characters, as Nova's names: no control character (Unicode "
+    "category C) and no line or paragraph separator",
+)
 
 
 class Conflict(ApiError):
@@ -62,21 +68,23 @@ class Conflict(ApiError):
 
 
 class _NoNul(BaseModel):
-    """Strings without NUL: PostgreSQL's text types cannot hold one (its driver raises),
-    and Nova's name and id patterns refuse control characters too."""
+    """Strings holding only what Nova's name pattern allows (``cells.text_rules``): no
+    control character (NUL included, which PostgreSQL's text types cannot hold), no line
+    or paragraph separator."""
 
     @field_validator("*")
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
-        if isinstance(value, str) and "\x00" in value:
-            raise ValueError("must not contain a NUL character")
+        if isinstance(value, str) and (char := unprintable(value)) is not None:
+            raise ValueError(f"must not hold U+{ord(char):04X} (a control character or separator)")
         return value
 
 
 class NewReservation(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
-    uuid: str | None = Field(default=None, max_length=36)
+    # Every spelling uuid.UUID reads, as the CLI and the paths: braces, urn:uuid:, no hyphens.
+    uuid: str | None = Field(default=None, max_length=45)
     name: str | None = Name
     project_id: str | None = Name
     user_id: str | None = Name

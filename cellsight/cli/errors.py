@@ -59,6 +59,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         DuplicateCell,
         DuplicateInstance,
         InstanceNotFound,
+        InvalidText,
         UnknownCell,
         UnknownFlavor,
     )
@@ -89,6 +90,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         DuplicateInstance,  # a uuid already taken, as the exit codes' table says
         UnknownFlavor,
         InstanceNotFound,
+        InvalidText,
     )
     if isinstance(exc, named):
         return USAGE, exc.message

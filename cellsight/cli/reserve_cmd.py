@@ -18,8 +18,14 @@ MAX_LENGTH = 255  # Nova's String(255) for names and ids, as the API's bodies
 
 def _bounded(value: str | None) -> str | None:
     """A usage error (exit 2), not a failure of the operation, as the API's 400."""
-    if value is not None and (len(value) > MAX_LENGTH or "\x00" in value):
-        raise typer.BadParameter(f"at most {MAX_LENGTH} characters, without NUL")
+    from cellsight.cells.text_rules import unprintable  # here: start-up imports no sqlalchemy
+
+    if value is None:
+        return None
+    if len(value) > MAX_LENGTH:
+        raise typer.BadParameter(f"at most {MAX_LENGTH} characters")
+    if (char := unprintable(value)) is not None:
+        raise typer.BadParameter(f"holds U+{ord(char):04X} (a control character or separator)")
     return value
 
 

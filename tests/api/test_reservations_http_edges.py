@@ -6,6 +6,8 @@ cell; a node registered after its cell was cached is heard."""
 
 from __future__ import annotations
 
+import json
+import uuid as uuidlib
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -89,11 +91,13 @@ def client(
 @pytest.mark.services
 def test_nul_characters_and_non_uuid_paths_are_4xx(client: TestClient) -> None:
     for field in ("name", "project_id", "user_id", "host", "cell", "flavor"):
-        got = client.post(
-            "/v2.1/reservations", json={"reservation": {field: "a\x00b"}}, headers=ADMIN
-        )
-        assert got.status_code == 400, (field, got.text)
-        assert f"reservation.{field}" in got.json()["badRequest"]["message"]
+        # NUL, which PostgreSQL cannot hold, and what else Nova's name pattern refuses.
+        for bad in ("\x00", "\x01", "\x7f", "\u2028", "\u200b"):
+            body = json.dumps({"reservation": {field: f"a{bad}b"}})
+            got = client.post("/v2.1/reservations", content=body, headers=ADMIN)
+            assert got.status_code == 400, (field, got.text)
+            message = got.json()["badRequest"]["message"]
+            assert f"reservation.{field}" in message and f"U+{ord(bad):04X}" in message
     made = client.post("/v2.1/reservations", json={"reservation": {}}, headers=ADMIN)
     uuid = made.json()["reservation"]["uuid"]
     changed = client.put(
@@ -200,3 +204,22 @@ def test_the_api_relays_under_the_outbox_lease_setting(stack: Stack, tmp_path: P
     got = api.post("/v2.1/reservations", json={"reservation": {"cell": "cell1"}}, headers=ADMIN)
     assert got.status_code == 201, got.text
     assert seen and all(250 < left <= 300 for left in seen), seen
+
+
+def test_a_reservation_uuid_in_any_spelling_the_cli_takes(client: TestClient) -> None:
+    """Braces and ``urn:uuid:`` in the body, as the CLI and the paths take them (the body
+    refused them past 36 characters); stored and answered in the canonical form."""
+    for spelling in ("{%s}", "urn:uuid:%s", "%s"):
+        want = str(uuidlib.uuid4())
+        given = spelling % (want.upper() if spelling == "%s" else want)
+        made = client.post(
+            "/v2.1/reservations", json={"reservation": {"uuid": given}}, headers=ADMIN
+        )
+        assert made.status_code == 201, made.text
+        assert made.json()["reservation"]["uuid"] == want
+        shown = client.put(
+            f"/v2.1/reservations/{given.replace('{', '%7B').replace('}', '%7D')}",
+            json={"reservation": {"name": "n"}},
+            headers=ADMIN,
+        )
+        assert shown.status_code == 200 and shown.json()["reservation"]["uuid"] == want

@@ -47,3 +47,33 @@ def test_reservation_workflow_from_the_cli(cli: Invoke, tmp_path: Path) -> None:
         assert cancelled is not None and cancelled["deleted"]
     finally:
         registry.close()
+
+
+def test_names_holding_control_characters_are_usage_errors(cli: Invoke, tmp_path: Path) -> None:
+    """Nova's name pattern refuses control characters and line or paragraph separators:
+    ``ops reserve|modify`` and ``ops rename`` (of a reservation or an instance) say which
+    character, on one line, exit 2, and change nothing; a space is fine."""
+    url = f"sqlite:///{tmp_path / 'east.db'}"
+    assert cli("cells", "add", "--name", "east", "--db-url", url).exit_code == 0
+    assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
+    uuid = UUID.findall(cli("ops", "reserve", "--name", "web 1\u00a0a").output)[0]
+    for bad, shown in (("a\x01b", "U+0001"), ("a\x7f", "U+007F"), ("a\u2028b", "U+2028")):
+        for args in (
+            ("ops", "reserve", "--name", bad),
+            ("ops", "modify", uuid, "--project", bad),
+            ("ops", "rename", uuid, bad),
+        ):
+            refused = cli(*args)
+            assert refused.exit_code == 2, (args, refused.output)
+            assert shown in one_line(refused.output), refused.output
+    settings = load_settings(data_dir=tmp_path / "data")
+    registry = CellRegistry(settings.resolved_api_db_url)
+    try:
+        with connect(registry.cell_engine(registry.locate(uuid))) as conn:
+            row = get_instance(conn, uuid)
+        assert row is not None and (row["display_name"], row["project_id"]) == (
+            "web 1\u00a0a",
+            None,
+        )
+    finally:
+        registry.close()

@@ -1,0 +1,27 @@
+"""What a name or an id may hold: Nova's API allows printable characters in names (its
+``parameter_types.name`` pattern): no code point of Unicode's category C (control,
+format, surrogate, private use, unassigned) and no line or paragraph separator; spaces
+are printable. One rule for the API's bodies, the CLI's options and the operations."""
+
+from __future__ import annotations
+
+import unicodedata
+
+from cellsight.cells.errors import InvalidText
+
+
+def unprintable(value: str) -> str | None:
+    """The first character of ``value`` that names may not hold, or None."""
+    if value.isprintable():  # Python's rule refuses all that Nova's does, and more
+        return None
+    for char in value:
+        category = unicodedata.category(char)
+        if category[0] == "C" or category in ("Zl", "Zp"):
+            return char
+    return None
+
+
+def check_text(field: str, value: str | None) -> None:
+    """``InvalidText`` naming ``field`` if ``value`` holds what names may not."""
+    if value is not None and (char := unprintable(value)) is not None:
+        raise InvalidText(field, value, char)
