@@ -25,6 +25,7 @@ Hits, misses and invalidations are Prometheus counters (and attributes, for test
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -35,6 +36,8 @@ from prometheus_client import Counter
 
 from cellsight.api.fanout import SkippedCell
 from cellsight.cells.mappings import CellMapping
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TTL = 600.0
 HITS = Counter("cellsight_node_cache_hits", "Node requests answered from the cache alone")
@@ -181,7 +184,19 @@ class NodeCache:
         truth = [c for c in cells if c.uuid in self._truth] if self._truth_loader else []
         rest = [c for c in cells if c.uuid not in self._truth] if truth else cells
         # Both read before either is kept: an exception leaves the entries as they were.
-        loads = [self._truth_loader(truth)] if self._truth_loader and truth else []
+        loads: list[CellLoad] = []
+        if self._truth_loader is not None and truth:
+            try:
+                loads.append(self._truth_loader(truth))
+            except Exception:
+                # The cells' own read failed whole (the fan-out pool full, say): those
+                # cells are read as any other rather than fail every request until then.
+                log.warning(
+                    "node cache: reading dropped cells from their databases failed; "
+                    "reading them as usual",
+                    exc_info=True,
+                )
+                rest = cells
         if rest:
             loads.append(self._loader(rest))
         loaded_at = self._clock()
@@ -193,13 +208,22 @@ class NodeCache:
 
     def _keep(self, load: CellLoad, loaded_at: float) -> None:
         for cell_uuid, docs in load.documents.items():
+            held: dict[str, dict[str, Any]] = {}
             for old in self._members.get(cell_uuid, ()):
-                self._entries.pop(old, None)
+                entry = self._entries.pop(old, None)
+                if entry is not None:
+                    held[old] = entry
                 self._cell_of.pop(old, None)
             self._members[cell_uuid] = [str(d["uuid"]) for d in docs]
             for doc in docs:
-                self._entries[str(doc["uuid"])] = doc
-                self._cell_of[str(doc["uuid"])] = cell_uuid
+                key = str(doc["uuid"])
+                # An entry read from the cell stays until the index catches up with it
+                # (a refresh or a bypass soon after a drop would read the lagging index).
+                before = held.get(key)
+                newer = before is not None and _version(before) > _version(doc)
+                kept = before if before is not None and newer else doc
+                self._entries[key] = kept
+                self._cell_of[key] = cell_uuid
             self._loaded_at[cell_uuid] = loaded_at
             self._dropped.discard(cell_uuid)
             self._truth.discard(cell_uuid)
@@ -249,3 +273,8 @@ class NodeCache:
     def _count(self, scope: str) -> None:
         self.invalidations += 1
         INVALIDATIONS.labels(scope).inc()
+
+
+def _version(doc: Mapping[str, Any]) -> int:
+    version = doc.get("version")
+    return version if isinstance(version, int) else -1

@@ -108,6 +108,11 @@ def load_truth(state: State, cells: Sequence[CellMapping]) -> CellLoad:
     load = _from_cells(list(cells), state.fanout)
     if not load.skipped or state.safe_connect.flagged:
         return load
+    try:  # never the cells a second time: only the index is worth asking now
+        if not is_synced(state.engine, "node"):
+            return load
+    except EngineError:
+        return load
     missed = {s.uuid for s in load.skipped}
     rest = load_cells(state, [c for c in cells if c.uuid in missed])
     return CellLoad({**load.documents, **rest.documents}, rest.skipped, rest.source)

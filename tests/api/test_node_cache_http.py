@@ -81,16 +81,18 @@ def test_a_dropped_node_is_read_from_its_cell_not_the_lagging_index(
     assert row(nodes(client).json())[3] == [0, False]
     cache = state(client).node_cache
     assert cache.get().source == "index"
-    _set_offline(world, node)  # in the cell; no indexer runs, so the index lags
+    _set_offline(world, node, revision=True)  # in the cell; no indexer runs: the index lags
     cache.invalidate_node(node["uuid"], node["cell_uuid"])  # what the operation does
     loads = cache.loads
     assert row(nodes(client).json())[3] == [0, True]
     assert cache.loads == loads + 1
     # One cell read again, from its database; the other answered from memory.
     assert cache.get().source == "cells" and cache.loads == loads + 1
-    # The cell's next read, once its entries expire or are bypassed, is the index's again.
+    # The cell's next read, once its entries expire or are bypassed, is the index's again;
+    # an entry newer than the index's document (its revision) stays until the index has it.
     cache.refresh()
     assert cache.get().source == "index"
+    assert row(nodes(client).json())[3] == [0, True]
 
 
 def test_a_dropped_node_of_a_cell_that_does_not_answer_is_read_from_the_index(

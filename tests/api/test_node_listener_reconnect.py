@@ -7,11 +7,16 @@ dropped when the bus is lost and again when the listener is back."""
 from __future__ import annotations
 
 import logging
+import socket
+import threading
 from pathlib import Path
 
 import pytest
 import redis
+from kombu import Connection, Exchange
 
+from cellsight.api.node_listener import start_listener
+from cellsight.api.query2.node_cache import CellLoad
 from cellsight.cells.nodeevents import register_node, set_node_state
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier
@@ -91,3 +96,50 @@ def test_embedded_connection_killed_and_back(
             client.close()
         assert cache.invalidations > before
         _heard_again(cache, registry, settings)
+
+
+@pytest.mark.services
+def test_a_queue_the_broker_will_not_bind_is_tried_again(
+    tmp_path: Path, rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A channel error at bind (here 406: the exchange exists with another type) went to
+    kombu's own loop, retried every second, without dropping the cache or backing off.
+    The listener says so, drops the cache once, backs off, and binds once it can."""
+    caplog.set_level(logging.WARNING, logger="cellsight.api.node_listener")
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    with Connection(rabbitmq_url) as conn:
+        wrong = Exchange(settings.exchange, "fanout", channel=conn.channel())
+        wrong.declare()
+    cache = Watched(lambda: [], lambda cells: CellLoad({}))
+    ready, stop = start_listener(settings, cache)
+    try:
+        wait_for(lambda: caplog.text.count("cannot reach the bus") >= 2, 30, "two failed binds")
+        assert not ready.is_set() and cache.invalidations == 1
+        with Connection(rabbitmq_url) as conn:
+            wrong.bind(conn.channel()).delete()
+        assert ready.wait(30), "the listener never bound its queue"
+    finally:
+        stop.set()
+
+
+def test_a_stop_while_the_bus_is_down_ends_the_listener_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopped between kombu's connect tries (2 s, then 4 s, ... 30 s apart), the
+    listener ended only at the next failed try; kombu's per-second callback ends it."""
+    caplog.set_level(logging.WARNING, logger="cellsight.api.node_listener")
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # a port nothing listens on
+    url = f"amqp://guest:guest@127.0.0.1:{closed.getsockname()[1]}//"
+    settings = bus_settings(tmp_path / "data", "embedded").model_copy(update={"bus_url": url})
+    before = set(threading.enumerate())
+    ready, stop = start_listener(settings, Watched(lambda: [], lambda cells: CellLoad({})))
+    (thread,) = [t for t in threading.enumerate() if t not in before]
+    try:
+        wait_for(lambda: "trying again in 2s" in caplog.text, 30, "a failed connect")
+        stop.set()
+        thread.join(1.5)  # the callback runs every second of kombu's sleep
+        assert not thread.is_alive() and not ready.is_set()
+    finally:
+        stop.set()
+        closed.close()

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client import REGISTRY as METRICS
 
-from cellsight.api.fanout import FanOut
+from cellsight.api.fanout import FanOut, Saturated
 from cellsight.api.query2.node_cache import DEFAULT_TTL, NodeCache, NodeSnapshot
 from cellsight.api.query2.nodes import _from_cells
 from cellsight.cells.instances import BootRequest
@@ -274,3 +274,26 @@ def test_a_remembered_selection_never_outlives_its_snapshot(rig: Rig) -> None:
     assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]
     rig.clock.now += DEFAULT_TTL
     assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]
+
+
+def test_a_failing_read_of_dropped_cells_falls_back_to_the_usual_one(rig: Rig) -> None:
+    """The cells' own read of dropped entries raising (the fan-out pool full: Saturated)
+    made every node query fail until it stopped; those cells are read as usual."""
+    tried: list[str] = []
+
+    def busy(cells: Any) -> Any:
+        tried.extend(c.name for c in cells)
+        raise Saturated(retry_after=1)
+
+    cache = NodeCache(
+        rig.registry.list_cells,
+        lambda cells: _from_cells(list(cells), rig.fanout),
+        truth=busy,
+        clock=rig.clock,
+    )
+    rig.feed.cache = cache
+    cache.get()
+    set_node_state(rig.ops, "cell1", "cell1-a", offline=True)
+    got = docs(cache.get())
+    assert tried == ["cell1"] and got == rig.fresh()
+    assert [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]

@@ -111,11 +111,14 @@ def test_the_index_path_has_no_skipped_cells(world: World, pair: Pair) -> None:
     assert all(row[1][0] != 2 for row in response.json()["data"])
 
 
-def _set_offline(world: World, node: dict[str, Any]) -> None:
+def _set_offline(world: World, node: dict[str, Any], *, revision: bool = False) -> None:
+    """Offline in the cell by plain SQL; with ``revision``, as an operation does it."""
     cell = next(c for c in world.registry.list_cells() if c.uuid == node["cell_uuid"])
+    c = compute_nodes.c
+    bump = {"revision": c.revision + 1} if revision else {}
     with world.registry.cell_engine(cell).begin() as conn:
         conn.execute(
-            compute_nodes.update().where(compute_nodes.c.uuid == node["uuid"]).values(offline=True)
+            compute_nodes.update().where(c.uuid == node["uuid"]).values(offline=True, **bump)
         )
 
 
