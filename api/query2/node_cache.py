@@ -218,8 +218,9 @@ class NodeCache:
             for doc in docs:
                 key = str(doc["uuid"])
                 # An entry read from the cell stays until the index catches up with it
-                # (a refresh or a bypass soon after a drop would read the lagging index).
-                before = held.get(key)
+                # (a refresh or a bypass soon after a drop would read the lagging index);
+                # a cell's own read always wins (a database restored has lower revisions).
+                before = held.get(key) if load.source == "index" else None
                 newer = before is not None and _version(before) > _version(doc)
                 kept = before if before is not None and newer else doc
                 self._entries[key] = kept
@@ -277,4 +278,4 @@ class NodeCache:
 
 def _version(doc: Mapping[str, Any]) -> int:
     version = doc.get("version")
-    return version if isinstance(version, int) else -1
+    return version if isinstance(version, int) and not isinstance(version, bool) else -1

@@ -297,3 +297,15 @@ def test_a_failing_read_of_dropped_cells_falls_back_to_the_usual_one(rig: Rig) -
     got = docs(cache.get())
     assert tried == ["cell1"] and got == rig.fresh()
     assert [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]
+
+
+def test_a_cell_read_wins_over_a_newer_entry(rig: Rig) -> None:
+    """An entry is kept over an older document from the index only: a cell's database
+    restored from a backup has lower revisions, and its own read is the truth."""
+    rig.cache.get()
+    c = compute_nodes.c
+    engine = rig.registry.cell_engine(rig.cells[0])
+    with engine.begin() as conn:
+        conn.execute(compute_nodes.update().values(revision=c.revision - 1, offline=True))
+    assert docs(rig.cache.refresh()) == rig.fresh()
+    assert all(d["offline"] for d in docs(rig.cache.get()) if d["cell_uuid"] == rig.cells[0].uuid)
