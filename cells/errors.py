@@ -87,7 +87,10 @@ class UnknownCell(CellsError):
     reason = "unknown_cell"
 
     def __init__(self, ref: str, known: list[str] | None = None) -> None:
-        hint = f" (known cells: {', '.join(known)})" if known else " (no cells registered)"
+        # Names registered before they were checked may hold control characters: those
+        # are shown escaped (repr), never raw on a terminal.
+        names = ", ".join(n if n.isprintable() else repr(n) for n in known or ())
+        hint = f" (known cells: {names})" if known else " (no cells registered)"
         # A mistyped reference may be anything a shell passes: its start names it.
         shown = repr(ref) if len(ref) <= 80 else f"{ref[:80] + '…'!r} ({len(ref)} characters)"
         super().__init__(f"unknown cell {shown}{hint}")
@@ -232,6 +235,6 @@ class InvalidText(CellsError):
     def __init__(self, field: str, value: str, char: str) -> None:
         super().__init__(
             f"{field} {value[:60]!r} holds U+{ord(char):04X}, which names may not hold "
-            "(control characters, line and paragraph separators)"
+            "(not a printable character: Nova's rule for names)"
         )
         self.field = field

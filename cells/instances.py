@@ -83,6 +83,8 @@ class BootRequest:
         if not self.display_name.strip():
             raise ValueError("display_name must not be empty")
         check_text("name", self.display_name)
+        for field_name in ("project_id", "user_id", "key_name", "availability_zone"):
+            check_text(field_name, getattr(self, field_name))
         if self.uuids is None:
             return [str(uuidlib.uuid4()) for _ in range(self.count)]
         if len(self.uuids) != self.count:

@@ -37,6 +37,7 @@ from cellsight.cells.schema import (
     instance_mappings,
     utcnow,
 )
+from cellsight.cells.text_rules import check_text
 
 if TYPE_CHECKING:
     from cellsight.settings import Settings
@@ -123,6 +124,7 @@ class CellRegistry:
         missing SQLite file and its tables created) first."""
         if not name or not name.strip():
             raise ValueError("a cell needs a non-empty name")
+        check_text("cell name", name)
         parsed = parse_url(database_url)
         url = parsed.render_as_string(hide_password=False)
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())

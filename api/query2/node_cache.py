@@ -125,6 +125,7 @@ class NodeCache:
         self._loader = loader
         self._truth_loader = truth
         self._truth: set[str] = set()  # cells whose next read goes to ``truth``
+        self._read_from_cell: dict[str, float] = {}  # node uuid → when, for its entry
         self.ttl = ttl
         self._clock = clock
         self._lock = threading.Lock()
@@ -207,6 +208,7 @@ class NodeCache:
         return tuple(s for load in loads for s in load.skipped)
 
     def _keep(self, load: CellLoad, loaded_at: float) -> None:
+        from_index = load.source == "index"
         for cell_uuid, docs in load.documents.items():
             held: dict[str, dict[str, Any]] = {}
             for old in self._members.get(cell_uuid, ()):
@@ -217,14 +219,26 @@ class NodeCache:
             self._members[cell_uuid] = [str(d["uuid"]) for d in docs]
             for doc in docs:
                 key = str(doc["uuid"])
-                # An entry read from the cell stays until the index catches up with it
-                # (a refresh or a bypass soon after a drop would read the lagging index);
-                # a cell's own read always wins (a database restored has lower revisions).
-                before = held.get(key) if load.source == "index" else None
-                newer = before is not None and _version(before) > _version(doc)
-                kept = before if before is not None and newer else doc
-                self._entries[key] = kept
+                self._entries[key] = doc
                 self._cell_of[key] = cell_uuid
+                if not from_index:
+                    self._read_from_cell[key] = loaded_at
+                    continue
+                # An entry read from its cell stays over an older document of the lagging
+                # index (a refresh or a bypass soon after a drop), for one TTL at most:
+                # versions can go down too (a database restored, then synced again).
+                before, read = held.get(key), self._read_from_cell.get(key)
+                if (
+                    before is not None
+                    and read is not None
+                    and loaded_at - read < self.ttl
+                    and _version(before) > _version(doc)
+                ):
+                    self._entries[key] = before
+                else:
+                    self._read_from_cell.pop(key, None)
+            for gone in held.keys() - self._entries.keys():
+                self._read_from_cell.pop(gone, None)
             self._loaded_at[cell_uuid] = loaded_at
             self._dropped.discard(cell_uuid)
             self._truth.discard(cell_uuid)
@@ -254,6 +268,7 @@ class NodeCache:
         with self._lock:
             self._truth.update(self._loaded_at)
             self._entries.clear()
+            self._read_from_cell.clear()
             self._members.clear()
             self._loaded_at.clear()
             self._cell_of.clear()
@@ -276,6 +291,8 @@ class NodeCache:
         INVALIDATIONS.labels(scope).inc()
 
 
-def _version(doc: Mapping[str, Any]) -> int:
+def _version(doc: Mapping[str, Any]) -> float:
     version = doc.get("version")
-    return version if isinstance(version, int) and not isinstance(version, bool) else -1
+    if isinstance(version, bool) or not isinstance(version, int | float):
+        return -1
+    return version

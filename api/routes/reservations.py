@@ -76,7 +76,7 @@ class _NoNul(BaseModel):
     @classmethod
     def _no_nul(cls, value: Any) -> Any:
         if isinstance(value, str) and (char := unprintable(value)) is not None:
-            raise ValueError(f"must not hold U+{ord(char):04X} (a control character or separator)")
+            raise ValueError(f"must not hold U+{ord(char):04X} (not a printable character)")
         return value
 
 
@@ -84,7 +84,7 @@ class NewReservation(_NoNul):
     model_config = ConfigDict(extra="forbid")
 
     # Every spelling uuid.UUID reads, as the CLI and the paths: braces, urn:uuid:, no hyphens.
-    uuid: str | None = Field(default=None, max_length=45)
+    uuid: str | None = Field(default=None, max_length=47)
     name: str | None = Name
     project_id: str | None = Name
     user_id: str | None = Name

@@ -25,7 +25,7 @@ def _bounded(value: str | None) -> str | None:
     if len(value) > MAX_LENGTH:
         raise typer.BadParameter(f"at most {MAX_LENGTH} characters")
     if (char := unprintable(value)) is not None:
-        raise typer.BadParameter(f"holds U+{ord(char):04X} (a control character or separator)")
+        raise typer.BadParameter(f"holds U+{ord(char):04X} (not a printable character)")
     return value
 
 
@@ -48,9 +48,13 @@ Project = Annotated[
 ]
 User = Annotated[str | None, typer.Option(help="User id (default: none yet)", callback=_bounded)]
 Flavor = Annotated[
-    str | None, typer.Option(help="Flavor name; its resources are claimed (default: none)")
+    str | None,
+    typer.Option(help="Flavor name; its resources are claimed (default: none)", callback=_bounded),
 ]
-Host = Annotated[str | None, typer.Option(help="Compute host to hold it on (default: chosen)")]
+Host = Annotated[
+    str | None,
+    typer.Option(help="Compute host to hold it on (default: chosen)", callback=_bounded),
+]
 
 
 def reserve(
@@ -62,7 +66,9 @@ def reserve(
     project: Project = None,
     user: User = None,
     flavor: Flavor = None,
-    cell: Annotated[str | None, typer.Option(help="Cell name or uuid (default: chosen)")] = None,
+    cell: Annotated[
+        str | None, typer.Option(help="Cell name or uuid (default: chosen)", callback=_bounded)
+    ] = None,
     host: Host = None,
 ) -> None:
     """Reserve capacity for a forthcoming instance; only its uuid is mandatory."""

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY as METRICS
 
 from cellsight.api.fanout import FanOut, Saturated
-from cellsight.api.query2.node_cache import DEFAULT_TTL, NodeCache, NodeSnapshot
+from cellsight.api.query2.node_cache import DEFAULT_TTL, CellLoad, NodeCache, NodeSnapshot
 from cellsight.api.query2.nodes import _from_cells
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
@@ -309,3 +309,40 @@ def test_a_cell_read_wins_over_a_newer_entry(rig: Rig) -> None:
         conn.execute(compute_nodes.update().values(revision=c.revision - 1, offline=True))
     assert docs(rig.cache.refresh()) == rig.fresh()
     assert all(d["offline"] for d in docs(rig.cache.get()) if d["cell_uuid"] == rig.cells[0].uuid)
+
+
+def _index_and_cells(clock: Clock) -> tuple[NodeCache, dict[str, Any], dict[str, Any]]:
+    """A cache over one cell whose index and database documents the test sets."""
+    cell = CellMapping("c1", "c1", "sqlite://")
+    index: dict[str, Any] = {"uuid": "n1", "cell_uuid": "c1", "version": 5, "offline": False}
+    db = dict(index)
+    cache = NodeCache(
+        lambda: [cell],
+        lambda cells: CellLoad({"c1": [dict(index)]}, (), "index"),
+        truth=lambda cells: CellLoad({"c1": [dict(db)]}, (), "cells"),
+        clock=clock,
+    )
+    return cache, index, db
+
+
+def test_an_entry_read_from_its_cell_outlives_older_index_documents_for_a_ttl() -> None:
+    clock = Clock()
+    cache, _index, db = _index_and_cells(clock)
+    cache.get()
+    db.update(version=6, offline=True)
+    cache.invalidate_node("n1", "c1")  # the operation; the index lags
+    assert cache.get().documents[0]["offline"] is True
+    clock.now += 1
+    assert cache.refresh().documents[0]["offline"] is True  # the lagging index: kept
+    clock.now += DEFAULT_TTL
+    assert cache.refresh().documents[0]["offline"] is False  # never for good
+
+
+def test_an_entry_read_from_the_index_never_outlives_a_lower_version() -> None:
+    """A cell's database restored and synced again: the index's versions go down."""
+    clock = Clock()
+    cache, index, _db = _index_and_cells(clock)
+    index.update(version=10)
+    cache.get()
+    index.update(version=3, offline=True)
+    assert cache.refresh().documents[0]["version"] == 3

@@ -209,7 +209,7 @@ def test_the_api_relays_under_the_outbox_lease_setting(stack: Stack, tmp_path: P
 def test_a_reservation_uuid_in_any_spelling_the_cli_takes(client: TestClient) -> None:
     """Braces and ``urn:uuid:`` in the body, as the CLI and the paths take them (the body
     refused them past 36 characters); stored and answered in the canonical form."""
-    for spelling in ("{%s}", "urn:uuid:%s", "%s"):
+    for spelling in ("{%s}", "urn:uuid:%s", "urn:uuid:{%s}", "%s"):
         want = str(uuidlib.uuid4())
         given = spelling % (want.upper() if spelling == "%s" else want)
         made = client.post(

@@ -77,3 +77,23 @@ def test_names_holding_control_characters_are_usage_errors(cli: Invoke, tmp_path
         )
     finally:
         registry.close()
+
+
+def test_cells_hosts_and_boots_refuse_what_names_may_not_hold(cli: Invoke, tmp_path: Path) -> None:
+    """A cell or host name with a terminal escape was registered, then printed raw by
+    every error listing the cells; a boot took it in its project. Each is a usage error
+    naming the character, and over-long reservation values are refused as the API does."""
+    url = f"sqlite:///{tmp_path / 'east.db'}"
+    bad_cell = cli("cells", "add", "--name", "ev\x1b[2Jil", "--db-url", url)
+    assert bad_cell.exit_code == 2 and "U+001B" in one_line(bad_cell.output), bad_cell.output
+    assert cli("cells", "add", "--name", "east", "--db-url", url).exit_code == 0
+    bad_host = cli("cells", "add-host", "--cell", "east", "--host", "h\x1b]0;x\x07")
+    assert bad_host.exit_code == 2 and "U+001B" in one_line(bad_host.output), bad_host.output
+    assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
+    boot = ("ops", "boot", "--name", "web", "--flavor", "m1.small", "--user", "u")
+    bad_boot = cli(*boot, "--project", "p\x1b[31m")
+    assert bad_boot.exit_code == 2 and "U+001B" in one_line(bad_boot.output), bad_boot.output
+    for option in ("--host", "--flavor", "--cell"):
+        long = cli("ops", "reserve", option, "x" * 300)
+        assert long.exit_code == 2 and "at most 255" in one_line(long.output), long.output
+    assert "\x1b" not in cli("cells", "list").output
