@@ -132,7 +132,7 @@ class NodeListener(ConsumerMixin):
             self._deaf = True
             self.cache.invalidate()
         log.warning(
-            "node cache listener lost the bus or its queue (%s: %s); trying again in %.0fs",
+            "node cache listener is off the bus (%s: %s); trying again in %.0fs",
             type(exc).__name__,
             exc,
             interval,

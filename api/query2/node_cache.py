@@ -216,32 +216,45 @@ class NodeCache:
                 if entry is not None:
                     held[old] = entry
                 self._cell_of.pop(old, None)
-            self._members[cell_uuid] = [str(d["uuid"]) for d in docs]
-            for doc in docs:
-                key = str(doc["uuid"])
+            incoming = {str(d["uuid"]): d for d in docs}
+            kept = self._kept_over_index(held, incoming, loaded_at) if from_index else {}
+            incoming.update(kept)
+            for key, doc in incoming.items():
+                moved_from = self._cell_of.get(key)
+                if moved_from is not None and moved_from != cell_uuid:  # listed once
+                    members = self._members.get(moved_from, [])
+                    self._members[moved_from] = [m for m in members if m != key]
                 self._entries[key] = doc
                 self._cell_of[key] = cell_uuid
                 if not from_index:
                     self._read_from_cell[key] = loaded_at
-                    continue
-                # An entry read from its cell stays over an older document of the lagging
-                # index (a refresh or a bypass soon after a drop), for one TTL at most:
-                # versions can go down too (a database restored, then synced again).
-                before, read = held.get(key), self._read_from_cell.get(key)
-                if (
-                    before is not None
-                    and read is not None
-                    and loaded_at - read < self.ttl
-                    and _version(before) > _version(doc)
-                ):
-                    self._entries[key] = before
-                else:
+                elif key not in kept:
                     self._read_from_cell.pop(key, None)
-            for gone in held.keys() - self._entries.keys():
+            self._members[cell_uuid] = list(incoming)
+            for gone in held.keys() - incoming.keys():
                 self._read_from_cell.pop(gone, None)
-            self._loaded_at[cell_uuid] = loaded_at
+            # A kept entry's cell is read again a TTL after the entry was, not later.
+            reads = [self._read_from_cell[k] for k in kept]
+            self._loaded_at[cell_uuid] = min([loaded_at, *reads])
             self._dropped.discard(cell_uuid)
             self._truth.discard(cell_uuid)
+
+    def _kept_over_index(
+        self, held: dict[str, dict[str, Any]], incoming: dict[str, Any], now: float
+    ) -> dict[str, dict[str, Any]]:
+        """Entries read from their cell less than a TTL ago that the lagging index has
+        not caught up with (a refresh or a bypass soon after a drop): an older document
+        of the node, or none yet (a node just registered). Never longer: versions can
+        go down too (a database restored, then synced again)."""
+        kept = {}
+        for key, before in held.items():
+            read = self._read_from_cell.get(key)
+            if read is None or now - read >= self.ttl:
+                continue
+            doc = incoming.get(key)
+            if doc is None or _version(before) > _version(doc):
+                kept[key] = before
+        return kept
 
     # Invalidation -----------------------------------------------------------------
 
@@ -250,9 +263,14 @@ class NodeCache:
         was read) drops its cell's freshness instead, so the next request reads it; with
         no cell to go by, every cell's."""
         with self._lock:
+            self._read_from_cell.pop(node_uuid, None)
             if self._entries.pop(node_uuid, None) is not None:
-                self._dropped.add(self._cell_of[node_uuid])
-                self._truth.add(self._cell_of[node_uuid])
+                # Its cell, and the one the event names if that differs (a node moved).
+                cells = {self._cell_of[node_uuid]}
+                if cell_uuid is not None and cell_uuid in self._loaded_at:
+                    cells.add(cell_uuid)
+                self._dropped.update(cells)
+                self._truth.update(cells)
             else:
                 # Cells never read, or dropped already, are read on their next request.
                 cells = {cell_uuid} if cell_uuid is not None else set(self._loaded_at)

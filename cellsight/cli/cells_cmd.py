@@ -166,6 +166,8 @@ def add_host(
     ``compute_node.update`` goes through the cell's outbox, as every operation's)."""
     from cellsight.cells.nodeevents import register_node
 
+    if not host.strip():
+        fail("--host: a compute node needs a non-empty host name")
     with operations(ctx) as ops:
         node = register_node(
             ops,

@@ -64,7 +64,7 @@ def test_rabbitmq_lost_and_back(
         with listening(via_proxy, tmp_path) as (registry, cache):
             before = _registered(cache, registry, direct)
             proxy.stop()  # open connections closed, new ones refused
-            wait_for(lambda: "lost the bus or its queue" in caplog.text, 30, "the loss noticed")
+            wait_for(lambda: "listener is off the bus" in caplog.text, 30, "the loss noticed")
             assert cache.invalidations > before  # dropped while nothing is heard
             loads = cache.loads
             assert [d["offline"] for d in cache.get().documents] == [False]
@@ -113,7 +113,7 @@ def test_a_queue_the_broker_will_not_bind_is_tried_again(
     cache = Watched(lambda: [], lambda cells: CellLoad({}))
     ready, stop = start_listener(settings, cache)
     try:
-        lost = "lost the bus or its queue"
+        lost = "listener is off the bus"
         wait_for(lambda: caplog.text.count(lost) >= 2, 30, "two failed binds")
         assert not ready.is_set() and cache.invalidations == 1
         with Connection(rabbitmq_url) as conn:

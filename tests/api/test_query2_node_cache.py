@@ -332,10 +332,11 @@ def test_an_entry_read_from_its_cell_outlives_older_index_documents_for_a_ttl() 
     db.update(version=6, offline=True)
     cache.invalidate_node("n1", "c1")  # the operation; the index lags
     assert cache.get().documents[0]["offline"] is True
-    clock.now += 1
+    clock.now += DEFAULT_TTL - 1
     assert cache.refresh().documents[0]["offline"] is True  # the lagging index: kept
-    clock.now += DEFAULT_TTL
-    assert cache.refresh().documents[0]["offline"] is False  # never for good
+    loads = cache.loads
+    clock.now += 1  # a TTL after the cell's read, not after the refresh that kept it
+    assert cache.get().documents[0]["offline"] is False and cache.loads == loads + 1
 
 
 def test_an_entry_read_from_the_index_never_outlives_a_lower_version() -> None:
@@ -346,3 +347,35 @@ def test_an_entry_read_from_the_index_never_outlives_a_lower_version() -> None:
     cache.get()
     index.update(version=3, offline=True)
     assert cache.refresh().documents[0]["version"] == 3
+
+
+def test_a_node_just_registered_outlives_an_index_that_lacks_it() -> None:
+    clock = Clock()
+    cell = CellMapping("c1", "c1", "sqlite://")
+    n1 = {"uuid": "n1", "cell_uuid": "c1", "version": 1}
+    index, db = [n1], [n1]
+    cache = NodeCache(
+        lambda: [cell],
+        lambda cells: CellLoad({"c1": list(index)}, (), "index"),
+        truth=lambda cells: CellLoad({"c1": list(db)}, (), "cells"),
+        clock=clock,
+    )
+    cache.get()
+    db.append({"uuid": "n2", "cell_uuid": "c1", "version": 1})
+    cache.invalidate_node("n2", "c1")  # registered through the API; the index lags
+    assert [d["uuid"] for d in cache.get().documents] == ["n1", "n2"]
+    clock.now += 1
+    assert [d["uuid"] for d in cache.refresh().documents] == ["n1", "n2"]
+
+
+def test_a_node_that_moved_cells_is_listed_once() -> None:
+    """Keyed by its uuid (Nova keeps a node's uuid when it is registered again)."""
+    a, b = CellMapping("a", "a", "sqlite://"), CellMapping("b", "b", "sqlite://")
+    where = {"a": [{"uuid": "n1", "cell_uuid": "a", "version": 1}], "b": []}
+    cache = NodeCache(
+        lambda: [a, b], lambda cells: CellLoad({c.uuid: list(where[c.uuid]) for c in cells})
+    )
+    cache.get()
+    where.update(a=[], b=[{"uuid": "n1", "cell_uuid": "b", "version": 2}])
+    cache.invalidate_node("n1", "b")  # only cell b is read again
+    assert [(d["uuid"], d["cell_uuid"]) for d in cache.get().documents] == [("n1", "b")]

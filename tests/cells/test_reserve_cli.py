@@ -89,6 +89,8 @@ def test_cells_hosts_and_boots_refuse_what_names_may_not_hold(cli: Invoke, tmp_p
     assert cli("cells", "add", "--name", "east", "--db-url", url).exit_code == 0
     bad_host = cli("cells", "add-host", "--cell", "east", "--host", "h\x1b]0;x\x07")
     assert bad_host.exit_code == 2 and "U+001B" in one_line(bad_host.output), bad_host.output
+    empty = cli("cells", "add-host", "--cell", "east", "--host", " ")
+    assert empty.exit_code == 2 and "--host" in one_line(empty.output), empty.output
     assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
     boot = ("ops", "boot", "--name", "web", "--flavor", "m1.small", "--user", "u")
     bad_boot = cli(*boot, "--project", "p\x1b[31m")
