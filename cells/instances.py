@@ -11,7 +11,7 @@ from typing import Any
 
 from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
-from cellsight.cells.text_rules import check_text
+from cellsight.cells.text_rules import check_texts
 from cellsight.notifications.errors import clip
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
@@ -82,9 +82,13 @@ class BootRequest:
             raise ValueError(f"count must be at least 1, got {self.count}")
         if not self.display_name.strip():
             raise ValueError("display_name must not be empty")
-        check_text("name", self.display_name)
-        for field_name in ("project_id", "user_id", "key_name", "availability_zone"):
-            check_text(field_name, getattr(self, field_name))
+        check_texts(
+            name=self.display_name,
+            project_id=self.project_id,
+            user_id=self.user_id,
+            key_name=self.key_name,
+            availability_zone=self.availability_zone,
+        )
         if self.uuids is None:
             return [str(uuidlib.uuid4()) for _ in range(self.count)]
         if len(self.uuids) != self.count:

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import CellsError, NoValidHost
 from cellsight.cells.schema import compute_nodes, utcnow
-from cellsight.cells.text_rules import check_text
+from cellsight.cells.text_rules import check_texts
 
 
 class DuplicateHost(CellsError):
@@ -40,9 +40,9 @@ def add_compute_node(
     ``in_transaction(conn, row)`` runs in the insert's transaction (the outbox)."""
     if not host:
         raise ValueError("a compute node needs a host name")
-    check_text("host", host)
-    check_text("hypervisor_hostname", hypervisor_hostname)
-    check_text("availability_zone", availability_zone)
+    check_texts(
+        host=host, hypervisor_hostname=hypervisor_hostname, availability_zone=availability_zone
+    )
     if min(vcpus, memory_mb, local_gb) < 0:
         raise ValueError("vcpus, memory and disk must not be negative")
     now = utcnow()

@@ -43,7 +43,7 @@ from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, r
 from cellsight.cells.rows import InstanceRow, action_payload
 from cellsight.cells.scheduler import Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
-from cellsight.cells.text_rules import check_text
+from cellsight.cells.text_rules import check_texts
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstanceActionPayload
@@ -147,7 +147,7 @@ class Reservations:
         actor: Actor = ADMIN,
     ) -> ReserveResult:
         uuid = reservation_uuid(uuid)
-        _check(name=name, project_id=project_id, user_id=user_id, flavor=flavor, host=host)
+        check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor, host=host)
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
         try:
@@ -225,7 +225,7 @@ class Reservations:
     # ------------------------------------------------------------ modify/rename
 
     def rename(self, uuid: str, name: str | None, actor: Actor = ADMIN) -> InstanceActionPayload:
-        _check(name=name)
+        check_texts(name=name)
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
             return {"display_name": name, **_host_name(row, name)}
@@ -244,8 +244,7 @@ class Reservations:
         actor: Actor = ADMIN,
     ) -> InstanceActionPayload:
         """Change any attribute; a new flavor or host moves the claim, or fails whole."""
-        given = {"name": name, "project_id": project_id, "user_id": user_id, "host": host}
-        _check(flavor=flavor, **{k: v for k, v in given.items() if v is not _UNSET})
+        check_texts(flavor=flavor, name=name, project_id=project_id, user_id=user_id, host=host)
         plain = {"display_name": name, "project_id": project_id, "user_id": user_id}
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
@@ -375,9 +374,3 @@ class Reservations:
         self.touched.update((str(n["uuid"]), cell.uuid) for n in nodes)
         self.ops.deliver(cell)
         return cell, after
-
-
-def _check(**values: Any) -> None:
-    for name, value in values.items():
-        if isinstance(value, str):
-            check_text(name, value)

@@ -25,3 +25,11 @@ def check_text(field: str, value: str | None) -> None:
     """``InvalidText`` naming ``field`` if ``value`` holds what names may not."""
     if value is not None and (char := unprintable(value)) is not None:
         raise InvalidText(field, value, char)
+
+
+def check_texts(**values: object) -> None:
+    """``check_text`` for each string of ``values``, in order; other values (None, a
+    caller's "not given" marker) are not names and pass."""
+    for field, value in values.items():
+        if isinstance(value, str):
+            check_text(field, value)
