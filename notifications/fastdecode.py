@@ -1,5 +1,8 @@
 """The compiled decode path: bytes → validated payload in one msgspec pass.
 
+The oslo wrapper is parsed by orjson, the reference's parser; the notification inside
+it by msgspec, straight into the Structs below.
+
 The msgspec Structs here are generated from the pydantic payload models (their fields,
 types, defaults and ``ge`` constraints) and from :mod:`cellsight.notifications.limits`, so the
 models stay the one source of truth. The ``nova_object`` wrappers are Structs too
@@ -18,8 +21,9 @@ error), the caller runs the reference, which accepts the message or raises the
 contract's named error. A message it accepts the reference accepts too, with the same
 values (tested differentially), with one known exception: msgspec skips the value of a
 field no Struct declares without reading it, so a number there beyond a double's range
-(``1e400``), which the reference's parser refuses (``malformed``), passes here; the
-document, which never holds such a field, is the same.
+(``1e400``) inside an oslo wrapper's message, which the reference's parser refuses
+(``malformed``), passes here; the document, which never holds such a field, is the
+same. A bare body is parsed whole by orjson first, so it has no such difference.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Annotated, Any, Literal
 
 import annotated_types
 import msgspec
+import orjson
 from msgspec import Meta, Struct, field
 
 from cellsight.notifications import limits
@@ -257,24 +262,29 @@ class FastNotification(typing.NamedTuple):
 
 
 def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
-    """Decode or raise (``Declined`` or a msgspec error): never a contract verdict."""
+    """Decode or raise (``Declined`` or a parser's error): never a contract verdict."""
     if len(body) > limits.MAX_BODY_BYTES:
         raise Declined("too large")
     if isinstance(body, memoryview):
         body = bytes(body)
-    if not isinstance(body, str) and not body.isascii():
-        # msgspec checks UTF-8 only where it decodes, not in the fields it skips, and the
-        # reference refuses the whole body (oslo.messaging writes ASCII: rarely taken).
-        body.decode("utf-8")
-    outer = _decoder.decode(body)
-    if outer.oslo_message is not None:
-        if outer.oslo_version != OSLO_VERSION:
+    # The oslo wrapper is read by the reference's own parser: orjson checks the whole
+    # body's UTF-8 (msgspec only what it decodes) and unescapes the inner message's
+    # 3 KB a third faster than msgspec. The wrapper's other keys are ignored, as the
+    # reference ignores them. A bare body is read by the typed decoder again (rare).
+    wrapper = orjson.loads(body)
+    if type(wrapper) is not dict:
+        raise Declined("not an object")
+    if "oslo.message" in wrapper:
+        message = wrapper["oslo.message"]
+        if wrapper.get("oslo.version") != OSLO_VERSION or type(message) is not str:
             raise Declined("oslo.version")
-        outer = _decoder.decode(outer.oslo_message)
+        outer = _decoder.decode(message)
         if outer.oslo_message is not None:
             raise Declined("nested oslo wrapper")
-    elif outer.oslo_version is not None:
+    elif "oslo.version" in wrapper:
         raise Declined("oslo.version without oslo.message")
+    else:
+        outer = _decoder.decode(body)
     top = outer.payload
     if outer.event_type is None or outer.publisher_id is None or outer.priority is None:
         raise Declined("envelope key missing")
@@ -289,16 +299,17 @@ def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
     else:
         _read_by_shape(top.version, top.data)
     _normalise_times(top.data, model)
+    # Positional: a NamedTuple built from keywords costs twice as much.
     return FastNotification(
-        event_type=outer.event_type,
-        event=_event_type(outer.event_type),
-        priority=_priority(outer.priority),
-        timestamp=_parse_timestamp(outer.timestamp),
-        message_id=outer.message_id,
-        payload_class=model,
-        obj_name=shaped or model.OBJ_NAME,
-        obj_version=top.version,
-        data=top.data,
+        outer.event_type,
+        _event_type(outer.event_type),
+        _priority(outer.priority),
+        _parse_timestamp(outer.timestamp),
+        outer.message_id,
+        model,
+        shaped or model.OBJ_NAME,
+        top.version,
+        top.data,
     )
 
 
@@ -371,6 +382,7 @@ def _time_fields(struct: type[Struct]) -> tuple[list[str], list[str]]:
 
 
 _TIME_PLANS: dict[type, tuple[list[str], list[str]]] = {}
+_fromisoformat = datetime.fromisoformat
 
 
 def _normalise_times(data: Any, model: type[VersionedObject] | None = None) -> None:
@@ -380,18 +392,15 @@ def _normalise_times(data: Any, model: type[VersionedObject] | None = None) -> N
     if plan is None:
         plan = _TIME_PLANS[type(data)] = _time_fields(type(data))
     times, nested = plan
+    # Inline: this runs for every time of every notification.
     for name in times:
-        value = getattr(data, name)
-        if value is not None:
-            setattr(data, name, _utc(value))
+        text = getattr(data, name)
+        if text is not None:
+            value = _fromisoformat(text)
+            if value.tzinfo is not UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC itself
+                value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+            setattr(data, name, value)
     for name in nested:
         wrapper = getattr(data, name)
         if wrapper is not None:
             _normalise_times(wrapper.data)
-
-
-def _utc(text: str) -> datetime:
-    value = datetime.fromisoformat(text)
-    if value.tzinfo is UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC itself
-        return value
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
