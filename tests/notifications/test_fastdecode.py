@@ -241,3 +241,58 @@ def test_ever_new_minor_versions_grow_neither_memory_nor_the_log(
     assert len(fastdecode._seen_newer) <= base.LOGGED_VERSIONS
     logged = [r for r in caplog.records if "fields kept out of documents" in r.getMessage()]
     assert 0 < len(logged) <= base.LOGGED_VERSIONS < count
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.sampled_from(['"2.0"', '"2"', "2.0", "null", '"2.0 "', None]),
+    message=st.sampled_from(["text", "object", "null", "nested", "number", "invalid", None]),
+    extra=st.dictionaries(
+        st.sampled_from(["event_type", "payload", "priority", "x", "oslo.versions"]),
+        _json_values,
+        max_size=3,
+    ),
+    duplicate=st.booleans(),
+    kind=st.sampled_from([bytes, bytearray, memoryview, str]),
+)
+def test_the_oslo_wrapper_decides_as_the_reference_does(
+    version: str | None,
+    message: str | None,
+    extra: dict[str, Any],
+    duplicate: bool,
+    kind: type,
+) -> None:
+    """Whatever wraps the notification (the oslo keys in any form, other keys beside
+    them, a key given twice, a body of any buffer type), the compiled path accepts only
+    what the reference accepts, with the same document, and the planner's verdict is
+    the reference's."""
+    inner = novagen.body(novagen.notification("instance.update", seed=2), wrapped=False)
+    messages = {
+        "text": json.dumps(inner.decode()),
+        "object": inner.decode(),
+        "null": "null",
+        "nested": json.dumps(novagen.body(novagen.notification(seed=4)).decode()),
+        "number": "1e400",
+        "invalid": json.dumps(inner.decode())[:-20] + '\\ud800"',
+    }
+    parts = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in extra.items()]
+    if version is not None:
+        parts.append(f'"oslo.version": {version}')
+    if message is not None:
+        if duplicate:
+            parts.append('"oslo.message": "{}"')
+        parts.append(f'"oslo.message": {messages[message]}')
+    text = "{" + ", ".join(parts) + "}"
+    raw = text if kind is str else kind(text.encode())
+    fast, reference = plan_fast(0, raw), _reference(text.encode())
+    if fast is not None:
+        _same_verdict(fast, reference)
+    outcomes, planned = plan([raw])
+    _same_verdict(planned[0] if planned else outcomes[0], reference)
