@@ -18,6 +18,7 @@ from operator import is_not, itemgetter
 from typing import Any
 
 import msgspec
+import orjson
 
 from cellsight.indexer.engines.base import WriteOp
 from cellsight.indexer.engines.sqlite_schema import LONG_MAX, LONG_MIN, Schema, date_to_micros
@@ -62,11 +63,21 @@ class Prepared(msgspec.Struct, gc=False):
 
 
 _ENCODER = msgspec.json.Encoder()
+_UTC_Z = orjson.OPT_UTC_Z  # a UTC datetime in a document's objects ends in "Z", as msgspec's
 
 
 def encode_json(value: Any) -> str:
-    """msgspec's encoder: 3-4x the stdlib's, and JSON is the largest cost of a bulk load."""
-    return _ENCODER.encode(value).decode()
+    """orjson, and msgspec for what orjson refuses. JSON is the largest cost of a bulk
+    load: on the indexer's documents orjson took 3.3-3.6 µs a document where msgspec
+    took 4.5-4.7 (20,000 of them; 1.3 against 4.1 on a batch of 1,000 in the cache),
+    and msgspec's is 3-4x the stdlib's. orjson refuses, with ``TypeError``, what msgspec
+    encodes or refuses as before (an integer past 64 bits, a key that is no string, a
+    set, bytes, nesting past 254, a lone surrogate), so those go to msgspec; the two
+    write the same bytes for everything else but a float's exponent (``1e+16``)."""
+    try:
+        return orjson.dumps(value, option=_UTC_Z).decode()
+    except TypeError:
+        return _ENCODER.encode(value).decode()
 
 
 # Stored documents are JSON this module wrote. msgspec reads them with the same result as

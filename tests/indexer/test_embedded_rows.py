@@ -10,11 +10,19 @@ import math
 from collections import defaultdict
 from typing import Any
 
+import msgspec
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cellsight.indexer.engines.base import WriteOp
-from cellsight.indexer.engines.sqlite_rows import InvalidDocument, Prepared, RowBuilder
+from cellsight.indexer.engines.sqlite_rows import (
+    InvalidDocument,
+    Prepared,
+    RowBuilder,
+    decode_json,
+    encode_json,
+)
 from cellsight.indexer.engines.sqlite_schema import SCHEMAS
 from cellsight.indexer.fields import FIELDS_BY_RESOURCE, DocField, Kind
 
@@ -177,3 +185,33 @@ def test_a_remembered_shape_still_checks_values() -> None:
             assert f"[{field}]" in str(exc)
         else:
             raise AssertionError(f"{field}={bad!r} was accepted")
+
+
+def _msgspec_json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+deep: list[Any] = []
+for _ in range(300):
+    deep = [deep]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(
+        anything,
+        st.sampled_from([{1: "int key"}, {"k": {1, 2}}, {"k": b"bytes"}, deep, 2**64, -(2**63)]),
+    )
+)
+def test_a_document_is_stored_as_msgspec_would_store_it(value: Any) -> None:
+    """orjson writes what it can (the same values msgspec wrote before it); what it
+    refuses (an integer past 64 bits, a key that is no string, nesting past 254, a lone
+    surrogate) is msgspec's to write or refuse, as it was."""
+    try:
+        expected = _msgspec_json(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        with pytest.raises(type(exc)):
+            encode_json(value)
+        return
+    got = encode_json(value)
+    assert got == expected or decode_json(got) == decode_json(expected)
