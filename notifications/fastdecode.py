@@ -1,7 +1,8 @@
-"""The compiled decode path: bytes → validated payload in one msgspec pass.
+"""The compiled decode path: bytes → validated payload, the notification in one msgspec
+pass.
 
 The oslo wrapper is parsed by orjson, the reference's parser; the notification inside
-it by msgspec, straight into the Structs below.
+it by msgspec, straight into the Structs below (a bare body is parsed by both).
 
 The msgspec Structs here are generated from the pydantic payload models (their fields,
 types, defaults and ``ge`` constraints) and from :mod:`cellsight.notifications.limits`, so the
@@ -16,7 +17,7 @@ its ``SHAPE_FIELDS`` (those fields default to UNSET here, so that presence is co
 This path is strict where the reference (``cellsight.notifications.envelope.decode``) is lax
 (``"5"`` for an int, ``0/1`` for a bool, unix times, non-canonical UUIDs), and it knows
 by name only the classes above (any other is read by shape by the reference). It never
-decides that a message is bad: whenever it declines (:class:`Declined`, or any msgspec
+decides that a message is bad: whenever it declines (:class:`Declined`, or any parser's
 error), the caller runs the reference, which accepts the message or raises the
 contract's named error. A message it accepts the reference accepts too, with the same
 values (tested differentially), with one known exception: msgspec skips the value of a
@@ -41,7 +42,7 @@ import msgspec
 import orjson
 from msgspec import Meta, Struct, field
 
-from cellsight.notifications import limits
+from cellsight.notifications import limits, wire
 from cellsight.notifications.base import (
     DATA,
     LOGGED_VERSIONS,
@@ -234,9 +235,9 @@ _Payload = typing.Union[tuple([*_TOPS, *_SHAPED])]  # type: ignore[valid-type]  
 
 
 class _Body(Struct):
-    """A bare notification, or the oslo wrapper (every key optional: either shape)."""
+    """A bare notification (every key optional: a missing one declines); an
+    ``oslo.message`` key in it is a wrapper inside a wrapper, which declines too."""
 
-    oslo_version: str | None = field(name="oslo.version", default=None)
     oslo_message: str | None = field(name="oslo.message", default=None)
     event_type: _Envelope255 | None = None  # type: ignore[valid-type]
     publisher_id: _Envelope255 | None = None  # type: ignore[valid-type]
@@ -263,9 +264,11 @@ class FastNotification(typing.NamedTuple):
 
 def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
     """Decode or raise (``Declined`` or a parser's error): never a contract verdict."""
-    if len(body) > limits.MAX_BODY_BYTES:
+    if wire.body_size(body) > limits.MAX_BODY_BYTES:
         raise Declined("too large")
     if isinstance(body, memoryview):
+        if not body.contiguous:
+            raise Declined("not contiguous")  # orjson, the reference's parser, refuses it
         body = bytes(body)
     # The oslo wrapper is read by the reference's own parser: orjson checks the whole
     # body's UTF-8 (msgspec only what it decodes) and unescapes the inner message's

@@ -296,3 +296,20 @@ def test_the_oslo_wrapper_decides_as_the_reference_does(
         _same_verdict(fast, reference)
     outcomes, planned = plan([raw])
     _same_verdict(planned[0] if planned else outcomes[0], reference)
+
+
+def test_a_memoryview_is_measured_and_read_as_the_reference_reads_it() -> None:
+    """A body's size is its bytes, not a view's items, and a view that is not contiguous
+    is refused by the reference's parser: the compiled path declines both (a review
+    found them planned)."""
+    wrapped = novagen.body(novagen.notification("instance.update", seed=3))
+    padded = wrapped + b" " * (limits.MAX_BODY_BYTES - len(wrapped) + 8)
+    padded += b" " * (-len(padded) % 4)
+    view = memoryview(padded).cast("I")
+    assert view.nbytes > limits.MAX_BODY_BYTES > len(view)
+    assert plan_fast(0, view) is None and _code(_reference(view.tobytes())) == "too_large"
+    strided = memoryview(bytes(b for pair in zip(wrapped, wrapped, strict=True) for b in pair))[::2]
+    assert strided.tobytes() == wrapped and not strided.contiguous
+    assert plan_fast(0, strided) is None
+    outcomes, planned = plan([strided])
+    assert not planned and outcomes[0] is not None and outcomes[0].reason_code == "malformed"
