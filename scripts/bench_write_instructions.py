@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import re
 import subprocess
 import sys
@@ -87,21 +86,12 @@ def main() -> None:
     if args.count <= args.warm:
         raise SystemExit("--count must be above --warm")
     from bench.corpus import Corpus
+    from bench.worktree import worktree
 
-    corpus = Corpus(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        bodies = work / "bodies.pickle"
-        bodies.write_bytes(
-            pickle.dumps([corpus.body(i, 1.7e9 + i / 1000) for i in range(args.count)])
-        )
-        base = work / "base"
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.base],
-            check=True,
-            capture_output=True,
-        )
-        try:
+        bodies = Corpus(args.seed).pickle_bodies(args.count, work / "bodies.pickle")
+        with worktree(args.base, work / "base") as base:
             result: dict[str, Any] = {
                 "benchmark": "write_instructions",
                 "count": args.count,
@@ -114,12 +104,6 @@ def main() -> None:
                     ROOT, bodies, args.warm, args.count, work
                 ),
             }
-        finally:
-            subprocess.run(
-                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)],
-                check=False,
-                capture_output=True,
-            )
     result["ratio"] = result["this_per_notification"] / result["base_per_notification"]
     json.dump(result, sys.stdout, indent=2)
     print()

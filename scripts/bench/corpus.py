@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import random
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -122,6 +123,12 @@ class Corpus:
 
     def body(self, i: int, ts: float | None) -> bytes:
         return self.wrap(self.notification(i, ts))
+
+    def pickle_bodies(self, count: int, path: Path) -> Path:
+        """The first ``count`` bodies, stamped a millisecond apart, pickled at ``path``:
+        generated once for the child processes that compare two checkouts on them."""
+        path.write_bytes(pickle.dumps([self.body(i, 1.7e9 + i / 1000) for i in range(count)]))
+        return path
 
     @staticmethod
     def wrap(notification: dict[str, Any]) -> bytes:
