@@ -138,13 +138,12 @@ def main() -> None:
         bodies = Corpus(args.seed).pickle_bodies(args.count, work / "bodies.pickle")
         rounds: list[dict[str, dict[str, Any]]] = []
         with worktree(args.base, work / "base") as base:
-            roots = {"base": (base, "engine"), "this": (ROOT, "engine"), "floor": (ROOT, "floor")}
-            sides = list(roots)
+            # Each side: the checkout it runs and what it times there.
+            sides = [("base", base, "engine"), ("this", ROOT, "engine"), ("floor", ROOT, "floor")]
             for n in range(args.rounds):
                 # Rotated: no side always runs first, so a drift in the hour hits all.
                 order = sides[n % 3 :] + sides[: n % 3]
-                got = {side: run_side(*roots[side][:1], bodies, args.batch, roots[side][1])
-                       for side in order}  # fmt: skip
+                got = {side: run_side(root, bodies, args.batch, mode) for side, root, mode in order}
                 say(f"round {n + 1}: " + ", ".join(f"{k} {v}" for k, v in got.items()))
                 rounds.append(got)
     result = {
