@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    if min(args.rounds, args.batch) < 1 or args.count < args.batch:
+        parser.error("--rounds and --batch must be at least 1, --count at least --batch")
     from bench.corpus import Corpus
     from bench.measure import say
     from bench.worktree import worktree

@@ -104,3 +104,12 @@ def test_a_side_that_wrote_less_than_it_was_given_stops_the_benchmark() -> None:
     line = '{"docs": 5, "written": 4, "wall": 1.0, "cpu": 1.0, "plan_cpu": 1.0}'
     with pytest.raises(SystemExit, match="wrote 4 of 5"):
         bench_versus.parse_child(line, ROOT, "engine")
+
+
+def test_a_commit_git_cannot_check_out_is_one_line_naming_it(tmp_path: Path) -> None:
+    from scripts.bench.worktree import worktree
+
+    refused = r"cannot check out 'no-such-commit': .*no-such-commit"
+    with pytest.raises(SystemExit, match=refused), worktree("no-such-commit", tmp_path / "base"):
+        pass
+    assert not (tmp_path / "base").exists()

@@ -14,12 +14,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @contextlib.contextmanager
 def worktree(commit: str, where: Path) -> Iterator[Path]:
-    """``commit`` as a detached ``git worktree`` at ``where``, removed on exit."""
-    subprocess.run(
+    """``commit`` as a detached ``git worktree`` at ``where``, removed on exit; a commit
+    git cannot check out ends the benchmark with git's own line."""
+    added = subprocess.run(
         ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), commit],
-        check=True,
         capture_output=True,
+        text=True,
+        check=False,
     )
+    if added.returncode != 0:
+        said = added.stderr.strip().splitlines() or [f"exit status {added.returncode}"]
+        raise SystemExit(f"cannot check out {commit!r}: {said[-1]}")
     try:
         yield where
     finally:
