@@ -34,7 +34,7 @@ import operator
 import re
 import types
 import typing
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 import annotated_types
@@ -47,18 +47,19 @@ from cellsight.notifications.base import (
     DATA,
     LOGGED_VERSIONS,
     NAMESPACE,
-    UUID_PATTERN,
     VERSION,
     Timestamp,
     UuidStr,
     VersionedObject,
 )
 from cellsight.notifications.base import NAME as NAME_KEY
-from cellsight.notifications.envelope import (
-    OSLO_VERSION,
-    EventType,
-    Priority,
-    _parse_timestamp,
+from cellsight.notifications.envelope import OSLO_VERSION, EventType, Priority
+from cellsight.notifications.fastcheck import (
+    Declined,
+    TimeText,
+    UuidText,
+    envelope_time,
+    finish,
 )
 from cellsight.notifications.objects import ComputeNodePayload
 from cellsight.notifications.payloads import (
@@ -76,17 +77,7 @@ FAST_CLASSES: tuple[type[VersionedObject], ...] = (
     InstanceUpdatePayload,
     ComputeNodePayload,
 )
-_UUID = rf"^{UUID_PATTERN}\Z"
-_TIME = (
-    r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
-    r"(Z|[+-][0-9]{2}:[0-9]{2})?\Z"
-)
-_TimeText = Annotated[str, Meta(pattern=_TIME)]
 _seen_newer: set[tuple[str, str]] = set()
-
-
-class Declined(Exception):
-    """The fast path does not decide this message; the reference decoder will."""
 
 
 def _str(cap: int) -> Any:
@@ -95,11 +86,12 @@ def _str(cap: int) -> Any:
 
 def _field_type(name: str, annotation: Any, metadata: list[Any], wires: dict[Any, Any]) -> Any:
     if annotation == UuidStr:
-        return Annotated[str, Meta(pattern=_UUID)]
+        return UuidText
     if annotation == Timestamp:
         # Text first: msgspec rounds a fraction beyond microseconds where the reference
-        # truncates it, so only the forms both read alike pass, then fromisoformat.
-        return _TimeText
+        # truncates it, so only the forms both read alike pass (``finish``), then
+        # fromisoformat.
+        return TimeText
     if typing.get_origin(annotation) is typing.Annotated:
         raise TypeError(f"{name}: {annotation!r} is not generated")
     origin = typing.get_origin(annotation)
@@ -303,13 +295,13 @@ def decode_fast(body: bytes | bytearray | memoryview | str) -> FastNotification:
         _check_version(model, top.version)
     else:
         _read_by_shape(top.version, top.data)
-    _normalise_times(top.data, model)
+    finish(top.data)
     # Positional: a NamedTuple built from keywords costs twice as much.
     return FastNotification(
         outer.event_type,
         _event_type(outer.event_type),
         _priority(outer.priority),
-        _parse_timestamp(outer.timestamp),
+        envelope_time(outer.timestamp),
         outer.message_id,
         model,
         shaped or model.OBJ_NAME,
@@ -368,44 +360,3 @@ def _read_by_shape(version: str, data: Any) -> None:
         raise Declined("not an instance snapshot's shape")
     for name in absent:
         setattr(data, name, _DEFAULTS[name]())
-
-
-def _time_fields(struct: type[Struct]) -> tuple[list[str], list[str]]:
-    """Datetime fields of a data Struct, and fields holding objects that have some."""
-    times, nested = [], []
-    for info in msgspec.structs.fields(struct):
-        kind = info.type
-        if typing.get_origin(kind) in (typing.Union, types.UnionType):
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        if kind == _TimeText:
-            times.append(info.name)
-        elif kind in _WIRES.values():
-            data = next(f.type for f in msgspec.structs.fields(kind) if f.name == "data")
-            if any(_time_fields(data)):
-                nested.append(info.name)
-    return times, nested
-
-
-_TIME_PLANS: dict[type, tuple[list[str], list[str]]] = {}
-_fromisoformat = datetime.fromisoformat
-
-
-def _normalise_times(data: Any, model: type[VersionedObject] | None = None) -> None:
-    """Times in UTC (naive means UTC), as the reference's ``Timestamp`` does; a time
-    that leaves years 1..9999 in UTC raises ``OverflowError`` (the reference names it)."""
-    plan = _TIME_PLANS.get(type(data))
-    if plan is None:
-        plan = _TIME_PLANS[type(data)] = _time_fields(type(data))
-    times, nested = plan
-    # Inline: this runs for every time of every notification.
-    for name in times:
-        text = getattr(data, name)
-        if text is not None:
-            value = _fromisoformat(text)
-            if value.tzinfo is not UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC itself
-                value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-            setattr(data, name, value)
-    for name in nested:
-        wrapper = getattr(data, name)
-        if wrapper is not None:
-            _normalise_times(wrapper.data)

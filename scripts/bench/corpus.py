@@ -27,6 +27,27 @@ _WORDS = ["web", "db", "cache", "worker", "api", "batch", "etl", "search", "queu
 _ENVS = ["prod", "staging", "dev", "qa"]
 
 
+def wire_order(value: Any) -> Any:
+    """``value`` with every versioned object's keys in the order Nova puts them on the
+    wire. oslo.versionedobjects' ``obj_to_primitive`` builds the wrapper as name,
+    namespace, version, data (then changes, if any); the documentation samples list
+    them sorted, data first. The order matters to a decoder that picks the payload's
+    class by its name: given the data first, it has to skip over the data to find it."""
+    if isinstance(value, list):
+        return [wire_order(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    ordered = {k: wire_order(value[k]) for k in _WIRE_KEYS if k in value}
+    ordered.update((k, wire_order(v)) for k, v in value.items() if k not in ordered)
+    return ordered
+
+
+_WIRE_KEYS = (
+    "nova_object.name",
+    "nova_object.namespace",
+    "nova_object.version",
+    "nova_object.data",
+)
 STAMP = b"@@@@@@@@@@@@@@@@@@@@@@@@@@"  # as wide as oslo_time's result
 
 
@@ -43,7 +64,9 @@ class Corpus:
     def __init__(self, seed: int) -> None:
         self.seed = seed
         # Kept as text: parsing a fresh copy is ~4x faster than copy.deepcopy.
-        self.templates = [(SAMPLES / f"{k}.json").read_text() for k in KINDS]
+        self.templates = [
+            json.dumps(wire_order(json.loads((SAMPLES / f"{k}.json").read_text()))) for k in KINDS
+        ]
         rng = random.Random(seed)
         self.projects = [rng.getrandbits(128).to_bytes(16, "big").hex() for _ in range(400)]
         self.images = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(25)]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from cellsight.indexer.outcomes import Verdict
 from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
+from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload, IpPayload
@@ -203,6 +205,34 @@ def test_times_read_alike_on_both_paths(
     parsed = datetime.fromisoformat(reference["updated_at"].replace("Z", "+00:00"))
     assert parsed.tzinfo is not None and parsed.utcoffset() == timedelta(0)
     assert abs(parsed - when.replace(tzinfo=tz).astimezone(UTC)) < timedelta(seconds=1)
+
+
+_UUID_TEXTS = st.one_of(
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.uuids().map(lambda u: u.hex),
+    st.uuids().map(lambda u: f"{{{u}}}"),
+    st.uuids().map(lambda u: f"urn:uuid:{u}"),
+    st.uuids().map(lambda u: f"{u}\n"),
+    st.text(alphabet="0123456789abcdefABCDEF-\u0663\uff11 \n{}", min_size=34, max_size=38),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=_UUID_TEXTS)
+def test_uuids_read_alike_on_both_paths(text: str) -> None:
+    """The compiled path matches the instance's uuid itself, after msgspec's decode:
+    what it accepts the reference accepts as the same id, and Nova's form it accepts."""
+    body = novagen.notification(seed=1)
+    body["payload"]["nova_object.data"]["uuid"] = text
+    raw = novagen.body(body)
+    fast = plan_fast(0, raw)
+    reference = reference_planned(raw)
+    if isinstance(fast, Planned):
+        assert reference is not None, "the compiled path accepted what the reference refuses"
+        assert fast.op.id == reference.op.id == text
+    if re.fullmatch(UUID_PATTERN, text):
+        assert isinstance(fast, Planned)
 
 
 def _node_body(**changes: Any) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC
 from typing import Any
 
 import msgspec
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from cellsight.indexer.outcomes import Outcome, Verdict
 from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
-from cellsight.notifications import base, fastdecode, limits
+from cellsight.notifications import base, envelope, fastcheck, fastdecode, limits
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.fastdecode import FAST_CLASSES, decode_fast
@@ -313,3 +314,60 @@ def test_a_memoryview_is_measured_and_read_as_the_reference_reads_it() -> None:
     assert plan_fast(0, strided) is None
     outcomes, planned = plan([strided])
     assert not planned and outcomes[0] is not None and outcomes[0].reason_code == "malformed"
+
+
+# Times read by their layout --------------------------------------------------------
+_LAYOUT_CHARS = st.sampled_from("0123456789TZ :.-+\u0663\uff11a")
+
+
+def _mutated(text: str) -> st.SearchStrategy[str]:
+    """``text`` with up to three characters replaced, one dropped or one added."""
+    at = st.integers(0, len(text) - 1)
+    replaced = st.lists(st.tuples(at, _LAYOUT_CHARS), max_size=3).map(
+        lambda changes: "".join(dict(changes).get(i, c) for i, c in enumerate(text))
+    )
+    dropped = at.map(lambda i: text[:i] + text[i + 1 :])
+    added = st.tuples(at, _LAYOUT_CHARS).map(lambda a: text[: a[0]] + a[1] + text[a[0] :])
+    return st.one_of(st.just(text), replaced, dropped, added)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.sampled_from(
+        ["2026-11-26 16:55:02.195661", "2026-11-26T16:55:02", "1999-01-01 00:00:00"]
+    ).flatmap(_mutated)
+)
+def test_the_envelope_time_is_the_references(text: str) -> None:
+    """oslo.messaging's naive form is read with an offset appended; every text, near
+    that form or not, gets the reference's value or its error."""
+    try:
+        expected: Any = envelope._parse_timestamp(text)
+    except NotificationError as exc:
+        expected = type(exc)
+    try:
+        got: Any = fastcheck.envelope_time(text)
+    except NotificationError as exc:
+        got = type(exc)
+    assert got == expected
+    if isinstance(got, type):
+        return
+    assert got is None or got.tzinfo is UTC
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.sampled_from(["2026-11-26T16:55:02.195661Z", "2026-11-26T16:55:02Z"]).flatmap(_mutated)
+)
+def test_a_payload_time_near_novas_layout_decides_as_the_reference_does(text: str) -> None:
+    """Nova's two forms are told by their separators, every other by the pattern: what
+    the compiled path accepts, the reference reads as the same time, and a time of the
+    forms it reads that the reference accepts takes the compiled path."""
+    body = novagen.notification(seed=2)
+    body["payload"]["nova_object.data"]["updated_at"] = text
+    raw = novagen.body(body)
+    fast = plan_fast(0, raw)
+    reference = _reference(raw)
+    if isinstance(fast, Planned):
+        _same_plan(fast, reference)
+    if fastcheck.time_ok(text) and isinstance(reference, Planned):
+        assert isinstance(fast, Planned)
