@@ -37,6 +37,7 @@ from urllib.parse import urlencode
 from cellsight.api import status as st
 from cellsight.api.merge_order import parse_date
 from cellsight.api.microversion import Version
+from cellsight.notifications.forms import address_version
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,11 @@ def addresses(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         if not ip.get("address"):
             continue
         meta = ip.get("meta") or {}
-        version = ip.get("version") or (6 if ":" in ip["address"] else 4)
         out.setdefault(ip.get("label") or "", []).append(
             {
-                "version": version,
+                # Told by the address, as Nova's network model tells it: a payload's
+                # stray ``version`` (99) is never shown.
+                "version": address_version(ip["address"]),
                 "addr": ip["address"],
                 "OS-EXT-IPS:type": meta.get("type", "fixed"),
                 "OS-EXT-IPS-MAC:mac_addr": ip.get("mac"),

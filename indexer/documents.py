@@ -99,11 +99,13 @@ def _plain(value: Any) -> Any:
 
 
 def split_ips(addresses: Iterable[Any]) -> tuple[list[str], list[str]]:
+    """The addresses by version, which the address tells (``forms.address_version``),
+    as the API renders it; the payload's own ``version`` is not read."""
     ip4: list[str] = []
     ip6: list[str] = []
     for ip in addresses:
         if ip.address:
-            (ip6 if ip.version == 6 or ":" in ip.address else ip4).append(ip.address)
+            (ip6 if ":" in ip.address else ip4).append(ip.address)
     return ip4, ip6
 
 

@@ -89,7 +89,7 @@ def instance_document(
     for wire in data.ip_addresses:
         ip = wire.data
         if ip.address:
-            (ip6 if ip.version == 6 or ":" in ip.address else ip4).append(ip.address)
+            (ip6 if ":" in ip.address else ip4).append(ip.address)
     doc["ip4"], doc["ip6"] = ip4, ip6
     doc["cell_uuid"] = data.cell_uuid or None  # "" is no cell, as in documents.py
     doc["forthcoming"] = bool(data.forthcoming)

@@ -21,7 +21,9 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
+from cellsight.notifications import limits
 from cellsight.notifications.base import DATA, UUID_PATTERN, Timestamp, UuidStr, VersionedObject
+from cellsight.notifications.forms import IpStr, TagList, ip_version, tag_problem
 
 Convert = Callable[[Any], Any]
 _NONE = type(None)
@@ -76,6 +78,12 @@ def _uuid(value: Any) -> Any:
     raise NeedsReference
 
 
+def _ip(value: Any) -> Any:
+    if value is None or (type(value) is str and ip_version(value) is not None):
+        return value
+    raise NeedsReference  # no address: the reference names it
+
+
 def _date(value: Any) -> Any:
     """``format_timestamp`` of the stored UTC time, without building a datetime."""
     if value is None:
@@ -123,6 +131,8 @@ def _scalar(inner: Any, optional: bool) -> Plan:
     convert: Convert = fail
     if inner == UuidStr:
         convert = _uuid
+    elif inner == IpStr:
+        convert = _ip
     elif inner == Timestamp:
         convert = _date
     elif inner is float:
@@ -160,18 +170,28 @@ def _str_list(value: Any) -> Any:
     raise NeedsReference
 
 
+def _tag_list(value: Any) -> Any:
+    """Tags as the contract allows them (``forms``); any other the reference names."""
+    value = _str_list(value)
+    if len(value) > limits.MAX_TAGS or any(tag_problem(tag) is not None for tag in value):
+        raise NeedsReference
+    return value
+
+
 def plan(annotation: Any, metadata: Sequence[Any] = ()) -> Plan:
     """The plan of one payload field (nested objects included), from its type."""
     if metadata:
-        # pydantic moves an Annotated type's extras here: UuidStr and Timestamp are
-        # known; any other (a constraint such as ge=0) the fast path would not enforce.
+        # pydantic moves an Annotated type's extras here: UuidStr, Timestamp and TagList
+        # are known; any other (a constraint such as ge=0) the fast path would not enforce.
         annotation = typing.Annotated[(annotation, *metadata)]
-        if annotation not in (UuidStr, Timestamp):
+        if annotation not in (UuidStr, Timestamp, TagList):
             return Plan(fail)
     inner, optional = _strip_optional(annotation)
     origin = typing.get_origin(inner)
     convert: Convert
-    if origin is dict and typing.get_args(inner) == (str, str):
+    if inner == TagList:
+        convert = _tag_list
+    elif origin is dict and typing.get_args(inner) == (str, str):
         convert = _str_dict
     elif origin is list and typing.get_args(inner) == (str,):
         convert = _str_list

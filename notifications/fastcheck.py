@@ -1,12 +1,13 @@
 """What the compiled decode (:mod:`cellsight.notifications.fastdecode`) checks after
 msgspec's pass: UUID and time texts matched to the forms the reference reads alike,
-times read and put in UTC.
+times read and put in UTC, IP addresses and server tags checked by the reference's own
+rules (:mod:`cellsight.notifications.forms`).
 
 The patterns are matched here, not by msgspec: msgspec calls a pattern's ``search``
 through ``PyObject_CallMethod``, whose argument tuple and keyword parsing cost more than
 the match itself (about 24,000 instructions a notification of the indexer benchmark's
 kinds for its four matches, under callgrind). msgspec checks only the lengths, in C,
-and the lengths tell the two kinds of text apart from every other string field: no
+and the lengths tell these kinds of text apart from every other string field: no
 other has a minimum length.
 
 Like the rest of the compiled path, nothing here decides that a message is bad: a text
@@ -19,16 +20,23 @@ import re
 import types
 import typing
 from datetime import UTC, datetime
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta, Struct
 
+from cellsight.notifications import limits
 from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import _parse_timestamp
+from cellsight.notifications.forms import ip_version, tag_problem
 
 UuidText = Annotated[str, Meta(min_length=36, max_length=36)]
 TimeText = Annotated[str, Meta(min_length=19, max_length=32)]
+# "::" to "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255": a text out of these lengths is
+# no address, and the reference names it.
+IpText = Annotated[str, Meta(min_length=2, max_length=45)]
+TagText = Annotated[str, Meta(min_length=1, max_length=limits.TAG_LENGTH)]
+TagsText = Annotated[list[TagText], Meta(max_length=limits.MAX_TAGS)]
 TIME_PATTERN = (
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
     r"(Z|[+-][0-9]{2}:[0-9]{2})?"
@@ -47,14 +55,9 @@ class Declined(Exception):
     """The fast path does not decide this message; the reference decoder will."""
 
 
-class _Checks(NamedTuple):
-    """What ``finish`` does to a data Struct: the fields whose text it matches, and the
-    nested objects (one, or a list of them) it goes into."""
-
-    uuids: list[str]
-    times: list[str]
-    objects: list[str]
-    lists: list[str]
+# What ``finish`` does with a field: match its text (a UUID, a time, an IP address, each
+# of its tags) or go into the nested object(s) it holds.
+_UUID, _TIME, _IP, _TAGS, _OBJECT, _LIST = range(6)
 
 
 def _item(kind: Any) -> tuple[Any, bool]:
@@ -68,56 +71,70 @@ def _item(kind: Any) -> tuple[Any, bool]:
     return kind, False
 
 
-def _checks(struct: type[Struct]) -> _Checks:
-    checks = _Checks([], [], [], [])
+def _steps(struct: type[Struct]) -> list[tuple[int, str]]:
+    """The fields of a data Struct that ``finish`` looks at, each with what it does."""
+    steps: list[tuple[int, str]] = []
     for info in msgspec.structs.fields(struct):
         kind, many = _item(info.type)
         if kind == UuidText:
-            checks.uuids.append(info.name)
+            steps.append((_UUID, info.name))
         elif kind == TimeText:
-            checks.times.append(info.name)
+            steps.append((_TIME, info.name))
+        elif kind == IpText:
+            steps.append((_IP, info.name))
+        elif kind == TagText and many:
+            steps.append((_TAGS, info.name))
         elif isinstance(kind, type) and issubclass(kind, Struct):
             # A nested object's wrapper: its data Struct is its ``data`` field.
             data = next(f.type for f in msgspec.structs.fields(kind) if f.name == "data")
-            if any(_checks(data)):
-                (checks.lists if many else checks.objects).append(info.name)
-    return checks
+            if _steps(data):
+                steps.append((_LIST if many else _OBJECT, info.name))
+    return steps
 
 
-_CHECKS: dict[type, _Checks] = {}
+_STEPS: dict[type, list[tuple[int, str]]] = {}
 
 
 def finish(data: Any) -> None:
-    """Match the UUIDs and times of a data Struct and the objects in it (``Declined``
-    if one is not of the forms read here), and put the times in UTC (naive means UTC),
-    as the reference's ``Timestamp`` does; a time that leaves years 1..9999 in UTC
-    raises ``OverflowError`` (the reference names it)."""
-    checks = _CHECKS.get(type(data))
-    if checks is None:
-        checks = _CHECKS[type(data)] = _checks(type(data))
-    # Inline: this runs for every time of every notification.
-    for name in checks.uuids:
+    """Match the UUIDs, times, IP addresses and tags of a data Struct and the objects in
+    it (``Declined`` if one is not of the forms read here), and put the times in UTC
+    (naive means UTC), as the reference's ``Timestamp`` does; a time that leaves years
+    1..9999 in UTC raises ``OverflowError`` (the reference names it)."""
+    steps = _STEPS.get(type(data))
+    if steps is None:
+        steps = _STEPS[type(data)] = _steps(type(data))
+    # One loop over the fields that need it, inline: this runs for every time, address
+    # and tag of every notification (a nested address is a call of its own).
+    for step, name in steps:
         value = getattr(data, name)
-        if value is not None and uuid_ok(value) is None:
-            raise Declined(name)
-    for name in checks.times:
-        text = getattr(data, name)
-        if text is not None:
-            if (text[-1] != "Z" or text[4:20:3] != _NOVA_LAYOUTS.get(len(text))) and (
-                time_ok(text) is None
+        if value is None:
+            continue
+        if step == _TIME:
+            if (value[-1] != "Z" or value[4:20:3] != _NOVA_LAYOUTS.get(len(value))) and (
+                time_ok(value) is None
             ):
                 raise Declined(name)
-            value = _fromisoformat(text)
-            if value.tzinfo is not UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC itself
-                value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-            setattr(data, name, value)
-    for name in checks.objects:
-        wrapper = getattr(data, name)
-        if wrapper is not None:
-            finish(wrapper.data)
-    for name in checks.lists:
-        for wrapper in getattr(data, name) or ():
-            finish(wrapper.data)
+            parsed = _fromisoformat(value)
+            if parsed.tzinfo is not UTC:  # "Z" and "+00:00" (Nova's forms) parse to UTC
+                parsed = (
+                    parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+                )
+            setattr(data, name, parsed)
+        elif step == _UUID:
+            if uuid_ok(value) is None:
+                raise Declined(name)
+        elif step == _IP:
+            if ip_version(value) is None:
+                raise Declined(name)
+        elif step == _TAGS:
+            for tag in value:
+                if tag_problem(tag) is not None:
+                    raise Declined(name)
+        elif step == _OBJECT:
+            finish(value.data)
+        else:
+            for wrapper in value:
+                finish(wrapper.data)
 
 
 def envelope_time(text: str | None) -> datetime | None:

@@ -56,11 +56,14 @@ from cellsight.notifications.base import NAME as NAME_KEY
 from cellsight.notifications.envelope import OSLO_VERSION, EventType, Priority
 from cellsight.notifications.fastcheck import (
     Declined,
+    IpText,
+    TagsText,
     TimeText,
     UuidText,
     envelope_time,
     finish,
 )
+from cellsight.notifications.forms import IpStr, TagList
 from cellsight.notifications.objects import ComputeNodePayload
 from cellsight.notifications.payloads import (
     NOVA_INSTANCE_SUBCLASSES,
@@ -92,6 +95,10 @@ def _field_type(name: str, annotation: Any, metadata: list[Any], wires: dict[Any
         # truncates it, so only the forms both read alike pass (``finish``), then
         # fromisoformat.
         return TimeText
+    if annotation == IpStr:
+        return IpText  # the address is checked by ``finish``
+    if annotation == TagList:
+        return TagsText  # lengths and count by msgspec, the rest by ``finish``
     if typing.get_origin(annotation) is typing.Annotated:
         raise TypeError(f"{name}: {annotation!r} is not generated")
     origin = typing.get_origin(annotation)

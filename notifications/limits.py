@@ -49,6 +49,13 @@ TEXT_FIELDS: Final = frozenset(
 MAX_ITEMS: Final = 1000
 """Cap of a list or dict field (ip addresses, block devices, metadata, extra specs)."""
 
+TAG_LENGTH: Final = 60
+"""Cap of a server tag, which Nova's tag API allows of 1 to 60 characters without ','
+or '/' (``cellsight.notifications.forms``); Tempest's server schemas hold the same."""
+
+MAX_TAGS: Final = 50
+"""Cap of a server's tags (Nova's ``MAX_TAG_COUNT``, Tempest's ``maxItems``)."""
+
 ENVELOPE_LENGTH: Final = 255
 """Cap of ``event_type``, ``publisher_id``, ``message_id`` and the object name/version."""
 

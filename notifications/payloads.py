@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from cellsight.notifications.base import Timestamp, UuidStr, VersionedObject
+from cellsight.notifications.forms import IpStr, TagList
 
 
 def _omit_none(value: Any) -> bool:
@@ -52,7 +53,7 @@ class IpPayload(VersionedObject):
     meta: dict[str, str] = Field(default_factory=dict)
     port_uuid: str | None = None
     version: int | None = None
-    address: str | None = None
+    address: IpStr | None = None  # its version is told by the address (forms.py)
     device_name: str | None = None
 
 
@@ -202,7 +203,7 @@ class InstancePayload(VersionedObject):
     forthcoming: bool | None = Field(default=None, exclude_if=_omit_none)
     # Nova sends tags only on create/update payloads; Cellsight's producer sends them on
     # every payload so that an action event never makes the indexer forget them.
-    tags: list[str] | None = Field(default=None, exclude_if=_omit_none)
+    tags: TagList | None = Field(default=None, exclude_if=_omit_none)
 
     @classmethod
     def accepts_name(cls, name: str) -> bool:
@@ -231,7 +232,7 @@ class InstanceCreatePayload(InstanceActionPayload):
     OBJ_VERSION = "1.13"
 
     keypairs: list[KeypairPayload] = Field(default_factory=list)
-    tags: list[str] = Field(default_factory=list)
+    tags: TagList = Field(default_factory=list)
     trusted_image_certificates: list[str] | None = None
     instance_name: str | None = None
 
@@ -243,7 +244,7 @@ class InstanceUpdatePayload(InstancePayload):
     state_update: InstanceStateUpdatePayload | None = None
     audit_period: AuditPeriodPayload | None = None
     old_display_name: str | None = None
-    tags: list[str] = Field(default_factory=list)
+    tags: TagList = Field(default_factory=list)
 
 
 class GenericPayload(VersionedObject):

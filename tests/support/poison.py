@@ -196,6 +196,20 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             variant(lambda b: data(b)["ip_addresses"][0]["nova_object.data"].update(address=4)),
             "malformed",
         ),
+        # Values no Nova object can hold, which Tempest's server schemas refuse.
+        "ip_address_not_an_ip": (
+            variant(lambda b: data(b)["ip_addresses"][0]["nova_object.data"].update(address="x")),
+            "malformed",
+        ),
+        "ip_address_scoped": (
+            variant(
+                lambda b: data(b)["ip_addresses"][0]["nova_object.data"].update(address="fe80::1%0")
+            ),
+            "malformed",
+        ),
+        "tag_with_comma": (variant(_set(tags=["a,b"])), "malformed"),
+        "tag_61": (variant(_set(tags=["t" * 61])), "out_of_range"),
+        "tags_51": (variant(_set(tags=[f"t{i}" for i in range(51)])), "out_of_range"),
         "priority_not_string": (variant(_env(priority=123)), "invalid_envelope"),
         "priority_unknown": (variant(_env(priority="LOUD")), "invalid_envelope"),
         "event_type_bad": (variant(_env(event_type="instance")), "invalid_event_type"),

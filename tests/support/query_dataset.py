@@ -78,7 +78,7 @@ def _ips(rng: random.Random, i: int) -> list[IpPayload]:
         elif kind < 0.9:
             address, version = "fe80::1", None  # no version: told apart by its colon
         else:
-            address, version = "", 4  # no address: in neither ip4 nor ip6
+            address, version = None, 4  # no address: in neither ip4 nor ip6
         out.append(IpPayload(address=address, version=version, label="private"))
     return out
 

@@ -1,0 +1,259 @@
+"""IP addresses and server tags: the contract takes exactly what Nova could send and
+Tempest's server schemas accept, both decode paths decide alike (the compiled one
+takes the good ones itself), a bad one is dead-lettered naming it, and a sync's row
+fast path hands a bad one to the reference."""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cellsight.api.render import addresses
+from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
+from cellsight.indexer.row_values import NeedsReference
+from cellsight.indexer.row_values import plan as row_plan
+from cellsight.notifications import limits
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.errors import NotificationError
+from cellsight.notifications.forms import address_version, ip_version, tag_problem
+from cellsight.notifications.payloads import InstancePayload, InstanceUpdatePayload, IpPayload
+from tests.support import novagen
+
+jsonschema_validator = pytest.importorskip("tempest.lib.common.jsonschema_validator")
+parameter_types = pytest.importorskip(
+    "tempest.lib.api_schema.response.compute.v2_1.parameter_types"
+)
+v2_26 = pytest.importorskip("tempest.lib.api_schema.response.compute.v2_26.servers")
+
+CHECKER = jsonschema_validator.FORMAT_CHECKER
+VALIDATOR = jsonschema_validator.JSONSCHEMA_VALIDATOR
+EVENTS = ["instance.pause.end", "instance.update", "instance.create.end"]
+
+
+def tempest_reads_as_address(text: str) -> bool:
+    return CHECKER.conforms(text, "ipv4") or CHECKER.conforms(text, "ipv6")
+
+
+def ipaddress_reads(text: str) -> bool:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return not getattr(address, "scope_id", None)
+
+
+def _leading_zero(address: ipaddress.IPv4Address) -> str:
+    return ".".join(f"0{octet}" for octet in str(address).split("."))
+
+
+IP_TEXTS = st.one_of(
+    st.ip_addresses(v=4).map(str),
+    st.ip_addresses(v=6).map(str),
+    st.ip_addresses(v=6).map(lambda a: a.exploded),
+    st.ip_addresses(v=6).map(lambda a: a.exploded.upper()),
+    st.ip_addresses(v=4).map(lambda a: f"::ffff:{a}"),
+    st.ip_addresses(v=4).map(lambda a: f"1:2:3:4:5:6:{a}"),
+    st.ip_addresses(v=4).map(_leading_zero),
+    st.ip_addresses().map(lambda a: f"{a}%eth0"),
+    st.ip_addresses().map(lambda a: f" {a}"),
+    st.ip_addresses().map(lambda a: f"{a}\n"),
+    st.ip_addresses(v=4).map(lambda a: str(a).replace("1", "\u0661")),  # Arabic-Indic one
+    st.ip_addresses(v=4).map(lambda a: str(a).replace("1", "\uff11")),  # fullwidth one
+    st.text(alphabet="0123456789abcdefABCDEF:.%\u0663\uff11 \n\x00", max_size=46),
+    st.text(max_size=20),
+    st.sampled_from(
+        [
+            "",
+            "::",
+            "1::",
+            ":::",
+            "::1.2.3.4",
+            "1.2.3",
+            "1.2.3.4.5",
+            "256.1.1.1",
+            "0.0.0.0",
+            "01.2.3.4",
+            "1:2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7::",
+            "::2:3:4:5:6:7:8",
+            "1::2:3:4:5:6:7:8",
+            "1:2:3:4:5:6:7:8:9",
+            "12345::1",
+            "fe80::1%",
+            "fe80::1%eth0",
+            "::1.2.3.04",
+            "1.2.3.4/32",
+            "not-an-ip",
+            "\ud800",
+        ]
+    ),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=IP_TEXTS)
+def test_an_address_is_what_ipaddress_and_tempest_read_as_one_without_a_scope(text: str) -> None:
+    version = ip_version(text)
+    assert (version is not None) == ipaddress_reads(text) == tempest_reads_as_address(text)
+    if version is not None:
+        assert version == ipaddress.ip_address(text).version == address_version(text)
+
+
+def _body(event_type: str, seed: int, change: Any) -> bytes:
+    body = copy.deepcopy(novagen.notification(event_type, seed=seed))
+    change(body["payload"]["nova_object.data"])
+    return novagen.body(body)
+
+
+def _reference(raw: bytes) -> Planned | None:
+    try:
+        n = decode(raw)
+    except NotificationError:
+        return None
+    result = map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
+    return result if isinstance(result, Planned) else None
+
+
+def _decided_alike(raw: bytes, good: bool, names: str) -> Planned | None:
+    """Both paths' verdicts on ``raw``: the compiled one takes a good message itself,
+    with the reference's document; a bad one is dead-lettered naming ``names``."""
+    (outcome,), planned = plan([raw])
+    fast = plan_fast(0, raw)
+    reference = _reference(raw)
+    if not good:
+        assert outcome is not None and outcome.reason_code in ("malformed", "out_of_range")
+        assert fast is None and reference is None and not planned
+        assert names in outcome.reason, outcome.reason
+        return None
+    assert outcome is None and isinstance(fast, Planned) and reference is not None
+    fast_doc, ref_doc = (dict(p.op.document, indexed_at=None) for p in (fast, reference))
+    assert fast_doc == ref_doc
+    return fast
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=IP_TEXTS,
+    version=st.sampled_from([4, 6, 99, None]),
+    event_type=st.sampled_from(EVENTS),
+    seed=st.integers(0, 2**16),
+)
+def test_addresses_decide_alike_and_what_is_accepted_renders_for_tempest(
+    text: str, version: int | None, event_type: str, seed: int
+) -> None:
+    def change(data: dict[str, Any]) -> None:
+        data["ip_addresses"][0]["nova_object.data"].update(address=text, version=version)
+
+    try:
+        raw = _body(event_type, seed, change)
+    except UnicodeEncodeError:  # a lone surrogate: no producer can send it
+        return
+    good = ip_version(text) is not None
+    planned = _decided_alike(
+        raw, good, "ip_addresses.0.address" if "\\u" not in json.dumps(text) else ""
+    )
+    if planned is None:
+        return
+    doc = planned.op.document
+    shown = addresses(doc)
+    assert shown[doc["ip_addresses"][0]["label"]][0] == {
+        "version": ipaddress.ip_address(text).version,  # never the payload's own
+        "addr": text,
+        "OS-EXT-IPS:type": "fixed",
+        "OS-EXT-IPS-MAC:mac_addr": doc["ip_addresses"][0]["mac"],
+    }
+    assert text in doc["ip6" if ":" in text else "ip4"]
+    VALIDATOR(parameter_types.addresses, format_checker=CHECKER).validate(shown)
+
+
+TAGS = st.one_of(
+    st.text(min_size=0, max_size=62),
+    st.text(alphabet="ab,/é\u00a0\U0001f600", min_size=0, max_size=3),
+    st.sampled_from(
+        [
+            "",
+            ",",
+            "/",
+            "a,b",
+            "a/b",
+            "t" * 60,
+            "t" * 61,
+            "é" * 60,
+            "é" * 61,
+            "\U0001f600" * 60,
+            "\U0001f600" * 61,
+            " ",
+            "\x00",
+        ]
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    tags=st.lists(TAGS, max_size=4),
+    event_type=st.sampled_from(EVENTS),
+    seed=st.integers(0, 2**16),
+)
+def test_tags_decide_alike_and_what_is_accepted_renders_for_tempest(
+    tags: list[str], event_type: str, seed: int
+) -> None:
+    try:
+        raw = _body(event_type, seed, lambda data: data.update(tags=tags))
+    except UnicodeEncodeError:
+        return
+    bad = [t for t in tags if tag_problem(t) is not None]
+    planned = _decided_alike(raw, not bad, "field tags" if bad else "")
+    if planned is None:
+        return
+    assert planned.op.document["tags"] == tags
+    item_schema = v2_26.tag_items
+    VALIDATOR(item_schema, format_checker=CHECKER).validate(tags)
+
+
+@pytest.mark.parametrize(("count", "good"), [(limits.MAX_TAGS, True), (limits.MAX_TAGS + 1, False)])
+def test_a_server_has_at_most_fifty_tags(count: int, good: bool) -> None:
+    tags = [f"t{i}" for i in range(count)]
+    raw = _body("instance.update", 3, lambda data: data.update(tags=tags))
+    _decided_alike(raw, good, "51 tags, the limit is 50" if not good else "")
+    assert VALIDATOR(v2_26.tag_items).is_valid(tags) is good
+
+
+def test_the_reasons_name_the_value() -> None:
+    cases = {
+        "not-an-ip": ("malformed", "'not-an-ip' is not an IPv4 or IPv6 address"),
+        "fe80::1%eth0": ("malformed", "'fe80::1%eth0' is not an IPv4 or IPv6 address"),
+    }
+    for text, (code, words) in cases.items():
+        raw = _body("instance.pause.end", 1, lambda d, t=text: d["ip_addresses"][0][
+            "nova_object.data"].update(address=t))  # fmt: skip
+        (outcome,), _ = plan([raw])
+        assert outcome is not None and outcome.reason_code == code and words in outcome.reason
+    for tag, code, words in [
+        ("a,b", "malformed", "tag 'a,b' holds ',' or '/'"),
+        ("", "out_of_range", "tag '' has 0 characters, a tag has 1 to 60"),
+        ("t" * 61, "out_of_range", "has 61 characters, a tag has 1 to 60"),
+    ]:
+        raw = _body("instance.update", 1, lambda d, t=tag: d.update(tags=[t]))
+        (outcome,), _ = plan([raw])
+        assert outcome is not None and outcome.reason_code == code and words in outcome.reason
+
+
+def test_a_syncs_row_fast_path_hands_bad_values_to_the_reference() -> None:
+    ip = row_plan(IpPayload.model_fields["address"].annotation)
+    assert ip.convert("10.0.0.1") == "10.0.0.1" and ip.convert(None) is None
+    for bad in ("not-an-ip", "fe80::1%eth0", "", 4):
+        with pytest.raises(NeedsReference):
+            ip.convert(bad)
+    for field in (InstancePayload.model_fields["tags"], InstanceUpdatePayload.model_fields["tags"]):
+        tags = row_plan(field.annotation, field.metadata)
+        assert tags.convert(["a", "é" * 60]) == ["a", "é" * 60]
+        for bad_tags in (["a,b"], ["a/b"], [""], ["t" * 61], ["t"] * 51, [1]):
+            with pytest.raises(NeedsReference):
+                tags.convert(bad_tags)
