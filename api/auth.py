@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from fastapi import Request
 
-from cellsight.api.errors import Unauthorized
+from cellsight.api.errors import BadRequest, Unauthorized
 from cellsight.settings import ConfigError, Settings
 
 TOKEN_HEADER = "X-Auth-Token"
@@ -63,6 +64,10 @@ class Authenticator:
         token = (token or "").strip()
         if not token:
             raise Unauthorized()
+        if any(unicodedata.category(c) == "Cc" for c in token):
+            # No token holds one (HTTP servers refuse most; an ASGI client need not): in
+            # dev mode the project id carried it into the cell queries, a 500 there.
+            raise BadRequest(f"{TOKEN_HEADER}: must not contain control characters")
         if self.mode == "dev":
             return dev_principal(token)
         principal = self.tokens.get(token)

@@ -343,6 +343,10 @@ def start_periodic_relay(
     registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
 ) -> threading.Thread:
     """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set."""
+    # Refused here, in the caller's thread: past TIMEOUT_MAX (or inf, nan) the first
+    # ``stop.wait`` raised inside the thread, which died while the caller waited for ever.
+    if not 0 < interval <= threading.TIMEOUT_MAX:
+        raise ValueError(f"relay interval {interval!r} s: not in (0, {threading.TIMEOUT_MAX:g}]")
 
     def loop() -> None:
         while not stop.wait(interval):

@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
@@ -53,6 +53,16 @@ NOT_SETTINGS = frozenset(
 )
 
 
+# The longest duration a setting may hold. Threading waits overflow past ~9.2e9 s
+# (time_t) and inf or nan is no duration at all: such a value killed a background thread
+# or made every request a 500, long after the settings were built. No timeout, lease,
+# interval or cache age here needs more than a week.
+MAX_SECONDS = 7 * 24 * 3600
+Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
+# AMQP's basic.qos prefetch_count is a 16-bit field.
+MAX_PREFETCH = 65_535
+
+
 class ConfigError(Exception):
     """The configuration file or a setting is unusable; the message says which."""
 
@@ -77,7 +87,7 @@ class Settings(BaseSettings):
 
     # Databases: the API database (cell and instance mappings). Cell URLs live in it.
     api_db_url: str | None = Field(None, description="Default: SQLite file in data_dir")
-    db_connect_timeout: float = Field(5.0, gt=0, description="Seconds, per database connect")
+    db_connect_timeout: Seconds = Field(5.0, gt=0, description="Seconds, per database connect")
 
     # Message bus.
     bus_url: str | None = Field(
@@ -92,20 +102,22 @@ class Settings(BaseSettings):
         max_length=255,
         description="publisher_id of the notifications Cellsight emits",
     )
-    publish_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a publish/confirm")
-    bus_visibility_timeout: float = Field(
+    publish_timeout: Seconds = Field(
+        10.0, gt=0, description="Seconds to wait for a publish/confirm"
+    )
+    bus_visibility_timeout: Seconds = Field(
         120.0,
         gt=0,
         description="Embedded (Redis) bus: seconds before a fetched, unacked message is "
         "redelivered (after a consumer crash)",
     )
-    outbox_relay_interval: float | None = Field(
+    outbox_relay_interval: Seconds | None = Field(
         10.0,
         gt=0,
         description="Seconds between the indexer's outbox relay passes over every cell; "
         "empty: off (then run `cellsight outbox relay` yourself)",
     )
-    outbox_lease: float = Field(
+    outbox_lease: Seconds = Field(
         30.0, gt=0, description="Seconds a relay holds a cell's outbox before another may"
     )
 
@@ -119,14 +131,21 @@ class Settings(BaseSettings):
     dead_letter_queue: str = Field(
         "cellsight.dlq", description="Queue of dead letters (`cellsight dlq list|replay`)"
     )
-    batch_count: int = Field(1000, ge=1, description="Indexer: flush a batch at this many messages")
+    batch_count: int = Field(
+        1000, ge=1, le=1_000_000, description="Indexer: flush a batch at this many messages"
+    )
     batch_bytes: int = Field(
-        10 * 1024 * 1024, ge=1024, description="Indexer: flush a batch at this many bytes"
+        10 * 1024 * 1024, ge=1024, le=2**30, description="Indexer: flush a batch at this many bytes"
     )
     batch_age_ms: int = Field(
-        200, ge=1, description="Indexer: flush a batch this old (milliseconds)"
+        200,
+        ge=1,
+        le=MAX_SECONDS * 1000,
+        description="Indexer: flush a batch this old (milliseconds)",
     )
-    prefetch: int = Field(2000, ge=1, description="Messages the broker sends ahead of acks")
+    prefetch: int = Field(
+        2000, ge=1, le=MAX_PREFETCH, description="Messages the broker sends ahead of acks"
+    )
     max_in_flight: int = Field(
         0, ge=0, le=64, description="Bulk writes in flight per indexer; 0: 1 embedded, 5 HTTP"
     )
@@ -138,7 +157,7 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(
         None, ge=0, le=65535, description="Indexer's Prometheus /metrics port; default off"
     )
-    verify_interval: float | None = Field(
+    verify_interval: Seconds | None = Field(
         None, gt=0, description="Seconds between the indexer's anti-entropy repairs; default off"
     )
 
@@ -156,7 +175,7 @@ class Settings(BaseSettings):
     search_url: str | None = Field(
         None, description="http(s):// Elasticsearch/OpenSearch; default: embedded"
     )
-    search_timeout: float = Field(5.0, gt=0, description="Seconds per search engine request")
+    search_timeout: Seconds = Field(5.0, gt=0, description="Seconds per search engine request")
     index_prefix: str = Field(
         "cellsight",
         pattern=r"^[a-z0-9][a-z0-9_.-]*$",
@@ -175,28 +194,28 @@ class Settings(BaseSettings):
         description="X-Auth-Token `query --url` and `nodes refresh --url` send to a running "
         "API (`--token` wins); default: cli:admin, an administrator in auth_mode dev",
     )
-    max_limit: int = Field(1000, ge=1, description="Largest page the API returns")
-    safe_connect_cooldown: float = Field(
+    max_limit: int = Field(1000, ge=1, le=1_000_000, description="Largest page the API returns")
+    safe_connect_cooldown: Seconds = Field(
         30.0, ge=0, description="0 keeps the fallback until restart"
     )
-    index_probe_interval: float = Field(
+    index_probe_interval: Seconds = Field(
         5.0, gt=0, description="Seconds between background probes of the search index"
     )
-    fanout_workers: int = Field(32, ge=1, description="Cell queries run at once (fan-out)")
+    fanout_workers: int = Field(32, ge=1, le=1024, description="Cell queries run at once (fan-out)")
     instance_list_per_project_cells: bool = Field(
         False,
         description="A project's fan-out reads only the cells its instance mappings name "
         "(Nova's option of that name): fewer queries, but a row whose mapping is missing or "
         "names another cell is left out there while the index lists it",
     )
-    fanout_admission_wait: float = Field(
+    fanout_admission_wait: Seconds = Field(
         2.0, ge=0, description="Seconds a fan-out waits for room in the pool before a 503"
     )
-    cell_timeout: float = Field(
+    cell_timeout: Seconds = Field(
         5.0, gt=0, description="Per-cell deadline on the fan-out path, seconds"
     )
-    node_cache_ttl: float = Field(600.0, ge=0, description="Node state cache entry TTL, s")
-    node_cache_refresh: float = Field(
+    node_cache_ttl: Seconds = Field(600.0, ge=0, description="Node state cache entry TTL, s")
+    node_cache_refresh: Seconds = Field(
         0.0, ge=0, description="The API refreshes the node cache this often, s (0: never)"
     )
     node_cache_listen: bool = Field(
@@ -306,14 +325,27 @@ def _service_link(name: str, value: str) -> bool:
     )
 
 
+def _check_config_file(config: Path) -> None:
+    # What is wrong, said as it is: "no such file" for /dev/null or a directory sent the
+    # operator looking for a file that is there. A device or a pipe is refused too: the
+    # TOML reader would read /dev/zero for ever, or block on a FIFO nobody writes.
+    if config.is_file():
+        return
+    if config.is_dir():
+        raise ConfigError(f"--config {config}: is a directory, not a TOML file")
+    if config.exists():
+        raise ConfigError(f"--config {config}: not a regular file (a device, pipe or socket)")
+    raise ConfigError(f"--config {config}: no such file")
+
+
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     """Build the settings once; ``config`` is a TOML file of the same keys. An unknown
     ``CELLSIGHT_*`` variable is a warning, not an error (where an unknown TOML key is
     one): the environment is shared with other programs, the TOML file is Cellsight's."""
     for line in unknown_variables(os.environ):
         log.warning("%s", line)
-    if config is not None and not config.is_file():
-        raise ConfigError(f"--config {config}: no such file")
+    if config is not None:
+        _check_config_file(config)
     token = _config_file.set(config)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]

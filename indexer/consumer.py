@@ -36,6 +36,7 @@ from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_fl
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
 from cellsight.notifications import queues
+from cellsight.settings import MAX_PREFETCH
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +84,9 @@ class ConsumerConfig:
 
     def prefetch_for(self, in_flight: int) -> int:
         """Room for every batch in flight, one decoded and waiting, one being received:
-        with less, receiving stalls until a write is acked and the overlap is lost."""
-        return max(self.prefetch, self.batch_count * (in_flight + 2))
+        with less, receiving stalls until a write is acked and the overlap is lost. At
+        most AMQP's 16-bit ``prefetch_count``: past it, batches end by age, not count."""
+        return min(MAX_PREFETCH, max(self.prefetch, self.batch_count * (in_flight + 2)))
 
 
 class IndexerConsumer:

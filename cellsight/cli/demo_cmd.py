@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES
+from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
 from cellsight.cli.context import console, fail, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 
@@ -71,7 +71,8 @@ def demo(
         bool, typer.Option("--fresh", help="Delete the demo data and start over")
     ] = False,
     interval: Annotated[
-        float, typer.Option(min=0.01, help="Seconds between live operations")
+        float,
+        typer.Option(min=0.01, max=MAX_SECONDS, help="Seconds between live operations"),
     ] = 1.0,
 ) -> None:
     """Seed cells (first run), sync the index, run the indexer, the API and a live

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.markup import escape
 
-from cellsight.cli.bounds import MAX_CHUNK, MAX_WORKERS
+from cellsight.cli.bounds import MAX_CHUNK, MAX_KEEP_OLD, MAX_WORKERS
 from cellsight.cli.context import console, err_console, fail, settings_of
 from cellsight.cli.index_status_cmd import clients
 
@@ -77,7 +77,7 @@ def index_sync(
         int, typer.Option("--batch-size", min=1, max=MAX_CHUNK, help="Rows per page")
     ] = 1000,
     keep_old: Annotated[
-        int, typer.Option("--keep-old", min=0, help="Previous indexes to keep")
+        int, typer.Option("--keep-old", min=0, max=MAX_KEEP_OLD, help="Previous indexes to keep")
     ] = 1,
     as_json: JsonOption = False,
 ) -> None:

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from cellsight.cli.bounds import MAX_WORKERS
+from cellsight.cli.bounds import MAX_LETTERS, MAX_WORKERS
 from cellsight.cli.context import State, console, fail, open_registry, settings_of
 
 dlq_app = typer.Typer(
@@ -61,7 +61,7 @@ def run_indexer(
 @dlq_app.command("list")
 def dlq_list(
     ctx: typer.Context,
-    limit: Annotated[int, typer.Option(min=1, help="At most this many")] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_LETTERS, help="At most this many")] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line")] = False,
 ) -> None:
     """Show dead-lettered messages and why (they stay in the queue)."""
@@ -101,7 +101,9 @@ def dlq_list(
 @dlq_app.command("replay")
 def dlq_replay(
     ctx: typer.Context,
-    limit: Annotated[int | None, typer.Option(min=1, help="At most this many")] = None,
+    limit: Annotated[
+        int | None, typer.Option(min=1, max=MAX_LETTERS, help="At most this many")
+    ] = None,
     reason: Annotated[str | None, typer.Option(help="Only letters with this reason code")] = None,
 ) -> None:
     """Republish dead letters to the notifications exchange (after a fix)."""

@@ -35,9 +35,15 @@ def _read(path: Path) -> Notification:
     """Decode one file; raises ``NotificationError``, ``OSError`` or
     ``UnexpectedDecodeError``."""
     from cellsight.notifications.envelope import decode
-    from cellsight.notifications.errors import NotificationError
+    from cellsight.notifications.errors import NotificationError, TooLarge
+    from cellsight.notifications.limits import MAX_BODY_BYTES
 
-    body = path.read_bytes()
+    # One byte past the limit tells a body too large: /dev/zero, or a disk image given
+    # by mistake, was read whole (a MemoryError) before decode refused it.
+    with path.open("rb") as file:
+        body = file.read(MAX_BODY_BYTES + 1)
+    if len(body) > MAX_BODY_BYTES:
+        raise TooLarge(f"larger than the limit of {MAX_BODY_BYTES} bytes; not read further")
     try:
         return decode(body)
     except NotificationError:

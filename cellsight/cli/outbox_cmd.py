@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cellsight.cli.bounds import MAX_SECONDS
 from cellsight.cli.context import console, fail, open_registry, settings_of
 
 if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command that runs needs them
@@ -59,6 +60,7 @@ def relay(
         float | None,
         typer.Option(
             min=0.1,
+            max=MAX_SECONDS,
             help="Keep running: relay every this many seconds until SIGTERM/SIGINT "
             "(a service beside producers the indexer's own relay does not cover)",
         ),

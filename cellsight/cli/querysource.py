@@ -50,12 +50,20 @@ class RemoteSource:
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[Any, dict[str, str]]:
         # urllib.request pulls in http.client and email: 20 ms every `--help` would pay
+        import http.client
         import urllib.error
         import urllib.request
         from urllib.parse import urlsplit
 
         from cellsight.cli.errors import RUNTIME, USAGE
 
+        if (shown := without_userinfo(self.url)) != self.url:
+            # The API authenticates by X-Auth-Token alone; urllib would take "user:pw@h"
+            # for the host name and echo it, password and all, in "cannot reach".
+            raise SourceError(
+                f"--url {shown}: credentials in the URL are not supported ({TOKEN_HINT})",
+                USAGE,
+            )
         try:
             parts = urlsplit(self.url)
             parts.port  # noqa: B018 - a port that is no number raises only when read
@@ -63,6 +71,10 @@ class RemoteSource:
             raise SourceError(f"--url {self.url}: {exc}", USAGE) from None
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise SourceError(f"--url {self.url}: not an http:// or https:// URL", USAGE)
+        if (problem := _header_problem(self.token)) is not None:
+            # http.client would refuse it as a ValueError naming the value: the token,
+            # in the clear, blamed on --url.
+            raise SourceError(f"the token ({TOKEN_HINT}) {problem}", USAGE)
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
             self.url + path,
@@ -78,10 +90,20 @@ class RemoteSource:
             if exc.code in (401, 403):
                 fault = f"{fault} ({TOKEN_HINT})"
             raise SourceError(f"{self.url}: {fault}", _code(exc.code)) from None
+        except (http.client.InvalidURL, ValueError) as exc:
+            # Raised before any connection, for a host urllib split but cannot send: a
+            # space or a control character (InvalidURL, also after urllib unquotes
+            # "a%20b"), a label IDNA refuses (UnicodeError: empty or over 63 characters).
+            raise SourceError(f"--url {self.url}: {_first_line(exc)}", USAGE) from None
         except (urllib.error.URLError, OSError) as exc:
             # Down or unreachable: the service failed, not the command line (exit 1).
             reason = getattr(exc, "reason", exc)
             raise SourceError(f"cannot reach {self.url}: {reason}", RUNTIME) from None
+        except http.client.HTTPException as exc:
+            # Something listens there but does not speak HTTP (BadStatusLine, a cut-off
+            # body): the service's fault, as an unreachable one is.
+            why = f"{type(exc).__name__}: {_first_line(exc)}"
+            raise SourceError(f"{self.url}: answered, but not in HTTP ({why})", RUNTIME) from None
         try:
             return json.loads(raw or b"null"), headers
         except ValueError:
@@ -105,6 +127,34 @@ class RemoteSource:
     def refresh_nodes(self) -> dict[str, Any]:
         body, _ = self._call("POST", "/v2.1/os-cellsight/nodes/refresh")
         return dict(body)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` masked, found without parsing: a URL urllib
+    cannot split (``http://u:pw@[::1``) must not be echoed whole either."""
+    scheme, sep, rest = url.partition("://")
+    # The authority ends at the path, query or fragment: an "@" past it is no userinfo.
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    at = rest.rfind("@", 0, end) if sep else -1
+    return url if at < 0 else f"{scheme}://***@{rest[at + 1 :]}"
+
+
+def _header_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as a header value, without repeating it."""
+    import unicodedata
+
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        return "contains a control character"
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return "has a character HTTP headers cannot carry (not Latin-1)"
+    return None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _fault(raw: bytes, status: int) -> str:

@@ -292,3 +292,16 @@ def test_a_delivery_with_a_time_budget_leaves_the_rest_in_order(
         "instance.create.end",
         "compute_node.update",
     ]
+
+
+@pytest.mark.parametrize("interval", [float("inf"), float("nan"), 1e10, 0.0, -1.0])
+def test_the_periodic_relay_refuses_an_interval_no_wait_can_take(
+    registry: CellRegistry, interval: float
+) -> None:
+    # Before, the thread started and died at its first wait (OverflowError past
+    # TIMEOUT_MAX), while `outbox relay --every inf` waited for it for ever.
+    stop = threading.Event()
+    before = {t.name for t in threading.enumerate()}
+    with pytest.raises(ValueError, match="relay interval"):
+        start_periodic_relay(registry, Outbox(CollectingPublisher()), interval, stop)
+    assert "outbox-relay" not in {t.name for t in threading.enumerate()} - before

@@ -119,3 +119,19 @@ def test_a_write_unfinished_at_shutdown_stays_unacked_for_the_next_consumer(
     assert second.totals["indexed"] + second.totals["stale"] == len(uuids)
     assert all(engine.get("instance", u) is not None for u in uuids)
     engine.close()
+
+
+def test_a_batch_count_past_amqps_prefetch_field_still_indexes(
+    settings: Settings, samples_dir: Path, tmp_path: Path
+) -> None:
+    """``batch_count`` times the batches in flight is the prefetch the consumer asks
+    for; past 65,535 (AMQP's 16-bit ``prefetch_count``) it asks for the most the field
+    holds, and the batches end by age."""
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    uuids = _publish(settings, samples_dir, 3)
+    with running_indexer(settings, engine, batch_count=50_000, max_in_flight=5) as consumer:
+        assert consumer.prefetch == 65_535
+        wait_for(lambda: consumer.acked >= len(uuids), what="all acked")
+    assert all(engine.get("instance", u) is not None for u in uuids)
+    engine.close()
