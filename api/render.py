@@ -173,22 +173,29 @@ def host_id(project_id: str | None, host: str | None) -> str:
     return hashlib.sha224(((project_id or "") + host).encode("utf-8")).hexdigest()
 
 
+_ADDRESS_KINDS = frozenset({"fixed", "floating"})
+
+
 def addresses(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for ip in doc.get("ip_addresses") or []:
         if not ip.get("address"):
             continue
         meta = ip.get("meta") or {}
-        out.setdefault(ip.get("label") or "", []).append(
-            {
-                # Told by the address, as Nova's network model tells it: a payload's
-                # stray ``version`` (99) is never shown.
-                "version": address_version(ip["address"]),
-                "addr": ip["address"],
-                "OS-EXT-IPS:type": meta.get("type", "fixed"),
-                "OS-EXT-IPS-MAC:mac_addr": ip.get("mac"),
-            }
-        )
+        kind = meta.get("type")
+        shown = {
+            # Told by the address, as Nova's network model tells it: a payload's
+            # stray ``version`` (99) is never shown.
+            "version": address_version(ip["address"]),
+            "addr": ip["address"],
+            # Nova's two kinds; a notification's addresses are its fixed ones.
+            "OS-EXT-IPS:type": kind if kind in _ADDRESS_KINDS else "fixed",
+        }
+        if ip.get("mac") is not None:
+            # Nova's MAC is never null; a notification may leave it out (no MAC is
+            # shown, where null would fail clients' schemas).
+            shown["OS-EXT-IPS-MAC:mac_addr"] = ip["mac"]
+        out.setdefault(ip.get("label") or "", []).append(shown)
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from cellsight.notifications import limits
 from cellsight.notifications.base import DATA, UUID_PATTERN, Timestamp, UuidStr, VersionedObject
-from cellsight.notifications.forms import IpStr, TagList, ip_version, tag_problem
+from cellsight.notifications.forms import IpStr, MacStr, TagList, ip_version, is_mac, tag_problem
 
 Convert = Callable[[Any], Any]
 _NONE = type(None)
@@ -84,6 +84,12 @@ def _ip(value: Any) -> Any:
     raise NeedsReference  # no address: the reference names it
 
 
+def _mac(value: Any) -> Any:
+    if value is None or (type(value) is str and is_mac(value)):
+        return value
+    raise NeedsReference  # no MAC: the reference names it
+
+
 def _date(value: Any) -> Any:
     """``format_timestamp`` of the stored UTC time, without building a datetime."""
     if value is None:
@@ -133,6 +139,8 @@ def _scalar(inner: Any, optional: bool) -> Plan:
         convert = _uuid
     elif inner == IpStr:
         convert = _ip
+    elif inner == MacStr:
+        convert = _mac
     elif inner == Timestamp:
         convert = _date
     elif inner is float:

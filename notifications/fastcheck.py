@@ -28,13 +28,14 @@ from msgspec import Meta, Struct
 from cellsight.notifications import limits
 from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import _parse_timestamp
-from cellsight.notifications.forms import ip_version, tag_problem
+from cellsight.notifications.forms import ip_version, is_mac, tag_problem
 
 UuidText = Annotated[str, Meta(min_length=36, max_length=36)]
 TimeText = Annotated[str, Meta(min_length=19, max_length=32)]
 # "::" to "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255": a text out of these lengths is
 # no address, and the reference names it.
 IpText = Annotated[str, Meta(min_length=2, max_length=45)]
+MacText = Annotated[str, Meta(min_length=17, max_length=17)]
 TagText = Annotated[str, Meta(min_length=1, max_length=limits.TAG_LENGTH)]
 TagsText = Annotated[list[TagText], Meta(max_length=limits.MAX_TAGS)]
 TIME_PATTERN = (
@@ -55,9 +56,9 @@ class Declined(Exception):
     """The fast path does not decide this message; the reference decoder will."""
 
 
-# What ``finish`` does with a field: match its text (a UUID, a time, an IP address, each
-# of its tags) or go into the nested object(s) it holds.
-_UUID, _TIME, _IP, _TAGS, _OBJECT, _LIST = range(6)
+# What ``finish`` does with a field: match its text (a UUID, a time, an IP or MAC address,
+# each of its tags) or go into the nested object(s) it holds.
+_UUID, _TIME, _IP, _MAC, _TAGS, _OBJECT, _LIST = range(7)
 
 
 def _item(kind: Any) -> tuple[Any, bool]:
@@ -82,6 +83,8 @@ def _steps(struct: type[Struct]) -> list[tuple[int, str]]:
             steps.append((_TIME, info.name))
         elif kind == IpText:
             steps.append((_IP, info.name))
+        elif kind == MacText:
+            steps.append((_MAC, info.name))
         elif kind == TagText and many:
             steps.append((_TAGS, info.name))
         elif isinstance(kind, type) and issubclass(kind, Struct):
@@ -125,6 +128,9 @@ def finish(data: Any) -> None:
                 raise Declined(name)
         elif step == _IP:
             if ip_version(value) is None:
+                raise Declined(name)
+        elif step == _MAC:
+            if not is_mac(value):
                 raise Declined(name)
         elif step == _TAGS:
             for tag in value:

@@ -57,13 +57,14 @@ from cellsight.notifications.envelope import OSLO_VERSION, EventType, Priority
 from cellsight.notifications.fastcheck import (
     Declined,
     IpText,
+    MacText,
     TagsText,
     TimeText,
     UuidText,
     envelope_time,
     finish,
 )
-from cellsight.notifications.forms import IpStr, TagList
+from cellsight.notifications.forms import IpStr, MacStr, TagList
 from cellsight.notifications.objects import ComputeNodePayload
 from cellsight.notifications.payloads import (
     NOVA_INSTANCE_SUBCLASSES,
@@ -97,6 +98,8 @@ def _field_type(name: str, annotation: Any, metadata: list[Any], wires: dict[Any
         return TimeText
     if annotation == IpStr:
         return IpText  # the address is checked by ``finish``
+    if annotation == MacStr:
+        return MacText  # so is the MAC
     if annotation == TagList:
         return TagsText  # lengths and count by msgspec, the rest by ``finish``
     if typing.get_origin(annotation) is typing.Annotated:

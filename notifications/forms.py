@@ -1,10 +1,11 @@
-"""Values only Nova's own objects could have built: IP addresses and server tags.
+"""Values only Nova's own objects could have built: IP and MAC addresses, server tags.
 
 Nova's ``IpPayload.address`` is an ``IPV4AndV6AddressField`` (Nova cannot build one
-that is no address) and its ``version`` comes from the network model, which derives it
-from the address; a server tag is what Nova's tag API allows, 1 to 60 characters
-without ',' or '/', at most 50 a server. No Nova notification carries another value,
-and Tempest's server schemas refuse a body that shows one, so the contract refuses it.
+that is no address), its ``mac`` a ``MACAddressField``, and its ``version`` comes from
+the network model, which derives it from the address; a server tag is what Nova's tag
+API allows, 1 to 60 characters without ',' or '/', at most 50 a server. No Nova
+notification carries another value, and Tempest's server schemas refuse a body that
+shows one, so the contract refuses it.
 
 Each rule is one function here, which both decoders call: the reference through the
 annotated types below (pydantic), the compiled path in
@@ -59,6 +60,30 @@ def _check_ip(value: str) -> str:
 
 IpStr = Annotated[str, AfterValidator(_check_ip)]
 """An IP address (see the module docstring), kept as the producer wrote it."""
+
+
+def is_mac(text: str) -> bool:
+    """Six pairs of hex digits joined by ':' (either case): what oslo.versionedobjects'
+    ``MACAddress`` field makes of any MAC it takes (lowered, '-' as ':'), and what
+    Tempest's ``mac_address`` allows. Told without a pattern: the layout by slicing,
+    the digits by ``bytes.fromhex``, which refuses any other character and skips
+    whitespace (then fewer than six bytes)."""
+    if len(text) != 17 or text[2::3] != ":::::":
+        return False
+    try:
+        return len(bytes.fromhex(text.replace(":", ""))) == 6
+    except ValueError:
+        return False
+
+
+def _check_mac(value: str) -> str:
+    if not is_mac(value):
+        raise ValueError(f"{brief(value, 60)} is not a MAC address (six hex pairs joined by ':')")
+    return value
+
+
+MacStr = Annotated[str, AfterValidator(_check_mac)]
+"""A MAC address (``is_mac``), kept as the producer wrote it."""
 
 
 def tag_problem(tag: str) -> str | None:

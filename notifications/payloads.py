@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from pydantic import ConfigDict, Field
 
 from cellsight.notifications.base import Timestamp, UuidStr, VersionedObject
-from cellsight.notifications.forms import IpStr, TagList
+from cellsight.notifications.forms import IpStr, MacStr, TagList
 
 
 def _omit_none(value: Any) -> bool:
@@ -49,7 +49,7 @@ class IpPayload(VersionedObject):
     OBJ_VERSION = "1.0"
 
     label: str | None = None
-    mac: str | None = None
+    mac: MacStr | None = None
     meta: dict[str, str] = Field(default_factory=dict)
     port_uuid: str | None = None
     version: int | None = None

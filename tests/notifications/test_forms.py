@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import ipaddress
 import json
+import re
 from typing import Any
 
 import pytest
@@ -21,7 +22,7 @@ from cellsight.indexer.row_values import plan as row_plan
 from cellsight.notifications import limits
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.errors import NotificationError
-from cellsight.notifications.forms import address_version, ip_version, tag_problem
+from cellsight.notifications.forms import address_version, ip_version, is_mac, tag_problem
 from cellsight.notifications.payloads import InstancePayload, InstanceUpdatePayload, IpPayload
 from tests.support import novagen
 
@@ -30,10 +31,13 @@ parameter_types = pytest.importorskip(
     "tempest.lib.api_schema.response.compute.v2_1.parameter_types"
 )
 v2_26 = pytest.importorskip("tempest.lib.api_schema.response.compute.v2_26.servers")
+v2_1 = pytest.importorskip("tempest.lib.api_schema.response.compute.v2_1.servers")
 
 CHECKER = jsonschema_validator.FORMAT_CHECKER
 VALIDATOR = jsonschema_validator.JSONSCHEMA_VALIDATOR
 EVENTS = ["instance.pause.end", "instance.update", "instance.create.end"]
+# The detail view's addresses: the base schema with the OS-EXT-IPS attributes.
+ADDRESSES_V21 = v2_1.get_server["response_body"]["properties"]["server"]["properties"]["addresses"]
 
 
 def tempest_reads_as_address(text: str) -> bool:
@@ -257,3 +261,61 @@ def test_a_syncs_row_fast_path_hands_bad_values_to_the_reference() -> None:
         for bad_tags in (["a,b"], ["a/b"], [""], ["t" * 61], ["t"] * 51, [1]):
             with pytest.raises(NeedsReference):
                 tags.convert(bad_tags)
+
+
+MAC_TEXTS = st.one_of(
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex(":")),
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex(":").upper()),
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex("-")),
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex()),
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex(":").replace("a", " ")),
+    st.binary(min_size=6, max_size=6).map(lambda b: b.hex(":").replace("1", "\u0661")),
+    st.text(alphabet="0123456789abcdefABCDEFg: -\u0663\n", min_size=15, max_size=19),
+    st.sampled_from(["", "fa:16:3e:00:00:0", "fa:16:3e:00:00:000", "fa:16:3e:00:00:0g"]),
+)
+MAC_PATTERN = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=MAC_TEXTS,
+    event_type=st.sampled_from(EVENTS),
+    seed=st.integers(0, 2**16),
+)
+def test_macs_decide_alike_and_what_is_accepted_renders_for_tempest(
+    text: str, event_type: str, seed: int
+) -> None:
+    """A MAC is six hex pairs joined by ':' (oslo's MACAddress field's form, which
+    Tempest's pattern allows); another is dead-lettered naming it, on both paths."""
+    good = is_mac(text)
+    assert good == bool(MAC_PATTERN.fullmatch(text))
+
+    def change(data: dict[str, Any]) -> None:
+        data["ip_addresses"][0]["nova_object.data"].update(mac=text)
+
+    planned = _decided_alike(_body(event_type, seed, change), good, "ip_addresses.0.mac")
+    if planned is None:
+        return
+    doc = planned.op.document
+    shown = addresses(doc)
+    VALIDATOR(ADDRESSES_V21, format_checker=CHECKER).validate(shown)
+    assert shown[doc["ip_addresses"][0]["label"]][0]["OS-EXT-IPS-MAC:mac_addr"] == text
+
+
+def test_no_mac_and_an_odd_address_kind_render_for_tempest() -> None:
+    """Nova never leaves a MAC out; a notification may, and then none is shown (null
+    would fail Tempest's schema). Nova's address kinds are fixed and floating."""
+    doc = {
+        "ip_addresses": [
+            {"address": "10.0.0.1", "label": "private", "mac": None, "meta": {"type": "odd"}},
+            {"address": "fd00::1", "label": "private", "meta": {"type": "floating"}},
+        ]
+    }
+    shown = addresses(doc)
+    assert shown == {
+        "private": [
+            {"version": 4, "addr": "10.0.0.1", "OS-EXT-IPS:type": "fixed"},
+            {"version": 6, "addr": "fd00::1", "OS-EXT-IPS:type": "floating"},
+        ]
+    }
+    VALIDATOR(ADDRESSES_V21, format_checker=CHECKER).validate(shown)

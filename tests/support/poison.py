@@ -207,6 +207,12 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             ),
             "malformed",
         ),
+        "mac_not_a_mac": (
+            variant(
+                lambda b: data(b)["ip_addresses"][0]["nova_object.data"].update(mac="fa:16:3e")
+            ),
+            "malformed",
+        ),
         "tag_with_comma": (variant(_set(tags=["a,b"])), "malformed"),
         "tag_61": (variant(_set(tags=["t" * 61])), "out_of_range"),
         "tags_51": (variant(_set(tags=[f"t{i}" for i in range(51)])), "out_of_range"),
