@@ -20,9 +20,9 @@ from cellsight.indexer.outcomes import Verdict
 from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
 from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import decode
-from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload, IpPayload
 from tests.support import novagen, poison
+from tests.support.decoding import reference_planned
 
 KNOWN_CODES = {
     "malformed",
@@ -120,15 +120,6 @@ def mutate(body: dict[str, Any], where: tuple[str, str], value: Any, drop: bool)
         target.pop(key, None)
     else:
         target[key] = value
-
-
-def reference_planned(body: bytes) -> Planned | None:
-    try:
-        n = decode(body)
-    except NotificationError:
-        return None
-    result = map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
-    return result if isinstance(result, Planned) else None
 
 
 def reference_document(body: bytes) -> dict[str, Any] | None:

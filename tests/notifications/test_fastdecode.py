@@ -14,13 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cellsight.indexer.outcomes import Outcome, Verdict
-from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
+from cellsight.indexer.planning import Planned, plan, plan_fast
 from cellsight.notifications import base, envelope, fastcheck, fastdecode, limits
-from cellsight.notifications.envelope import decode
 from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.fastdecode import FAST_CLASSES, decode_fast
 from cellsight.notifications.payloads import NOVA_INSTANCE_SUBCLASSES, InstancePayload
 from tests.support import novagen
+from tests.support.decoding import reference_plan
 
 
 @pytest.mark.parametrize("model", FAST_CLASSES, ids=lambda m: m.__name__)
@@ -66,14 +66,6 @@ def _by_shape(name: str, seed: int = 5) -> dict[str, Any]:
     return body
 
 
-def _reference(raw: bytes) -> Planned | Outcome:
-    try:
-        n = decode(raw)
-    except NotificationError as exc:
-        return Outcome(Verdict.DEAD, exc.reason)
-    return map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
-
-
 def _code(result: Planned | Outcome) -> str | None:
     assert isinstance(result, Outcome) and result.verdict is Verdict.DEAD
     return result.reason_code
@@ -98,7 +90,7 @@ def test_novas_other_instance_classes_take_the_compiled_path(name: str) -> None:
     raw = novagen.body(_by_shape(name))
     fast = plan_fast(0, raw)
     assert isinstance(fast, Planned), name
-    _same_plan(fast, _reference(raw))
+    _same_plan(fast, reference_plan(raw))
     assert decode_fast(raw).obj_name == name
 
 
@@ -108,10 +100,10 @@ def test_any_major_version_is_read_by_shape_as_the_registry_does() -> None:
     raw = novagen.body(body)
     fast = plan_fast(0, raw)
     assert isinstance(fast, Planned)
-    _same_plan(fast, _reference(raw))
+    _same_plan(fast, reference_plan(raw))
     body["payload"]["nova_object.version"] = "7"
     assert plan_fast(0, novagen.body(body)) is None  # the reference names the error
-    assert _code(_reference(novagen.body(body))) == "malformed"
+    assert _code(reference_plan(novagen.body(body))) == "malformed"
 
 
 def _same_verdict(got: Planned | Outcome | None, reference: Planned | Outcome) -> None:
@@ -144,7 +136,7 @@ def test_a_nested_objects_version_decides_as_the_reference_does(version: str) ->
     elif fast is not None:
         raise AssertionError(f"the compiled path decided version {version!r}")
     outcomes, planned = plan([raw])
-    _same_verdict(planned[0] if planned else outcomes[0], _reference(raw))
+    _same_verdict(planned[0] if planned else outcomes[0], reference_plan(raw))
 
 
 @pytest.mark.parametrize("wrapped", [True, False], ids=["oslo", "bare"])
@@ -167,8 +159,8 @@ def test_a_declined_nested_version_gets_the_references_verdict_on_the_known_diff
     if version == "1.4" and wrapped:
         assert planned  # the documented difference: the reference calls it malformed
     else:
-        assert not planned and _code(_reference(raw.encode())) == "malformed"
-        _same_verdict(outcomes[0], _reference(raw.encode()))
+        assert not planned and _code(reference_plan(raw.encode())) == "malformed"
+        _same_verdict(outcomes[0], reference_plan(raw.encode()))
 
 
 @settings(max_examples=150, deadline=None)
@@ -185,7 +177,7 @@ def test_the_shape_decides_alike_on_both_paths(absent: set[str], nulls: set[str]
     for name in absent:
         del data[name]
     raw = novagen.body(body)
-    fast, reference = plan_fast(0, raw), _reference(raw)
+    fast, reference = plan_fast(0, raw), reference_plan(raw)
     shaped = (len(InstancePayload.SHAPE_FIELDS) - len(absent)) * 2 > len(
         InstancePayload.SHAPE_FIELDS
     )
@@ -200,7 +192,7 @@ def test_the_shape_decides_alike_on_both_paths(absent: set[str], nulls: set[str]
         assert isinstance(fast, Planned)
 
 
-def test_invalid_utf8_in_a_skipped_field_is_left_to_the_reference() -> None:
+def test_invalid_utf8_in_a_skipped_field_is_left_to_thereference_plan() -> None:
     """msgspec does not read what it skips; the reference refuses the whole body."""
     wrapped = novagen.body(_by_shape("InstanceExistsPayload"))
     bare = novagen.body(_by_shape("InstanceExistsPayload"), wrapped=False)
@@ -210,7 +202,7 @@ def test_invalid_utf8_in_a_skipped_field_is_left_to_the_reference() -> None:
         bare.replace(b'"bandwidth":', b'"\xff": 1, "bandwidth":'),
     ):
         assert plan_fast(0, raw) is None
-        assert _code(_reference(raw)) == "malformed"
+        assert _code(reference_plan(raw)) == "malformed"
     assert isinstance(plan_fast(0, memoryview(wrapped)), Planned)
 
 
@@ -221,7 +213,7 @@ def test_an_empty_cell_uuid_is_no_cell_on_both_paths() -> None:
         raw = novagen.body(body)
         fast = plan_fast(0, raw)
         assert isinstance(fast, Planned) and fast.op.document["cell_uuid"] is None
-        _same_plan(fast, _reference(raw))
+        _same_plan(fast, reference_plan(raw))
 
 
 def test_ever_new_minor_versions_grow_neither_memory_nor_the_log(
@@ -292,7 +284,7 @@ def test_the_oslo_wrapper_decides_as_the_reference_does(
         parts.append(f'"oslo.message": {messages[message]}')
     text = "{" + ", ".join(parts) + "}"
     raw = text if kind is str else kind(text.encode())
-    fast, reference = plan_fast(0, raw), _reference(text.encode())
+    fast, reference = plan_fast(0, raw), reference_plan(text.encode())
     if fast is not None:
         _same_verdict(fast, reference)
     outcomes, planned = plan([raw])
@@ -308,7 +300,7 @@ def test_a_memoryview_is_measured_and_read_as_the_reference_reads_it() -> None:
     padded += b" " * (-len(padded) % 4)
     view = memoryview(padded).cast("I")
     assert view.nbytes > limits.MAX_BODY_BYTES > len(view)
-    assert plan_fast(0, view) is None and _code(_reference(view.tobytes())) == "too_large"
+    assert plan_fast(0, view) is None and _code(reference_plan(view.tobytes())) == "too_large"
     strided = memoryview(bytes(b for pair in zip(wrapped, wrapped, strict=True) for b in pair))[::2]
     assert strided.tobytes() == wrapped and not strided.contiguous
     assert plan_fast(0, strided) is None
@@ -366,7 +358,7 @@ def test_a_payload_time_near_novas_layout_decides_as_the_reference_does(text: st
     body["payload"]["nova_object.data"]["updated_at"] = text
     raw = novagen.body(body)
     fast = plan_fast(0, raw)
-    reference = _reference(raw)
+    reference = reference_plan(raw)
     if isinstance(fast, Planned):
         _same_plan(fast, reference)
     if fastcheck.time_ok(text) and isinstance(reference, Planned):

@@ -16,15 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cellsight.api.render import addresses
-from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, plan_fast
+from cellsight.indexer.planning import Planned, plan, plan_fast
 from cellsight.indexer.row_values import NeedsReference
 from cellsight.indexer.row_values import plan as row_plan
 from cellsight.notifications import limits
-from cellsight.notifications.envelope import decode
-from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.forms import address_version, ip_version, is_mac, tag_problem
 from cellsight.notifications.payloads import InstancePayload, InstanceUpdatePayload, IpPayload
 from tests.support import novagen
+from tests.support.decoding import reference_planned
 
 jsonschema_validator = pytest.importorskip("tempest.lib.common.jsonschema_validator")
 parameter_types = pytest.importorskip(
@@ -115,21 +114,12 @@ def _body(event_type: str, seed: int, change: Any) -> bytes:
     return novagen.body(body)
 
 
-def _reference(raw: bytes) -> Planned | None:
-    try:
-        n = decode(raw)
-    except NotificationError:
-        return None
-    result = map_payload(0, n.payload, n.event, EventInfo(n.event_type, n.timestamp))
-    return result if isinstance(result, Planned) else None
-
-
 def _decided_alike(raw: bytes, good: bool, names: str) -> Planned | None:
     """Both paths' verdicts on ``raw``: the compiled one takes a good message itself,
     with the reference's document; a bad one is dead-lettered naming ``names``."""
     (outcome,), planned = plan([raw])
     fast = plan_fast(0, raw)
-    reference = _reference(raw)
+    reference = reference_planned(raw)
     if not good:
         assert outcome is not None and outcome.reason_code in ("malformed", "out_of_range")
         assert fast is None and reference is None and not planned
