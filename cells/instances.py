@@ -12,7 +12,9 @@ from typing import Any
 from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
 from cellsight.cells.text_rules import check_texts
+from cellsight.notifications import limits
 from cellsight.notifications.errors import clip
+from cellsight.notifications.forms import tag_problem
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
     FlavorPayload,
@@ -41,19 +43,17 @@ class Actor:
 ADMIN = Actor()
 
 
-MAX_TAG_LENGTH = 60
-MAX_TAGS = 50
-
-
 def check_tags(tags: Sequence[str]) -> list[str]:
-    """``tags`` as a set, sorted, or ``InvalidTag``: Nova's rules for server tags."""
+    """``tags`` as a set, sorted, or ``InvalidTag``: Nova's rules for server tags, the
+    notification contract's (``forms.tag_problem``)."""
     unique = sorted(set(tags))
-    if len(unique) > MAX_TAGS:
-        raise InvalidTag(f"{len(unique)} tags, at most {MAX_TAGS}")
+    if len(unique) > limits.MAX_TAGS:
+        raise InvalidTag(f"{len(unique)} tags, at most {limits.MAX_TAGS}")
     for tag in unique:
-        if not tag or len(tag) > MAX_TAG_LENGTH or "," in tag or "/" in tag:
+        if tag_problem(tag) is not None:
             raise InvalidTag(
-                f"{clip(tag, 70)!r}: a tag is 1 to {MAX_TAG_LENGTH} characters without ',' or '/'"
+                f"{clip(tag, 70)!r}: a tag is 1 to {limits.TAG_LENGTH} characters "
+                "without ',' or '/'"
             )
     return unique
 

@@ -99,8 +99,8 @@ _STEPS: dict[type, list[tuple[int, str]]] = {}
 
 
 def finish(data: Any) -> None:
-    """Match the UUIDs, times, IP addresses and tags of a data Struct and the objects in
-    it (``Declined`` if one is not of the forms read here), and put the times in UTC
+    """Match the UUIDs, times, IP and MAC addresses and tags of a data Struct and of the
+    objects in it (``Declined`` if one is not of the forms read here), put times in UTC
     (naive means UTC), as the reference's ``Timestamp`` does; a time that leaves years
     1..9999 in UTC raises ``OverflowError`` (the reference names it)."""
     steps = _STEPS.get(type(data))
