@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from cellsight.notifications.base import VersionedObject
+from cellsight.notifications.forms import AS_STORED
 from cellsight.notifications.objects import ComputeNodePayload
 from cellsight.notifications.payloads import (
     InstanceActionPayload,
@@ -107,7 +108,7 @@ def row_to_payload(
     data["revision"] = row.get("revision")
     data["forthcoming"] = bool(row.get("forthcoming"))
     data.update(event_fields)
-    return cls.model_validate(data)
+    return cls.model_validate(data, context={AS_STORED: True})
 
 
 def action_payload(row: Mapping[str, Any], cell_uuid: str | None) -> InstanceActionPayload:

@@ -21,9 +21,8 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
-from cellsight.notifications import limits
 from cellsight.notifications.base import DATA, UUID_PATTERN, Timestamp, UuidStr, VersionedObject
-from cellsight.notifications.forms import IpStr, MacStr, TagList, ip_version, is_mac, tag_problem
+from cellsight.notifications.forms import IpStr, MacStr, TagList
 
 Convert = Callable[[Any], Any]
 _NONE = type(None)
@@ -78,18 +77,6 @@ def _uuid(value: Any) -> Any:
     raise NeedsReference
 
 
-def _ip(value: Any) -> Any:
-    if value is None or (type(value) is str and ip_version(value) is not None):
-        return value
-    raise NeedsReference  # no address: the reference names it
-
-
-def _mac(value: Any) -> Any:
-    if value is None or (type(value) is str and is_mac(value)):
-        return value
-    raise NeedsReference  # no MAC: the reference names it
-
-
 def _date(value: Any) -> Any:
     """``format_timestamp`` of the stored UTC time, without building a datetime."""
     if value is None:
@@ -129,6 +116,10 @@ def _strip_optional(annotation: Any) -> tuple[Any, bool]:
 
 
 def _scalar(inner: Any, optional: bool) -> Plan:
+    if inner in (IpStr, MacStr):
+        # A row is indexed as its cell holds it, past the contract's rules for addresses
+        # (``forms.AS_STORED``): their text passes as any text does.
+        inner = str
     nullable = {_NONE} if optional else set()
     for kind in (str, int, bool):
         if inner is kind:
@@ -137,10 +128,6 @@ def _scalar(inner: Any, optional: bool) -> Plan:
     convert: Convert = fail
     if inner == UuidStr:
         convert = _uuid
-    elif inner == IpStr:
-        convert = _ip
-    elif inner == MacStr:
-        convert = _mac
     elif inner == Timestamp:
         convert = _date
     elif inner is float:
@@ -178,14 +165,6 @@ def _str_list(value: Any) -> Any:
     raise NeedsReference
 
 
-def _tag_list(value: Any) -> Any:
-    """Tags as the contract allows them (``forms``); any other the reference names."""
-    value = _str_list(value)
-    if len(value) > limits.MAX_TAGS or any(tag_problem(tag) is not None for tag in value):
-        raise NeedsReference
-    return value
-
-
 def plan(annotation: Any, metadata: Sequence[Any] = ()) -> Plan:
     """The plan of one payload field (nested objects included), from its type."""
     if metadata:
@@ -198,7 +177,7 @@ def plan(annotation: Any, metadata: Sequence[Any] = ()) -> Plan:
     origin = typing.get_origin(inner)
     convert: Convert
     if inner == TagList:
-        convert = _tag_list
+        convert = _str_list  # as the cell holds them, past the contract (``AS_STORED``)
     elif origin is dict and typing.get_args(inner) == (str, str):
         convert = _str_dict
     elif origin is list and typing.get_args(inner) == (str,):

@@ -27,11 +27,21 @@ from __future__ import annotations
 from socket import AF_INET, AF_INET6, inet_pton
 from typing import Annotated
 
-from pydantic import AfterValidator
+from pydantic import AfterValidator, ValidationInfo
 from pydantic_core import PydanticCustomError
 
 from cellsight.notifications import limits
 from cellsight.notifications.errors import brief
+
+AS_STORED = "as_stored"
+"""The validation context under which a cell's row is read (``cells.rows``): a row
+written by other means than Cellsight's or Nova's operations is indexed by a sync as its
+cell holds it, past these rules, as past the contract's bounds (README, Limits); its
+notifications are dead-lettered by the indexer."""
+
+
+def _as_stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get(AS_STORED))
 
 
 def ip_version(text: str) -> int | None:
@@ -52,8 +62,8 @@ def address_version(address: str) -> int:
     return 6 if ":" in address else 4
 
 
-def _check_ip(value: str) -> str:
-    if ip_version(value) is None:
+def _check_ip(value: str, info: ValidationInfo) -> str:
+    if ip_version(value) is None and not _as_stored(info):
         raise ValueError(f"{brief(value, 60)} is not an IPv4 or IPv6 address")
     return value
 
@@ -76,8 +86,8 @@ def is_mac(text: str) -> bool:
         return False
 
 
-def _check_mac(value: str) -> str:
-    if not is_mac(value):
+def _check_mac(value: str, info: ValidationInfo) -> str:
+    if not is_mac(value) and not _as_stored(info):
         raise ValueError(f"{brief(value, 60)} is not a MAC address (six hex pairs joined by ':')")
     return value
 
@@ -95,7 +105,9 @@ def tag_problem(tag: str) -> str | None:
     return None
 
 
-def _check_tags(tags: list[str]) -> list[str]:
+def _check_tags(tags: list[str], info: ValidationInfo) -> list[str]:
+    if _as_stored(info):
+        return tags
     if len(tags) > limits.MAX_TAGS:
         raise PydanticCustomError(
             "out_of_range",

@@ -122,3 +122,12 @@ def test_publish_refuses_an_oversized_file_before_the_bus(tmp_path: Path) -> Non
     big.write_bytes(b" " * (MAX_BODY_BYTES + 1))
     result = cellsight(tmp_path / "d", "notifications", "publish", str(big))
     assert_one_line_error(result, USAGE, str(big), "TooLarge", "nothing published")
+
+
+def test_the_options_and_the_settings_wait_at_most_as_long() -> None:
+    """The CLI keeps its own copy of the bound (its command tree must not import the
+    settings: start-up time); the two must not drift apart."""
+    from cellsight import settings
+    from cellsight.cli import bounds
+
+    assert bounds.MAX_SECONDS == settings.MAX_SECONDS

@@ -14,13 +14,20 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from cellsight.api.render import addresses
 from cellsight.indexer.planning import Planned, plan, plan_fast
 from cellsight.indexer.row_values import NeedsReference
 from cellsight.indexer.row_values import plan as row_plan
 from cellsight.notifications import limits
-from cellsight.notifications.forms import address_version, ip_version, is_mac, tag_problem
+from cellsight.notifications.forms import (
+    AS_STORED,
+    address_version,
+    ip_version,
+    is_mac,
+    tag_problem,
+)
 from cellsight.notifications.payloads import InstancePayload, InstanceUpdatePayload, IpPayload
 from tests.support import novagen
 from tests.support.decoding import reference_planned
@@ -239,18 +246,31 @@ def test_the_reasons_name_the_value() -> None:
         assert outcome is not None and outcome.reason_code == code and words in outcome.reason
 
 
-def test_a_syncs_row_fast_path_hands_bad_values_to_the_reference() -> None:
+def test_a_cells_row_is_read_as_it_is_stored_past_these_rules() -> None:
+    """A sync indexes a row as its cell holds it (README, Limits): the row fast path
+    passes addresses, MACs and tags as text, and the reference, read with ``AS_STORED``
+    (as ``cells.rows`` reads rows), takes them; a notification never does."""
     ip = row_plan(IpPayload.model_fields["address"].annotation)
-    assert ip.convert("10.0.0.1") == "10.0.0.1" and ip.convert(None) is None
-    for bad in ("not-an-ip", "fe80::1%eth0", "", 4):
-        with pytest.raises(NeedsReference):
-            ip.convert(bad)
+    mac = row_plan(IpPayload.model_fields["mac"].annotation)
+    for bad in ("not-an-ip", "fe80::1%eth0", ""):
+        assert ip.convert(bad) == bad and mac.convert(bad) == bad
+    with pytest.raises(NeedsReference):
+        ip.convert(4)  # not text at all: the reference decides
     for field in (InstancePayload.model_fields["tags"], InstanceUpdatePayload.model_fields["tags"]):
         tags = row_plan(field.annotation, field.metadata)
-        assert tags.convert(["a", "é" * 60]) == ["a", "é" * 60]
-        for bad_tags in (["a,b"], ["a/b"], [""], ["t" * 61], ["t"] * 51, [1]):
-            with pytest.raises(NeedsReference):
-                tags.convert(bad_tags)
+        for odd in (["a,b"], ["a/b"], [""], ["t" * 61], ["t"] * 51):
+            assert tags.convert(odd) == odd
+        with pytest.raises(NeedsReference):
+            tags.convert([1])
+    data = {"address": "not-an-ip", "mac": "fa:16:3e"}
+    stored = IpPayload.model_validate(data, context={AS_STORED: True})
+    assert (stored.address, stored.mac) == ("not-an-ip", "fa:16:3e")
+    with pytest.raises(ValidationError):
+        IpPayload.model_validate(data)
+    update = {"uuid": "7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a", "tags": ["a,b"] * 60}
+    assert InstanceUpdatePayload.model_validate(update, context={AS_STORED: True}).tags
+    with pytest.raises(ValidationError):
+        InstanceUpdatePayload.model_validate(update)
 
 
 MAC_TEXTS = st.one_of(

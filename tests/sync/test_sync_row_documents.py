@@ -109,3 +109,22 @@ def test_unusual_values_take_the_reference_path_and_still_agree(make_world: Any)
     assert fast == expected
     assert fallbacks == 3
     assert fast[uuids[1]]["ip4"] == ["10.0.0.9"]
+
+
+def test_a_row_past_the_contract_is_indexed_as_its_cell_holds_it(make_world: Any) -> None:
+    """A row written by other means than Cellsight's or Nova's operations may hold what
+    the notification contract refuses (a tag Nova's API refuses, an address or a MAC
+    that is none): a sync indexes it as the cell holds it rather than fail."""
+    world: World = make_world("sqlite", "embedded", cells=1, instances=3)
+    cell = world.cells[0]
+    odd: list[dict[str, Any]] = [
+        {"tags": ["a,b", "t" * 61]},
+        {"ip_addresses": [{"address": "not-an-ip", "version": 99, "mac": "fa:16:3e"}]},
+    ]
+    with connect(world.registry.cell_engine(cell)) as conn, conn.begin():
+        uuids = [u for (u,) in conn.execute(sa.select(instances.c.uuid).order_by("uuid"))]
+        for uuid, values in zip(uuids, odd, strict=False):
+            conn.execute(instances.update().where(instances.c.uuid == uuid).values(**values))
+    fast, _ = _fast_documents(world)
+    assert fast[uuids[0]]["tags"] == ["a,b", "t" * 61]
+    assert fast[uuids[1]]["ip_addresses"][0]["address"] == "not-an-ip"
