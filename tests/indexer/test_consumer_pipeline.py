@@ -18,7 +18,8 @@ from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.settings import Settings
-from tests.support.indexing import running_indexer, wait_for
+from tests.support import novagen
+from tests.support.indexing import publish_bodies, running_indexer, wait_for
 
 FIRST_ID = "00000000-0000-4000-8000-000000000000"  # of the first notification published
 
@@ -122,14 +123,16 @@ def test_a_write_unfinished_at_shutdown_stays_unacked_for_the_next_consumer(
 
 
 def test_a_batch_count_past_amqps_prefetch_field_still_indexes(
-    settings: Settings, samples_dir: Path, tmp_path: Path
+    settings: Settings, tmp_path: Path
 ) -> None:
     """``batch_count`` times the batches in flight is the prefetch the consumer asks
     for; past 65,535 (AMQP's 16-bit ``prefetch_count``) it asks for the most the field
     holds, and the batches end by age."""
     engine = EmbeddedEngine(tmp_path / "index.db")
     engine.ensure_ready("instance")
-    uuids = _publish(settings, samples_dir, 3)
+    notifications = [novagen.notification("instance.update", seed=i) for i in range(3)]
+    uuids = [n["payload"]["nova_object.data"]["uuid"] for n in notifications]
+    publish_bodies(settings, [novagen.body(n) for n in notifications])
     with running_indexer(settings, engine, batch_count=50_000, max_in_flight=5) as consumer:
         assert consumer.prefetch == 65_535
         wait_for(lambda: consumer.acked >= len(uuids), what="all acked")
