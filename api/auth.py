@@ -61,7 +61,9 @@ class Authenticator:
         return cls("token", load_tokens(settings.token_file))
 
     def authenticate(self, token: str | None) -> Principal:
-        token = (token or "").strip()
+        # Only HTTP's own whitespace is trimmed: str.strip() also removes \x1c-\x1f, so
+        # a token ending in one of those control characters would have authenticated.
+        token = (token or "").strip(" \t")
         if not token:
             raise Unauthorized()
         if any(unicodedata.category(c) == "Cc" for c in token):

@@ -29,6 +29,7 @@ from pydantic import (
     PlainSerializer,
     SerializerFunctionWrapHandler,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     model_serializer,
     model_validator,
 )
@@ -103,7 +104,14 @@ def _check_uuid(value: str) -> str:
     return value
 
 
-UuidStr = Annotated[str, AfterValidator(_check_uuid)]
+UuidStr = Annotated[
+    str,
+    AfterValidator(_check_uuid),
+    # The lengths too: a pattern's "$" also matches before a final newline in Python's re.
+    WithJsonSchema(
+        {"type": "string", "minLength": 36, "maxLength": 36, "pattern": f"^{UUID_PATTERN}$"}
+    ),
+]
 """A UUID kept as the producer wrote it, so a round trip is byte-equal."""
 
 
@@ -338,12 +346,14 @@ def _schema_with_bounds(cls: type[VersionedObject], schema: JsonSchemaValue) -> 
         if kind is None or prop is None:
             continue
         for branch in prop.get("anyOf", [prop]):
+            # A form's own schema (forms.py) may bound it tighter already.
             if kind == "str" and branch.get("type") == "string":
-                branch["maxLength"] = limits.string_cap(name)
+                cap = limits.string_cap(name)
+                branch["maxLength"] = min(branch.get("maxLength", cap), cap)
             elif kind == "int" and branch.get("type") == "integer":
                 branch.setdefault("minimum", limits.LONG_MIN)
                 branch["maximum"] = limits.LONG_MAX
             elif kind == "items" and branch.get("type") in ("array", "object"):
                 key = "maxItems" if branch["type"] == "array" else "maxProperties"
-                branch[key] = limits.MAX_ITEMS
+                branch[key] = min(branch.get(key, limits.MAX_ITEMS), limits.MAX_ITEMS)
     return schema

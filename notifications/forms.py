@@ -27,7 +27,7 @@ from __future__ import annotations
 from socket import AF_INET, AF_INET6, inet_pton
 from typing import Annotated
 
-from pydantic import AfterValidator, ValidationInfo
+from pydantic import AfterValidator, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from cellsight.notifications import limits
@@ -68,7 +68,13 @@ def _check_ip(value: str, info: ValidationInfo) -> str:
     return value
 
 
-IpStr = Annotated[str, AfterValidator(_check_ip)]
+# The exported JSON Schema says the same (``cellsight notifications schema``); its
+# formats and patterns are the standard's, so a producer can check before sending.
+IpStr = Annotated[
+    str,
+    AfterValidator(_check_ip),
+    WithJsonSchema({"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]}),
+]
 """An IP address (see the module docstring), kept as the producer wrote it."""
 
 
@@ -92,7 +98,13 @@ def _check_mac(value: str, info: ValidationInfo) -> str:
     return value
 
 
-MacStr = Annotated[str, AfterValidator(_check_mac)]
+MAC_PATTERN = "^[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}$"
+MacStr = Annotated[
+    str,
+    AfterValidator(_check_mac),
+    # The lengths too: a pattern's "$" also matches before a final newline in Python's re.
+    WithJsonSchema({"type": "string", "minLength": 17, "maxLength": 17, "pattern": MAC_PATTERN}),
+]
 """A MAC address (``is_mac``), kept as the producer wrote it."""
 
 
@@ -122,5 +134,20 @@ def _check_tags(tags: list[str], info: ValidationInfo) -> list[str]:
     return tags
 
 
-TagList = Annotated[list[str], AfterValidator(_check_tags)]
+TagList = Annotated[
+    list[str],
+    AfterValidator(_check_tags),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "maxItems": limits.MAX_TAGS,
+            "items": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": limits.TAG_LENGTH,
+                "pattern": "^[^,/]*$",
+            },
+        }
+    ),
+]
 """A server's tags, each as Nova's tag API allows it, at most ``limits.MAX_TAGS``."""

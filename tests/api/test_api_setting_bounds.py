@@ -45,7 +45,9 @@ def test_the_longest_durations_still_serve(sqlite_world: World, tmp_path: Path) 
         assert ready.json()["index"]["probe"] is not None
 
 
-@pytest.mark.parametrize("token", ["a:b\x00", "a:\x01b", "a\x7f:b", "a:b\x85c"])
+@pytest.mark.parametrize(
+    "token", ["a:b\x00", "a:\x01b", "a\x7f:b", "a:b\x85c", "a:b\x1f", "\x1ca:b", "a:b\x0b"]
+)
 def test_a_control_character_in_the_token_is_400_naming_the_header(
     sqlite_world: World, tmp_path: Path, token: str
 ) -> None:
