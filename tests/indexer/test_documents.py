@@ -9,7 +9,13 @@ from typing import Any
 
 import pytest
 
-from cellsight.indexer.documents import TIE_BITS, event_version, instance_document, snapshot_time
+from cellsight.indexer.documents import (
+    TIE_BITS,
+    event_version,
+    instance_document,
+    snapshot_time,
+    version_of,
+)
 from cellsight.indexer.fields import INSTANCE_FIELDS, Kind, search_mapping
 from cellsight.indexer.writer import Planned, Verdict, merge_tags, plan
 from cellsight.notifications.base import format_timestamp
@@ -184,3 +190,16 @@ def test_writer_counts_indexed_and_stale_per_resource(nova_like_dir: Path, tmp_p
     engine.close()
     assert count(metrics.INDEXED) == indexed + 1
     assert count(metrics.STALE) == stale + 1
+
+
+def test_snapshots_before_1970_count_from_1970_ordered_by_phase() -> None:
+    """README, the version rule: versions are never negative (engines refuse them), so
+    a snapshot before 1970 gets 1970's time; the phase still orders its events."""
+    start, end = EventType.parse("instance.pause.start"), EventType.parse("instance.pause.end")
+    old = datetime(1960, 5, 1, tzinfo=UTC)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert version_of(None, old, end, None) == version_of(None, epoch, end, None) >= 0
+    assert version_of(None, old, start, None) < version_of(None, old, end, None)
+    assert version_of(None, None, end, None) == version_of(None, epoch, end, None)
+    later = epoch + timedelta(microseconds=1)
+    assert version_of(None, later, start, None) > version_of(None, old, end, None)
