@@ -28,7 +28,7 @@ from msgspec import Meta, Struct
 from cellsight.notifications import limits
 from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import _parse_timestamp
-from cellsight.notifications.forms import ip_version, is_mac, tag_problem
+from cellsight.notifications.forms import TAG_FORBIDDEN, ip_version, is_mac
 
 UuidText = Annotated[str, Meta(min_length=36, max_length=36)]
 TimeText = Annotated[str, Meta(min_length=19, max_length=32)]
@@ -133,8 +133,11 @@ def finish(data: Any) -> None:
             if not is_mac(value):
                 raise Declined(name)
         elif step == _TAGS:
-            for tag in value:
-                if tag_problem(tag) is not None:
+            # msgspec checked each tag's length and their count (``TagsText``); what is
+            # left of ``tag_problem`` is the characters, looked for in all tags at once.
+            joined = "".join(value)
+            for forbidden in TAG_FORBIDDEN:
+                if forbidden in joined:
                     raise Declined(name)
         elif step == _OBJECT:
             finish(value.data)

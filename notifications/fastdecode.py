@@ -161,7 +161,7 @@ def data_struct(
         else:
             fields.append((name, kind, info.default))
     suffix = "ShapedData" if unset else "Data"
-    return msgspec.defstruct(f"{model.__name__}{suffix}", fields, kw_only=True)
+    return msgspec.defstruct(f"{model.__name__}{suffix}", fields, kw_only=True, gc=False)
 
 
 # Minors of a nested object's known major that the fast path reads; any other version
@@ -190,6 +190,7 @@ def wire_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> Any:
                 ("version", _version_type(model), field(name=VERSION)),
                 ("data", data_struct(model, wires), field(name=DATA)),
             ],
+            gc=False,
         )
     return wires[model]
 
@@ -212,6 +213,7 @@ def _top_struct(
         ],
         tag_field=NAME_KEY,
         tag=name or model.OBJ_NAME,
+        gc=False,
     )
 
 
@@ -236,7 +238,7 @@ _Envelope255 = _str(limits.ENVELOPE_LENGTH)
 _Payload = typing.Union[tuple([*_TOPS, *_SHAPED])]  # type: ignore[valid-type]  # noqa: UP007
 
 
-class _Body(Struct):
+class _Body(Struct, gc=False):
     """A bare notification (every key optional: a missing one declines); an
     ``oslo.message`` key in it is a wrapper inside a wrapper, which declines too."""
 

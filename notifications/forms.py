@@ -108,11 +108,15 @@ MacStr = Annotated[
 """A MAC address (``is_mac``), kept as the producer wrote it."""
 
 
+TAG_FORBIDDEN = ",/"
+"""The characters Nova's tag API refuses in a tag."""
+
+
 def tag_problem(tag: str) -> str | None:
     """Why Nova's tag API would refuse ``tag``, or None."""
     if not 1 <= len(tag) <= limits.TAG_LENGTH:
         return f"tag {brief(tag)} has {len(tag)} characters, a tag has 1 to {limits.TAG_LENGTH}"
-    if "," in tag or "/" in tag:
+    if any(c in tag for c in TAG_FORBIDDEN):
         return f"tag {brief(tag)} holds ',' or '/'"
     return None
 
@@ -145,7 +149,7 @@ TagList = Annotated[
                 "type": "string",
                 "minLength": 1,
                 "maxLength": limits.TAG_LENGTH,
-                "pattern": "^[^,/]*$",
+                "pattern": f"^[^{TAG_FORBIDDEN}]*$",
             },
         }
     ),

@@ -51,7 +51,7 @@ def run_indexer(
     write_process: WriterFactory | None = None,
 ) -> tuple[IndexerConsumer, float, float, float]:
     """Run an IndexerConsumer on a thread until ``until(consumer)``; returns it, the
-    seconds from its start to that moment, the CPU seconds of this process (the bus
+    seconds from its basic.consume to that moment, the CPU seconds of this process (the bus
     thread and the writer threads) and of its writer process meanwhile, and of the
     writer process alone (0 without one)."""
     conn = Connection(url)
@@ -80,7 +80,7 @@ def run_indexer(
     thread = threading.Thread(target=target, name="indexer", daemon=True)
     with MACHINE.section():  # the broker's and the machine's CPU meanwhile: MACHINE.last
         child0 = cpu_seconds(child)
-        started, cpu0 = time.perf_counter(), time.process_time() + child0
+        started, cpu0 = time.monotonic(), time.process_time() + child0
         thread.start()
         deadline = time.monotonic() + timeout
         while not until(consumer):
@@ -90,7 +90,11 @@ def run_indexer(
                 consumer.stop.set()
                 raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
             time.sleep(0.005)
-        elapsed = time.perf_counter() - started
+        # From when it consumes, as the plain consumer is timed from its basic.consume:
+        # connecting, opening channels and declaring queues (``_consume``, before that)
+        # were in the indexer's time only.
+        consuming = consumer._consuming_since
+        elapsed = time.monotonic() - (started if consuming is None else consuming)
         child1 = cpu_seconds(child)  # one reading: the two figures split the same total
         writer_cpu = child1 - child0
         cpu = time.process_time() + child1 - cpu0
