@@ -13,6 +13,7 @@ another major raises :class:`UnknownMajorVersion`.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import math
 import re
@@ -166,6 +167,26 @@ class VersionedObject(BaseModel):
     @property
     def obj_namespace(self) -> str:
         return self._wire_namespace or self.OBJ_NAMESPACE
+
+    # Fields a Nova class declares again after a base declared them (Nova's
+    # InstanceActionPayload: request_id), which moves them to its own place on the wire.
+    WIRE_REDECLARED: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    @functools.cache
+    def wire_order(cls) -> tuple[str, ...]:
+        """The data's keys in the order Nova sends them. oslo.versionedobjects'
+        ``obj_to_primitive`` walks the class's ``fields`` dict, which holds the fields
+        the class declares, in their order, then those of its bases not yet in it
+        (``_make_class_properties``): a subclass's own fields come first. The models
+        declare Nova's fields in Nova's order; Cellsight's extensions come after."""
+        own = inspect.get_annotations(cls)  # this class's own, in declaration order
+        redeclared = cls.__dict__.get("WIRE_REDECLARED", ())  # not inherited
+        order = dict.fromkeys([*redeclared, *own])
+        for base in cls.__mro__[1:]:
+            if isinstance(base, type) and issubclass(base, VersionedObject):
+                order.update(dict.fromkeys(base.wire_order()))
+        return tuple(name for name in order if name in cls.model_fields)
 
     @classmethod
     def accepts_name(cls, name: str) -> bool:

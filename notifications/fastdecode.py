@@ -145,7 +145,10 @@ def data_struct(
     """The Struct of ``model``'s ``nova_object.data``: same fields, types, defaults; the
     fields in ``unset`` default to ``msgspec.UNSET`` instead (absent, not defaulted)."""
     fields: list[tuple[str, Any, Any]] = []
-    for name, info in model.model_fields.items():
+    # In the order Nova sends the keys: msgspec looks each key up from the field after
+    # the one it last matched, so a key in its place is found at the first comparison.
+    for name in model.wire_order():
+        info = model.model_fields[name]
         annotation: Any = info.annotation
         metadata = list(info.metadata)
         if metadata and not all(isinstance(m, annotated_types.Ge) for m in metadata):

@@ -1,6 +1,7 @@
 """Nova's versioned notification payloads, field-compatible with Nova.
 
-Field lists follow Nova's ``nova/notifications/objects``. Every field except the
+Field lists follow Nova's ``nova/notifications/objects``, declared in Nova's order
+(``VersionedObject.wire_order`` gives the order of the keys on the wire). Every field except the
 instance ``uuid`` has a default, so an older minor version fills defaults (the
 compatibility rule). Instance payloads allow extra fields: a newer minor, or a payload
 class this code has never seen, keeps its extra fields on ``model_extra``.
@@ -63,8 +64,8 @@ class KeypairPayload(VersionedObject):
 
     user_id: str | None = None
     name: str | None = None
-    public_key: str | None = None
     fingerprint: str | None = None
+    public_key: str | None = None
     type: str | None = None
 
 
@@ -189,12 +190,12 @@ class InstancePayload(VersionedObject):
     ip_addresses: list[IpPayload] = Field(default_factory=list)
     block_devices: list[BlockDevicePayload] | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
-    auto_disk_config: str | None = None
     locked: bool = False
-    locked_reason: str | None = None
+    auto_disk_config: str | None = None
     request_id: str | None = None
-    action_initiator_project: str | None = None
     action_initiator_user: str | None = None
+    action_initiator_project: str | None = None
+    locked_reason: str | None = None
     shares: list[SharePayload] | None = None
 
     # Cellsight's producer extensions; absent from Nova's own payloads.
@@ -223,6 +224,7 @@ class InstancePayload(VersionedObject):
 class InstanceActionPayload(InstancePayload):
     OBJ_NAME = "InstanceActionPayload"
     OBJ_VERSION = "1.9"
+    WIRE_REDECLARED = ("fault", "request_id")
 
     fault: ExceptionPayload | None = None
 

@@ -6,11 +6,14 @@ import json
 import pickle
 import random
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from cellsight.notifications.base import format_timestamp
+from cellsight.notifications.payloads import InstancePayload
+from cellsight.notifications.registry import REGISTRY
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "nova-notification-samples"
 KINDS = ("instance-create-end", "instance-update", "instance-power_off-end")
@@ -29,16 +32,29 @@ _ENVS = ["prod", "staging", "dev", "qa"]
 
 def wire_order(value: Any) -> Any:
     """``value`` with every versioned object's keys in the order Nova puts them on the
-    wire. oslo.versionedobjects' ``obj_to_primitive`` builds the wrapper as name,
-    namespace, version, data (then changes, if any); the documentation samples list
-    them sorted, data first. The order matters to a decoder that picks the payload's
-    class by its name: given the data first, it has to skip over the data to find it."""
+    wire, where the documentation samples sort them. oslo.versionedobjects'
+    ``obj_to_primitive`` builds the wrapper as name, namespace, version, data (then
+    changes, if any), and the data in its class's field order (``wire_order`` of the
+    payload models). The order matters to a decoder: one that picks the payload's class
+    by its name has to skip over data that comes first, and msgspec looks a key up
+    from the field after the last one it matched."""
     if isinstance(value, list):
         return [wire_order(v) for v in value]
     if not isinstance(value, dict):
         return value
     ordered = {k: wire_order(value[k]) for k in _WIRE_KEYS if k in value}
     ordered.update((k, wire_order(v)) for k, v in value.items() if k not in ordered)
+    model = REGISTRY.get(("nova", value.get("nova_object.name")))
+    data = ordered.get("nova_object.data")
+    if model is not None and isinstance(data, dict):
+        ordered["nova_object.data"] = by_fields(data, model.wire_order())
+    return ordered
+
+
+def by_fields(data: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
+    """``data``'s keys in ``order``, then any others as they were."""
+    ordered = {k: data[k] for k in order if k in data}
+    ordered.update((k, v) for k, v in data.items() if k not in ordered)
     return ordered
 
 
@@ -184,6 +200,9 @@ class Corpus:
         data["bandwidth"] = [
             _wire("BandwidthPayload", {"network_name": "private", "in_bytes": i, "out_bytes": i})
         ]
+        # Its own fields first, then InstancePayload's (``wire_order``).
+        order = ("audit_period", "bandwidth", *InstancePayload.wire_order())
+        payload["nova_object.data"] = by_fields(data, order)
         return self.wrap(n)
 
 
