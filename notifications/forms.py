@@ -24,6 +24,7 @@ version is 6 exactly when it holds a ':' (no IPv4 text does, every IPv6 text doe
 
 from __future__ import annotations
 
+import re
 from socket import AF_INET, AF_INET6, inet_pton
 from typing import Annotated
 
@@ -68,8 +69,9 @@ def _check_ip(value: str, info: ValidationInfo) -> str:
     return value
 
 
-# The exported JSON Schema says the same (``cellsight notifications schema``); its
-# formats and patterns are the standard's, so a producer can check before sending.
+# The exported JSON Schema says the same (``cellsight notifications schema``): the MAC,
+# UUID and tag rules as patterns, which every validator applies; the address as the
+# standard's ipv4/ipv6 formats, which a validator applies when asked to check formats.
 IpStr = Annotated[
     str,
     AfterValidator(_check_ip),
@@ -149,7 +151,7 @@ TagList = Annotated[
                 "type": "string",
                 "minLength": 1,
                 "maxLength": limits.TAG_LENGTH,
-                "pattern": f"^[^{TAG_FORBIDDEN}]*$",
+                "pattern": f"^[^{re.escape(TAG_FORBIDDEN)}]*$",
             },
         }
     ),

@@ -224,7 +224,7 @@ class InstancePayload(VersionedObject):
 class InstanceActionPayload(InstancePayload):
     OBJ_NAME = "InstanceActionPayload"
     OBJ_VERSION = "1.9"
-    WIRE_REDECLARED = ("fault", "request_id")
+    WIRE_REDECLARED = ("fault", "request_id")  # its own fields as Nova lists them
 
     fault: ExceptionPayload | None = None
 

@@ -79,25 +79,32 @@ def run_indexer(
 
     thread = threading.Thread(target=target, name="indexer", daemon=True)
     with MACHINE.section():  # the broker's and the machine's CPU meanwhile: MACHINE.last
-        child0 = cpu_seconds(child)
-        started, cpu0 = time.monotonic(), time.process_time() + child0
+        started = time.monotonic()
+        proc0, child0 = time.process_time(), cpu_seconds(child)
         thread.start()
         deadline = time.monotonic() + timeout
+        consuming: float | None = None
         while not until(consumer):
+            if consuming is None and consumer._consuming_since is not None:
+                # The clocks start when it consumes, as the plain consumer's do at its
+                # basic.consume: connecting and declaring are no part of a drain.
+                consuming = consumer._consuming_since
+                proc0, child0 = time.process_time(), cpu_seconds(child)
             if not thread.is_alive():
                 raise RuntimeError("the indexer thread died")
             if time.monotonic() > deadline:
                 consumer.stop.set()
                 raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
             time.sleep(0.005)
-        # From when it consumes, as the plain consumer is timed from its basic.consume:
-        # connecting, opening channels and declaring queues (``_consume``, before that)
-        # were in the indexer's time only.
-        consuming = consumer._consuming_since
-        elapsed = time.monotonic() - (started if consuming is None else consuming)
+        elapsed = time.monotonic() - (consuming or started)
+        if consuming is not None and consumer._consuming_since != consuming:
+            consumer.stop.set()
+            raise RuntimeError(
+                "the indexer reconnected during the drain: its time is not one drain"
+            )
         child1 = cpu_seconds(child)  # one reading: the two figures split the same total
         writer_cpu = child1 - child0
-        cpu = time.process_time() + child1 - cpu0
+        cpu = time.process_time() - proc0 + writer_cpu
     consumer.stop.set()
     thread.join(60)
     conn.release()
