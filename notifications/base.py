@@ -168,8 +168,8 @@ class VersionedObject(BaseModel):
     def obj_namespace(self) -> str:
         return self._wire_namespace or self.OBJ_NAMESPACE
 
-    # Fields a Nova class declares again after a base declared them (Nova's
-    # InstanceActionPayload: request_id), which moves them to its own place on the wire.
+    # Where Nova's class declares again a field its base declared (InstanceActionPayload:
+    # request_id), its own fields as Nova lists them, that one included: they come first.
     WIRE_REDECLARED: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
@@ -184,7 +184,7 @@ class VersionedObject(BaseModel):
         redeclared = cls.__dict__.get("WIRE_REDECLARED", ())  # not inherited
         order = dict.fromkeys([*redeclared, *own])
         for base in cls.__mro__[1:]:
-            if isinstance(base, type) and issubclass(base, VersionedObject):
+            if issubclass(base, VersionedObject):
                 order.update(dict.fromkeys(base.wire_order()))
         return tuple(name for name in order if name in cls.model_fields)
 

@@ -33,6 +33,17 @@ REGISTRY: dict[tuple[str, str], type[VersionedObject]] = {
 }
 
 
+def in_wire_order(name: str, data: dict[str, Any], namespace: str = "nova") -> dict[str, Any]:
+    """``data`` with its keys in the order Nova sends an object called ``name``
+    (``VersionedObject.wire_order``). Keys the class does not know come first, as
+    oslo.versionedobjects puts a class's own fields before its base's: for a class this
+    code reads by shape (``instance.exists``' InstanceExistsPayload), its own fields
+    before InstancePayload's."""
+    order = REGISTRY.get((namespace, name), InstancePayload).wire_order()
+    own = [key for key in data if key not in order]
+    return {key: data[key] for key in [*own, *order] if key in data}
+
+
 def payload_class(obj: dict[str, Any]) -> type[VersionedObject]:
     """The class that reads this wire object."""
     known = REGISTRY.get((obj.get(NAMESPACE, ""), obj.get(NAME, "")))

@@ -6,14 +6,12 @@ import json
 import pickle
 import random
 import uuid
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from cellsight.notifications.base import format_timestamp
-from cellsight.notifications.payloads import InstancePayload
-from cellsight.notifications.registry import REGISTRY
+from cellsight.notifications.registry import in_wire_order
 
 SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "nova-notification-samples"
 KINDS = ("instance-create-end", "instance-update", "instance-power_off-end")
@@ -44,17 +42,9 @@ def wire_order(value: Any) -> Any:
         return value
     ordered = {k: wire_order(value[k]) for k in _WIRE_KEYS if k in value}
     ordered.update((k, wire_order(v)) for k, v in value.items() if k not in ordered)
-    model = REGISTRY.get(("nova", value.get("nova_object.name")))
-    data = ordered.get("nova_object.data")
-    if model is not None and isinstance(data, dict):
-        ordered["nova_object.data"] = by_fields(data, model.wire_order())
-    return ordered
-
-
-def by_fields(data: dict[str, Any], order: Sequence[str]) -> dict[str, Any]:
-    """``data``'s keys in ``order``, then any others as they were."""
-    ordered = {k: data[k] for k in order if k in data}
-    ordered.update((k, v) for k, v in data.items() if k not in ordered)
+    name, data = value.get("nova_object.name"), ordered.get("nova_object.data")
+    if isinstance(name, str) and isinstance(data, dict):
+        ordered["nova_object.data"] = in_wire_order(name, data)
     return ordered
 
 
@@ -200,10 +190,7 @@ class Corpus:
         data["bandwidth"] = [
             _wire("BandwidthPayload", {"network_name": "private", "in_bytes": i, "out_bytes": i})
         ]
-        # Its own fields first, then InstancePayload's (``wire_order``).
-        order = ("audit_period", "bandwidth", *InstancePayload.wire_order())
-        payload["nova_object.data"] = by_fields(data, order)
-        return self.wrap(n)
+        return self.wrap(wire_order(n))
 
 
 def _wire(name: str, data: dict[str, Any]) -> dict[str, Any]:

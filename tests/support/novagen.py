@@ -22,7 +22,7 @@ from cellsight.notifications.payloads import (
     InstancePayload,
     InstanceUpdatePayload,
 )
-from cellsight.notifications.registry import REGISTRY
+from cellsight.notifications.registry import in_wire_order
 
 BASE_TIME = datetime(2024, 5, 1, 10, 0, 0, tzinfo=UTC)
 EVENT_CLASSES: dict[str, str] = {
@@ -70,7 +70,7 @@ def wire(name: str, data: dict[str, Any], version: str = "1.0") -> dict[str, Any
         "nova_object.name": name,
         "nova_object.namespace": "nova",
         "nova_object.version": version,
-        "nova_object.data": nova_order(name, data),
+        "nova_object.data": in_wire_order(name, data),
     }
 
 
@@ -267,15 +267,6 @@ def notification(
         "priority": "INFO",
         "publisher_id": f"nova-compute:{data['host']}",
     }
-
-
-def nova_order(name: str, data: dict[str, Any]) -> dict[str, Any]:
-    """``data``'s keys in the order Nova sends them (``VersionedObject.wire_order``); a
-    class read by shape puts its own fields before InstancePayload's, as Nova does."""
-    model = REGISTRY.get(("nova", name))
-    order = (model or InstancePayload).wire_order()
-    own = [key for key in data if key not in order]
-    return {key: data[key] for key in [*own, *order] if key in data}
 
 
 def oslo(bare: dict[str, Any]) -> dict[str, Any]:
