@@ -14,7 +14,7 @@ from cellsight.cells.rows import InstanceRow, payload_to_row
 from cellsight.cells.text_rules import check_texts
 from cellsight.notifications import limits
 from cellsight.notifications.errors import clip
-from cellsight.notifications.forms import tag_problem
+from cellsight.notifications.forms import TAG_FORBIDDEN, tag_problem
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import (
     FlavorPayload,
@@ -53,7 +53,7 @@ def check_tags(tags: Sequence[str]) -> list[str]:
         if tag_problem(tag) is not None:
             raise InvalidTag(
                 f"{clip(tag, 70)!r}: a tag is 1 to {limits.TAG_LENGTH} characters "
-                "without ',' or '/'"
+                f"without {' or '.join(map(repr, TAG_FORBIDDEN))}"
             )
     return unique
 

@@ -252,11 +252,16 @@ class VersionedObject(BaseModel):
 
     @model_serializer(mode="wrap")
     def _wrap(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        # pydantic lists a subclass's fields after its bases'; Nova sends them first.
+        wire = {key: data[key] for key in _wire_keys(type(self)) if key in data}
+        if len(wire) != len(data):
+            wire.update(data)  # a newer minor's unknown fields, after the known ones
         return {
             NAME: self.obj_name,
             NAMESPACE: self.obj_namespace,
             VERSION: self.obj_version,
-            DATA: handler(self),
+            DATA: wire,
         }
 
     @classmethod
@@ -285,6 +290,11 @@ class VersionedObject(BaseModel):
     @classmethod
     def from_primitive(cls, data: Any) -> Self:
         return cls.model_validate(data)
+
+
+@functools.cache
+def _wire_keys(cls: type[VersionedObject]) -> tuple[str, ...]:
+    return cls.wire_order()
 
 
 # Bounds ---------------------------------------------------------------------------

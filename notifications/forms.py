@@ -118,8 +118,9 @@ def tag_problem(tag: str) -> str | None:
     """Why Nova's tag API would refuse ``tag``, or None."""
     if not 1 <= len(tag) <= limits.TAG_LENGTH:
         return f"tag {brief(tag)} has {len(tag)} characters, a tag has 1 to {limits.TAG_LENGTH}"
-    if any(c in tag for c in TAG_FORBIDDEN):
-        return f"tag {brief(tag)} holds ',' or '/'"
+    held = [repr(c) for c in TAG_FORBIDDEN if c in tag]
+    if held:
+        return f"tag {brief(tag)} holds {' and '.join(held)}, which Nova's tag API refuses"
     return None
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from cellsight.indexer.outcomes import Outcome, Verdict
 from cellsight.indexer.planning import Planned, plan, plan_fast
-from cellsight.notifications import base, envelope, fastcheck, fastdecode, limits
+from cellsight.notifications import base, envelope, fastcheck, fastdecode, limits, registry
 from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.fastdecode import FAST_CLASSES, decode_fast
 from cellsight.notifications.payloads import NOVA_INSTANCE_SUBCLASSES, InstancePayload
@@ -99,6 +99,30 @@ def test_the_wire_order_is_novas(model: type) -> None:
     assert set(order[len(expected) :]) == {"revision", "cell_uuid", "forthcoming", "tags"} - set(
         expected
     )
+
+
+def _objects(wire: Any) -> list[dict[str, Any]]:
+    """Every versioned object in a wire value, nested ones included."""
+    if isinstance(wire, list):
+        return [o for item in wire for o in _objects(item)]
+    if not isinstance(wire, dict):
+        return []
+    found = [wire] if base.DATA in wire else []
+    return found + [o for value in wire.values() for o in _objects(value)]
+
+
+@pytest.mark.parametrize("kind", sorted(novagen.EVENT_CLASSES))
+def test_cellsight_sends_novas_order(kind: str) -> None:
+    """What Cellsight's producer serialises, nested objects included, puts each
+    object's keys in the order Nova sends them: its fast decode is the consumers'."""
+    payload = envelope.decode(novagen.body(novagen.notification(kind, seed=5))).payload
+    objects = _objects(payload.to_primitive())
+    assert objects
+    for wire in objects:
+        cls = registry.REGISTRY.get((wire[base.NAMESPACE], wire[base.NAME]), InstancePayload)
+        data = list(wire[base.DATA])
+        known = [key for key in data if key in cls.model_fields]
+        assert known == [key for key in cls.wire_order() if key in known], wire[base.NAME]
 
 
 @settings(max_examples=100, deadline=None)

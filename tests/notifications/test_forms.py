@@ -237,7 +237,9 @@ def test_the_reasons_name_the_value() -> None:
         (outcome,), _ = plan([raw])
         assert outcome is not None and outcome.reason_code == code and words in outcome.reason
     for tag, code, words in [
-        ("a,b", "malformed", "tag 'a,b' holds ',' or '/'"),
+        ("a,b", "malformed", "tag 'a,b' holds ',', which Nova's tag API refuses"),
+        ("a/b", "malformed", "tag 'a/b' holds '/', which"),
+        ("a/,b", "malformed", "tag 'a/,b' holds ',' and '/', which"),
         ("", "out_of_range", "tag '' has 0 characters, a tag has 1 to 60"),
         ("t" * 61, "out_of_range", "has 61 characters, a tag has 1 to 60"),
     ]:
