@@ -8,6 +8,15 @@ pydantic decoder and mapping (``cellsight.notifications.envelope.decode`` +
 mapping the indexer uses. Bodies: realistic generated notifications of every instance
 event kind (``tests/support/novagen.py``), about 3 KB each.
 
+``fast_plan_dropped`` is the planning step per message (``plan_fast``), each result
+dropped at once as the two above; ``fast_plan_batches`` is the indexer's whole planning
+step (``writer.plan``: decode, map, version, plan) over batches of the consumer's size,
+each batch's plans kept while the next is planned, as the pipeline keeps a batch being
+written and one ready, under the indexer's collector policy. Kept objects are not reused
+hot from the cache by the next notification's allocations, so it costs more than the
+others, whose results are dropped at once: the same gap as between this benchmark and
+the planning stage measured in the running indexer (``bench_indexer.py``).
+
     .venv/bin/python scripts/bench_decode.py [--count 2000] [--rounds 5]
 """
 
@@ -17,6 +26,7 @@ import argparse
 import json
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +37,10 @@ import orjson
 from bench.targets import summary, target
 
 from cellsight.indexer import fastmap
+from cellsight.indexer.collector import BatchCollector
+from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.documents import event_version, instance_document
+from cellsight.indexer.planning import plan, plan_fast
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.fastdecode import decode_fast
 from tests.support import novagen
@@ -48,6 +61,22 @@ def cpu_us(fn: Callable[[Any], Any], items: list[Any], rounds: int) -> float:
         for item in items:
             fn(item)
         best = min(best, time.process_time() - started)
+    return best / len(items) * 1e6
+
+
+def plan_batches_us(items: list[bytes], rounds: int, held: int = 2) -> float:
+    """``plan`` over batches of the consumer's size, the last ``held`` batches' plans
+    kept alive; best of ``rounds``, µs per item."""
+    size = ConsumerConfig().batch_count
+    best = float("inf")
+    with BatchCollector() as collector:
+        for _ in range(rounds):
+            kept: deque[Any] = deque(maxlen=held)
+            started = time.process_time()
+            for start in range(0, len(items), size):
+                kept.append(plan(items[start : start + size]))
+                collector.batch_done()
+            best = min(best, time.process_time() - started)
     return best / len(items) * 1e6
 
 
@@ -79,6 +108,9 @@ def main() -> None:
         "reference_map": cpu_us(ref_map, ref_decoded, args.rounds),
         "fast_decode": cpu_us(decode_fast, items, args.rounds),
         "fast_map": cpu_us(fast_map, fast_decoded, args.rounds),
+        # The planning step per message, its result dropped at once like the two above.
+        "fast_plan_dropped": cpu_us(lambda b: plan_fast(0, b, stamp), items, args.rounds),
+        "fast_plan_batches": plan_batches_us(items, args.rounds),
     }
     reference = figures["reference_decode"] + figures["reference_map"]
     fast = figures["fast_decode"] + figures["fast_map"]
