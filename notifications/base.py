@@ -252,16 +252,12 @@ class VersionedObject(BaseModel):
 
     @model_serializer(mode="wrap")
     def _wrap(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
         # pydantic lists a subclass's fields after its bases'; Nova sends them first.
-        wire = {key: data[key] for key in _wire_keys(type(self)) if key in data}
-        if len(wire) != len(data):
-            wire.update(data)  # a newer minor's unknown fields, after the known ones
         return {
             NAME: self.obj_name,
             NAMESPACE: self.obj_namespace,
             VERSION: self.obj_version,
-            DATA: wire,
+            DATA: wire_ordered(handler(self), type(self).wire_order()),
         }
 
     @classmethod
@@ -292,9 +288,15 @@ class VersionedObject(BaseModel):
         return cls.model_validate(data)
 
 
-@functools.cache
-def _wire_keys(cls: type[VersionedObject]) -> tuple[str, ...]:
-    return cls.wire_order()
+def wire_ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    """``data`` with its keys in the order Nova sends them (``order``: a class's
+    ``wire_order``). Keys the class does not know come first, as oslo.versionedobjects
+    puts a class's own fields before its base's: those of a class read by shape
+    (``instance.exists``' InstanceExistsPayload, read as an InstancePayload) or of a
+    newer minor's subclass."""
+    known = set(order)
+    own = [key for key in data if key not in known]
+    return {key: data[key] for key in [*own, *order] if key in data}
 
 
 # Bounds ---------------------------------------------------------------------------

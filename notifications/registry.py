@@ -11,7 +11,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cellsight.notifications.base import DATA, NAME, NAMESPACE, VERSION, WIRE_KEYS, VersionedObject
+from cellsight.notifications.base import (
+    DATA,
+    NAME,
+    NAMESPACE,
+    VERSION,
+    WIRE_KEYS,
+    VersionedObject,
+    wire_ordered,
+)
 from cellsight.notifications.errors import (
     MalformedNotification,
     MissingField,
@@ -34,14 +42,8 @@ REGISTRY: dict[tuple[str, str], type[VersionedObject]] = {
 
 
 def in_wire_order(name: str, data: dict[str, Any], namespace: str = "nova") -> dict[str, Any]:
-    """``data`` with its keys in the order Nova sends an object called ``name``
-    (``VersionedObject.wire_order``). Keys the class does not know come first, as
-    oslo.versionedobjects puts a class's own fields before its base's: for a class this
-    code reads by shape (``instance.exists``' InstanceExistsPayload), its own fields
-    before InstancePayload's."""
-    order = REGISTRY.get((namespace, name), InstancePayload).wire_order()
-    own = [key for key in data if key not in order]
-    return {key: data[key] for key in [*own, *order] if key in data}
+    """``data`` in the order Nova sends an object called ``name`` (``wire_ordered``)."""
+    return wire_ordered(data, REGISTRY.get((namespace, name), InstancePayload).wire_order())
 
 
 def payload_class(obj: dict[str, Any]) -> type[VersionedObject]:
