@@ -21,6 +21,7 @@ from cellsight.indexer.planning import EventInfo, Planned, map_payload, plan, pl
 from cellsight.notifications.base import UUID_PATTERN
 from cellsight.notifications.envelope import decode
 from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload, IpPayload
+from tests.notifications.test_forms import UUID_TEXTS
 from tests.support import novagen, poison
 from tests.support.decoding import reference_planned
 
@@ -198,19 +199,8 @@ def test_times_read_alike_on_both_paths(
     assert abs(parsed - when.replace(tzinfo=tz).astimezone(UTC)) < timedelta(seconds=1)
 
 
-_UUID_TEXTS = st.one_of(
-    st.uuids().map(str),
-    st.uuids().map(lambda u: str(u).upper()),
-    st.uuids().map(lambda u: u.hex),
-    st.uuids().map(lambda u: f"{{{u}}}"),
-    st.uuids().map(lambda u: f"urn:uuid:{u}"),
-    st.uuids().map(lambda u: f"{u}\n"),
-    st.text(alphabet="0123456789abcdefABCDEF-\u0663\uff11 \n{}", min_size=34, max_size=38),
-)
-
-
 @settings(max_examples=200, deadline=None)
-@given(text=_UUID_TEXTS)
+@given(text=UUID_TEXTS)
 def test_uuids_read_alike_on_both_paths(text: str) -> None:
     """The compiled path matches the instance's uuid itself, after msgspec's decode:
     what it accepts the reference accepts as the same id, and Nova's form it accepts."""

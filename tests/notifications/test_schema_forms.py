@@ -16,19 +16,10 @@ from jsonschema import Draft202012Validator
 from cellsight.indexer.planning import plan
 from cellsight.notifications.registry import REGISTRY
 from cellsight.notifications.schema import payload_schema
-from tests.notifications.test_forms import IP_TEXTS, MAC_TEXTS, TAGS
+from tests.notifications.test_forms import IP_TEXTS, MAC_TEXTS, TAGS, UUID_TEXTS
 from tests.support import novagen
 
 EVENTS = ["instance.pause.end", "instance.update", "instance.create.end"]
-UUID_TEXTS = st.one_of(
-    st.uuids().map(str),
-    st.uuids().map(lambda u: str(u).upper()),
-    st.uuids().map(lambda u: u.hex),
-    st.uuids().map(lambda u: f"{{{u}}}"),
-    st.uuids().map(lambda u: f"{u}\n"),
-    st.uuids().map(lambda u: u.urn),
-    st.text(alphabet="0123456789abcdefg-\n ", min_size=34, max_size=38),
-)
 
 
 def _validator(name: str) -> Draft202012Validator:
