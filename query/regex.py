@@ -24,12 +24,21 @@ product of the choices the pattern offers (an unbounded quantifier counts 256, `
 2, ``{m,n}`` n-m+1, an alternation its branch count), so two unbounded quantifiers
 pass and three do not. Counted repetition is capped at 16 (``{m,n}``), which also
 keeps Lucene's determinized automaton well inside Elasticsearch's state limit.
+
+That budget holds for values of up to ``SAFE_LENGTH`` characters; a text field holds up
+to 64 KiB. ``matcher`` is how Python matches (the SQLite paths, the API's own
+evaluation): ``re`` up to that length, an automaton in linear time past it
+(``regex_automaton``).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from functools import lru_cache
 from math import prod
 
+from cellsight.query.regex_automaton import SAFE_LENGTH, Automaton
 from cellsight.query.regex_syntax import (
     MAX_CHOICES,
     MAX_LENGTH,
@@ -52,6 +61,8 @@ from cellsight.query.regex_syntax import (
 
 __all__ = [
     "InvalidRegex",
+    "Matcher",
+    "matcher",
     "parse",
     "to_lucene",
     "to_mariadb",
@@ -199,10 +210,38 @@ def to_mariadb(pattern: str) -> str:
 
 def to_python(pattern: str) -> str:
     """Python ``re`` (``search``): dot-all, ``\\A``/``\\Z`` anchors."""
-    p = parse(pattern)
+    return _python(parse(pattern))
+
+
+def _python(p: Pattern) -> str:
     return (
         "(?s)"
         + ("\\A" if p.anchored_start else "")
         + f"(?:{_emit(p.body)})"
         + ("\\Z" if p.anchored_end else "")
     )
+
+
+class Matcher:
+    """Whether a validated pattern matches in a value (``re.search``'s answer), in time
+    bounded by the value's length: ``re`` up to ``SAFE_LENGTH`` characters, where
+    ``_check_safe`` bounds its backtracking, the automaton past it."""
+
+    def __init__(self, pattern: str) -> None:
+        self._parsed = parse(pattern)
+        self._search = re.compile(_python(self._parsed)).search
+        self._automaton: Automaton | None = None
+
+    def __call__(self, value: str, check: Callable[[], None] | None = None) -> bool:
+        """``check`` runs between blocks of a long value's characters and may raise."""
+        if len(value) <= SAFE_LENGTH:
+            return self._search(value) is not None
+        if self._automaton is None:
+            self._automaton = Automaton(self._parsed)
+        return self._automaton.search(value, check)
+
+
+@lru_cache(maxsize=256)
+def matcher(pattern: str) -> Matcher:
+    """The ``Matcher`` of ``pattern`` (``InvalidRegex`` outside the subset)."""
+    return Matcher(pattern)

@@ -21,10 +21,8 @@ Semantics from ``tree.py``, made exact in SQL:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -128,8 +126,9 @@ def regex_match(expr: Expr, pattern: str, dialect: str) -> Condition:
         # case-sensitive; the pattern's (?-i) says so again.
         text = sa.cast(expr, mysql.CHAR(charset="utf8mb4")).collate("utf8mb4_bin")
         return text.op("REGEXP", is_comparison=True)(regex.to_mariadb(pattern))
-    # SQLite: "x REGEXP p" calls the registered regexp(p, x) (see sqlite_regexp)
-    return expr.op("REGEXP", is_comparison=True)(regex.to_python(pattern))
+    # SQLite: "x REGEXP p" calls the registered regexp(p, x) (see sqlite_regexp), which
+    # takes the subset's own pattern: past a name's length it matches by automaton.
+    return expr.op("REGEXP", is_comparison=True)(regex.validate(pattern))
 
 
 _OPS: dict[Op, Callable[[Expr, Any], Condition]] = {
@@ -150,11 +149,6 @@ _PY_OPS: dict[Op, Callable[[Any, Any], bool]] = {
 }
 
 
-@lru_cache(maxsize=256)
-def _python_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(regex.to_python(pattern))
-
-
 def _const_leaf(node: Node, value: Scalar) -> bool:
     """A leaf on a ``Const`` field, decided in Python with the tree's semantics."""
     if isinstance(node, Exists):
@@ -166,7 +160,7 @@ def _const_leaf(node: Node, value: Scalar) -> bool:
     if isinstance(node, In):
         return value in node.values
     if isinstance(node, Regex):
-        return isinstance(value, str) and _python_regex(node.pattern).search(value) is not None
+        return isinstance(value, str) and regex.matcher(node.pattern)(value)
     raise QueryError(f"{type(node).__name__} needs a multi-valued field")
 
 

@@ -1,26 +1,28 @@
 """SQLite's ``REGEXP``: a Python ``re`` function, with a deadline per statement.
 
 SQLite has the operator but no implementation: ``x REGEXP p`` calls the application's
-``regexp(p, x)``. The patterns it gets are ``regex.to_python`` translations of validated
-patterns, whose worst case ``regex`` bounds; the deadline bounds a whole statement
-anyway (checked per row, since one ``re`` call cannot be interrupted), so a scan of many
-long values cannot hold a reader past it. Both the embedded index (raw ``sqlite3``
-connections) and SQLite cells (SQLAlchemy engines) install it.
+``regexp(p, x)``. The patterns it gets are the portable subset's (``regex``), matched by
+``regex.matcher``: ``re`` on values up to a name's length, whose worst case ``regex``
+bounds, and an automaton, linear in the value, past it. The deadline bounds a whole
+statement (checked before each row, and between blocks of a long value's characters),
+so neither a scan of many values nor one 64 KiB description can hold a reader past it.
+Both the embedded index (raw ``sqlite3`` connections) and SQLite cells (SQLAlchemy
+engines) install it.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import sqlite3
 import time
 import weakref
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
+
+from cellsight.query.regex import matcher
 
 DEFAULT_TIMEOUT = 10.0
 _INSTALLED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
@@ -34,11 +36,6 @@ class RegexDeadline(sa.exc.TimeoutError):
     """What a statement on an engine with ``install_on_engine`` raises when its regex
     matching ran past its deadline: SQLite reports any error of a function as a plain
     "user-defined function raised exception", which says neither that nor "timeout"."""
-
-
-@lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    return re.compile(pattern)
 
 
 class Deadline:
@@ -56,13 +53,16 @@ class Deadline:
 
 
 def regexp_function(deadline: Deadline) -> Callable[[str | None, Any], int | None]:
-    def regexp(pattern: str | None, value: Any) -> int | None:
-        if pattern is None or value is None:
-            return None
+    def check() -> None:
         if time.monotonic() > deadline.at:
             deadline.expired = True
             raise RegexTimeout("regex filter ran past the statement deadline")
-        return 1 if _compiled(pattern).search(str(value)) is not None else 0
+
+    def regexp(pattern: str | None, value: Any) -> int | None:
+        if pattern is None or value is None:
+            return None
+        check()
+        return 1 if matcher(pattern)(str(value), check) else 0
 
     return regexp
 

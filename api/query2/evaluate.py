@@ -10,13 +10,11 @@ known part decides; callers keep a row when the result is not ``False`` ("may ma
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import Any
 
-from cellsight.query.regex import to_python
+from cellsight.query.regex import matcher
 from cellsight.query.tree import (
     And,
     Compare,
@@ -75,8 +73,8 @@ def evaluate(node: Node, doc: Mapping[str, Any], known: Collection[str] | None =
     if isinstance(node, Contains):
         return node.value in values
     if isinstance(node, Regex):
-        pattern = _compiled(node.pattern)
-        return any(isinstance(v, str) and pattern.search(v) is not None for v in values)
+        matches = matcher(node.pattern)
+        return any(isinstance(v, str) and matches(v) for v in values)
     raise TypeError(f"not a filter node: {node!r}")
 
 
@@ -112,10 +110,3 @@ def _instant(value: Any) -> datetime | None:
             return None
         return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
     return None
-
-
-@lru_cache(maxsize=256)
-def _compiled(pattern: str) -> re.Pattern[str]:
-    # The subset's meaning in Python (dot-all, end anchors), as the SQLite path uses it;
-    # the subset excludes the patterns that backtrack catastrophically.
-    return re.compile(to_python(pattern))

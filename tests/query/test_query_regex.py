@@ -21,6 +21,7 @@ from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.fields import DocField, Kind
 from cellsight.query import regex
 from cellsight.query.dsl import compile_filter
+from cellsight.query.regex_automaton import CHECK_EVERY, SAFE_LENGTH, Automaton
 from cellsight.query.sql import regex_match
 from cellsight.query.sqlite_regexp import Deadline, RegexDeadline, install, install_on_engine
 from cellsight.query.tree import Regex
@@ -181,7 +182,7 @@ def _sqlite_matches(pattern: str, strings: list[str]) -> list[bool]:
     install(conn, Deadline())
     rows = conn.execute(
         "SELECT value REGEXP ? FROM json_each(?) ORDER BY key",
-        (regex.to_python(pattern), json.dumps(strings)),
+        (pattern, json.dumps(strings)),
     )
     return [bool(r[0]) for r in rows]
 
@@ -236,3 +237,68 @@ def test_a_regex_past_its_deadline_on_a_sqlite_cell_is_a_timeout(tmp_path: Path)
             assert is_cell_failure(raised.value) and classify(raised.value) == "timeout"
         finally:
             engine.dispose()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pattern=patterns, data=st.data())
+def test_the_automaton_answers_as_re_does(pattern: str, data: Any) -> None:
+    """Values past a name's length are matched by the automaton, not ``re``: it must give
+    ``re.search``'s answer on every value, short ones included (where ``re`` is safe)."""
+    try:
+        parsed = regex.parse(pattern)
+    except regex.InvalidRegex:
+        assume(False)
+        return
+    python = re.compile(regex.to_python(pattern))
+    alphabet = st.characters(codec="utf-8", exclude_characters="\x00")
+    matching = data.draw(st.lists(st.from_regex(python, alphabet=alphabet), max_size=3))
+    extra = data.draw(st.lists(st.text(ALPHABET, max_size=12), max_size=6))
+    automaton = Automaton(parsed)
+    for value in dict.fromkeys(CORPUS + extra + [m for m in matching if len(m) < 200]):
+        assert automaton.search(value) is (python.search(value) is not None), (pattern, value)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    pattern=patterns,
+    piece=st.text(ALPHABET, min_size=1, max_size=8),
+    tail=st.text(ALPHABET, max_size=8),
+    times=st.integers(SAFE_LENGTH // 8 + 1, 80),
+)
+def test_a_long_value_gets_the_answer_re_would_give(
+    pattern: str, piece: str, tail: str, times: int
+) -> None:
+    """``matcher`` on a value past ``SAFE_LENGTH`` (the automaton's side of it), against
+    ``re`` on the same value (at most 640 characters here: slow for ``re``, not hours)."""
+    try:
+        matches = regex.matcher(pattern)
+    except regex.InvalidRegex:
+        assume(False)
+        return
+    value = piece * times + tail
+    assume(len(value) > SAFE_LENGTH)
+    assert matches(value) is (re.search(regex.to_python(pattern), value) is not None)
+
+
+@pytest.mark.parametrize("pattern", ["a*a*b", ".*.*b", "\\w*\\w*!", "[^b]*[^b]*b", "^a*a*b$"])
+def test_a_64_kib_value_is_matched_in_linear_time_and_checked(pattern: str) -> None:
+    """Found from outside: ``a*a*b`` passes the subset's checks (two unbounded
+    quantifiers), and ``re`` took 17 s on a 4,000-character description (a text field
+    holds 64 KiB); the deadline could not stop it. The automaton runs ``check`` between
+    blocks of characters, so a deadline does."""
+    value = "a" * 65535
+    calls: list[int] = []
+
+    def check() -> None:
+        calls.append(1)
+
+    matches = regex.matcher(pattern)
+    assert matches(value, check) is False
+    assert matches(value + "b!", check) is (pattern != "^a*a*b$")
+    assert len(calls) >= 2 * (65535 // CHECK_EVERY) - 2
+
+    def expired() -> None:
+        raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        matches(value, expired)
