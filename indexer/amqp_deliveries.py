@@ -267,17 +267,18 @@ class DeliveryRouter:
         body = delivery.wire_body
         # As kombu's message does: a body its producer compressed (oslo.messaging's
         # ``kombu_compression``) is decompressed; if that fails it stays as it came.
+        # Then, compressed or not, a text encoding other than UTF-8 is decoded.
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
             with contextlib.suppress(Exception):
-                delivery.body = bounded_decompress(body, codec, MAX_BODY_BYTES)
-        elif (
+                body = delivery.body = bounded_decompress(body, codec, MAX_BODY_BYTES)
+        if (
             (encoding := _encoding(delivery)) is not None
             and encoding.lower() not in PLAIN_ENCODINGS
             and len(body) <= MAX_BODY_BYTES
-            and (codec := text_codec(encoding)) is not None
+            and (text := text_codec(encoding)) is not None
         ):
             with contextlib.suppress(UnicodeError):  # as py-amqp: undecodable stays bytes
-                delivery.body = body.decode(codec)
+                delivery.body = body.decode(text)
         self.delivered += 1
         self._on_message(delivery)
         return True

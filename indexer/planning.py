@@ -34,7 +34,7 @@ from cellsight.notifications.errors import NotificationError, OutOfRange
 from cellsight.notifications.fastdecode import decode_fast
 from cellsight.notifications.limits import LONG_MAX, LONG_MIN
 from cellsight.notifications.objects import ComputeNodePayload
-from cellsight.notifications.payloads import InstancePayload
+from cellsight.notifications.payloads import GenericPayload, InstancePayload
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +124,16 @@ def map_payload(
     if event.object != "instance":
         return Outcome(Verdict.IGNORED, event_type=info.event_type)
     if not isinstance(payload, InstancePayload):
+        # A class read by its name (a flavor's, an address's) is not read for instance
+        # fields, whatever else its data holds; only an unknown name is read by shape.
+        why = (
+            "does not carry the InstancePayload fields"
+            if isinstance(payload, GenericPayload)
+            else "names a class of Nova's that is not an instance snapshot"
+        )
         return dead(
             "not_an_instance",
-            f"{info.event_type}: payload {payload.obj_name} {payload.obj_version} "
-            "does not carry the InstancePayload fields",
+            f"{info.event_type}: payload {payload.obj_name} {payload.obj_version} {why}",
             info.event_type,
         )
     version = event_version(payload, event, info.timestamp)

@@ -32,15 +32,20 @@ def parse(body: bytes | bytearray | memoryview | str, what: str = "body") -> Any
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        problem = "not UTF-8" if _utf8_error(body) else "not JSON"
-        raise MalformedNotification(f"{what} is {problem}: {exc}") from None
+        bad = _utf8_error(body)
+        if bad is not None:
+            # orjson says only "str is not valid UTF-8" at line 1, column 1.
+            raise MalformedNotification(
+                f"{what} is not UTF-8: {bad.reason} at byte {bad.start} of {len(bad.object)}"
+            ) from None
+        raise MalformedNotification(f"{what} is not JSON: {exc}") from None
 
 
-def _utf8_error(body: bytes | bytearray | memoryview | str) -> bool:
+def _utf8_error(body: bytes | bytearray | memoryview | str) -> UnicodeDecodeError | None:
     if isinstance(body, str):
-        return False
+        return None
     try:
         bytes(body).decode("utf-8")
-    except UnicodeDecodeError:
-        return True
-    return False
+    except UnicodeDecodeError as exc:
+        return exc
+    return None

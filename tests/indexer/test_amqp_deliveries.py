@@ -292,6 +292,25 @@ def test_a_compressed_body_is_decompressed_as_kombu_does(codec: str) -> None:
     assert delivery.wire_body == packed
 
 
+@pytest.mark.parametrize("encoding", ["UTF-16", "latin-1"])
+def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encoding: str) -> None:
+    """Found from outside: a body declared UTF-16 was read, and the same body compressed
+    was dead-lettered as "not UTF-8" (decompressed, never decoded). kombu decompresses,
+    then decodes by the content encoding."""
+    text = '{"event_type": "compute.instance.update", "caf\u00e9": 1}'
+    packed, _ = compress(text.encode(encoding), "application/x-gzip")
+    props = {"application_headers": {"compression": "application/x-gzip"}}
+    props["content_encoding"] = encoding
+    conn, channel = FakeConnection(), FakeChannel()
+    got: list[Delivery] = []
+    router = DeliveryRouter(conn, channel, got.append)
+    for f in deliver_frames(1, packed, props, [10]):
+        router(f)
+    (delivery,) = got
+    assert delivery.body == text
+    assert delivery.wire_body == packed
+
+
 def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
     props = {"application_headers": {"compression": "application/x-gzip"}}
     conn, channel = FakeConnection(), FakeChannel()

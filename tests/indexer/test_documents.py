@@ -203,3 +203,21 @@ def test_snapshots_before_1970_count_from_1970_ordered_by_phase() -> None:
     assert version_of(None, None, end, None) == version_of(None, epoch, end, None)
     later = epoch + timedelta(microseconds=1)
     assert version_of(None, later, start, None) > version_of(None, old, end, None)
+
+
+@pytest.mark.parametrize("name", ["FlavorPayload", "IpPayload", "KeypairPayload"])
+def test_a_known_other_class_on_an_instance_event_is_named_not_called_fieldless(
+    nova_like_dir: Path, name: str
+) -> None:
+    """Found from outside: an instance's whole payload under the name of another class
+    of Nova's was dead-lettered as "does not carry the InstancePayload fields", which
+    it did. A known name is read as that class (README: only an unknown one is read by
+    shape); the reason now says so."""
+    body = load(nova_like_dir, "instance-pause-end")
+    body["payload"]["nova_object.name"] = name
+    outcomes, planned = plan([body])
+    assert not planned
+    (outcome,) = outcomes
+    assert outcome is not None and outcome.reason_code == "not_an_instance"
+    assert f"payload {name} " in (outcome.reason or "")
+    assert "names a class of Nova's that is not an instance snapshot" in (outcome.reason or "")

@@ -177,6 +177,28 @@ def test_not_json() -> None:
         decode(b"\xff\xfe")
 
 
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        (b"\xc3\x28", "invalid continuation byte"),  # not a surrogate: orjson said it was
+        (b"\xed\xa0\x80", "invalid continuation byte"),  # an encoded surrogate
+        (b"\xc0\xaf", "invalid start byte"),  # overlong
+        (b"\xe2\x82", "unexpected end of data"),
+    ],
+)
+def test_not_utf8_names_the_problem_and_its_byte(
+    pause_end: dict[str, Any], bad: bytes, why: str
+) -> None:
+    """Found from outside: every body that was not UTF-8 got orjson's "surrogates not
+    allowed: line 1 column 1 (char 0)", whatever the bytes were and wherever."""
+    text = json.dumps(pause_end).encode()
+    at = text.index(b"paused") if b"paused" in text else len(text) // 2
+    body = text[:at] + bad + text[at:] if why != "unexpected end of data" else text[:at] + bad
+    with pytest.raises(MalformedNotification) as raised:
+        decode(body)
+    assert str(raised.value).endswith(f"body is not UTF-8: {why} at byte {at} of {len(body)}")
+
+
 @pytest.mark.parametrize("missing", ["event_type", "publisher_id", "priority", "payload"])
 def test_wrong_envelope_missing_key(pause_end: dict[str, Any], missing: str) -> None:
     del pause_end[missing]
