@@ -73,8 +73,12 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
         if not isinstance(obj[key], str):
             got = brief(obj[key], 60)
             raise MalformedNotification(f"{where}: {key} must be a string, got {got}")
+        if len(obj[key]) > ENVELOPE_LENGTH:
+            raise OutOfRange(
+                f"{where}: {key} of {len(obj[key])} characters is longer than {ENVELOPE_LENGTH}"
+            )
     cls = payload_class(obj)
-    label = f"{obj[NAME]!s:.{ENVELOPE_LENGTH}} {obj[VERSION]!s:.{ENVELOPE_LENGTH}}"
+    label = f"{obj[NAME]} {obj[VERSION]}"
     try:
         return cls.model_validate(obj)
     except NotificationError:

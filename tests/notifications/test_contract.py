@@ -15,6 +15,7 @@ from cellsight.notifications.errors import (
     InvalidEventType,
     MalformedNotification,
     MissingField,
+    OutOfRange,
     UnknownMajorVersion,
 )
 from cellsight.notifications.objects import ComputeNodePayload, SchedulerLimits, Selection
@@ -197,6 +198,20 @@ def test_not_utf8_names_the_problem_and_its_byte(
     with pytest.raises(MalformedNotification) as raised:
         decode(body)
     assert str(raised.value).endswith(f"body is not UTF-8: {why} at byte {at} of {len(body)}")
+
+
+@pytest.mark.parametrize("key", ["nova_object.name", "nova_object.namespace"])
+def test_an_object_name_past_the_envelope_bound_is_out_of_range(
+    pause_end: dict[str, Any], key: str
+) -> None:
+    """``limits.ENVELOPE_LENGTH`` bounds the object's name and namespace as it does its
+    version (an adversarial probe found the name unbounded: a megabyte of it was read)."""
+    at_bound = json.loads(json.dumps(pause_end))
+    at_bound["payload"][key] = "X" * 255
+    decode(at_bound)  # an unknown name, read by shape (or namespace: not Nova's classes)
+    pause_end["payload"][key] = "X" * 256
+    with pytest.raises(OutOfRange, match=f"{key} of 256 characters is longer than 255"):
+        decode(pause_end)
 
 
 @pytest.mark.parametrize("missing", ["event_type", "publisher_id", "priority", "payload"])
