@@ -225,6 +225,19 @@ def row_fault(exc: BaseException) -> str:
 ROW_FAULTS: tuple[type[Exception], ...] = (ValueError, TypeError, RecursionError)
 
 
+class TextTooLong(CellsError):
+    """A name, an id or a metadata item longer than Nova's ``String(255)`` columns
+    (the API's bodies bound them alike): refused before anything is written, where the
+    notification's payload refused it after the checks, as a failure of the operation."""
+
+    reason = "text_too_long"
+
+    def __init__(self, field: str, value: str, limit: int) -> None:
+        super().__init__(
+            f"{field} {brief(value, 40)} is {len(value)} characters long; at most {limit}"
+        )
+
+
 class InvalidText(CellsError):
     """A name or id holding a character Nova's API refuses in names (its
     ``parameter_types.name`` pattern): a control, format, surrogate or unassigned code

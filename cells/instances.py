@@ -88,6 +88,7 @@ class BootRequest:
             user_id=self.user_id,
             key_name=self.key_name,
             availability_zone=self.availability_zone,
+            image=self.image_ref,
         )
         if self.uuids is None:
             return [str(uuidlib.uuid4()) for _ in range(self.count)]

@@ -128,6 +128,9 @@ class CellRegistry:
         parsed = parse_url(database_url)
         url = parsed.render_as_string(hide_password=False)
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())
+        with connect(self.api_engine) as conn:
+            # First, so a taken name creates no database; checked again when written.
+            _refuse_taken(conn, name, cell_uuid)
         if create_schema:
             create_database(parsed, connect_timeout=self.engines.connect_timeout)
         engine = self.engines.get(url)
@@ -136,12 +139,7 @@ class CellRegistry:
         if create_schema:
             create_cell_schema(engine)
         with write_transaction(self.api_engine) as conn:
-            for field, column, value in (("name", "name", name), ("uuid", "uuid", cell_uuid)):
-                taken = conn.execute(
-                    sa.select(cell_mappings.c.id).where(cell_mappings.c[column] == value)
-                ).first()
-                if taken is not None:
-                    raise DuplicateCell(field, value)
+            _refuse_taken(conn, name, cell_uuid)
             now = utcnow()
             conn.execute(
                 cell_mappings.insert().values(
@@ -331,3 +329,12 @@ class CellRegistry:
             conn.execute(
                 api_meta.insert().values(key=key, value=json.dumps(value), updated_at=utcnow())
             )
+
+
+def _refuse_taken(conn: sa.Connection, name: str, cell_uuid: str) -> None:
+    for field, value in (("name", name), ("uuid", cell_uuid)):
+        taken = conn.execute(
+            sa.select(cell_mappings.c.id).where(cell_mappings.c[field] == value)
+        ).first()
+        if taken is not None:
+            raise DuplicateCell(field, value)

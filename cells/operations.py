@@ -68,7 +68,7 @@ from cellsight.cells.scheduler import (
     release,
 )
 from cellsight.cells.schema import compute_nodes, instances, utcnow
-from cellsight.cells.text_rules import check_text
+from cellsight.cells.text_rules import check_length, check_text
 from cellsight.notifications.payloads import InstanceActionPayload
 from cellsight.notifications.publisher import Publisher
 
@@ -126,6 +126,10 @@ class Operations:
         remove: Iterable[str] = (),
         actor: Actor = ADMIN,
     ) -> InstanceActionPayload:
+        for key, value in (set_items or {}).items():
+            check_length("metadata key", key)
+            check_length(f"metadata value of {key!r}", value)
+
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
             metadata = {**(row["metadata"] or {}), **(set_items or {})}
             for key in remove:

@@ -1,13 +1,15 @@
 """What a name or an id may hold: Nova's API allows printable characters in names (its
 ``parameter_types.name`` pattern): no code point of Unicode's category C (control,
 format, surrogate, private use, unassigned) and no line or paragraph separator; spaces
-are printable. One rule for the API's bodies, the CLI's options and the operations."""
+are printable; and at most 255 characters (Nova's ``String(255)``). One rule for the
+API's bodies, the CLI's options and the operations."""
 
 from __future__ import annotations
 
 import unicodedata
 
-from cellsight.cells.errors import InvalidText
+from cellsight.cells.errors import InvalidText, TextTooLong
+from cellsight.notifications.limits import NAME_LENGTH
 
 
 def unprintable(value: str) -> str | None:
@@ -22,9 +24,20 @@ def unprintable(value: str) -> str | None:
 
 
 def check_text(field: str, value: str | None) -> None:
-    """``InvalidText`` naming ``field`` if ``value`` holds what names may not."""
-    if value is not None and (char := unprintable(value)) is not None:
+    """``InvalidText`` naming ``field`` if ``value`` holds what names may not,
+    ``TextTooLong`` if it is longer than a name may be."""
+    if value is None:
+        return
+    if len(value) > NAME_LENGTH:
+        raise TextTooLong(field, value, NAME_LENGTH)
+    if (char := unprintable(value)) is not None:
         raise InvalidText(field, value, char)
+
+
+def check_length(field: str, value: str) -> None:
+    """``TextTooLong`` only: for values that may hold any character (metadata)."""
+    if len(value) > NAME_LENGTH:
+        raise TextTooLong(field, value, NAME_LENGTH)
 
 
 def check_texts(**values: object) -> None:

@@ -95,7 +95,14 @@ class Settings(BaseSettings):
         description="amqp://… in production (`?heartbeat=N`: AMQP heartbeats, which the"
         " indexer and the API's node listener send); default: embedded Redis",
     )
-    exchange: str = Field("nova", description="Topic exchange Nova publishes notifications to")
+    # AMQP names are 1 to 255 bytes here: an empty queue name asks the broker for a
+    # server-named one, durable and bound, which collects what nothing consumes.
+    exchange: str = Field(
+        "nova",
+        min_length=1,
+        max_length=255,
+        description="Topic exchange Nova publishes notifications to",
+    )
     publisher_id: str = Field(
         "cellsight-ops",
         min_length=1,
@@ -123,13 +130,22 @@ class Settings(BaseSettings):
 
     # Indexer.
     indexer_queue: str = Field(
-        "cellsight.indexer", description="The indexer's queue; one per indexer deployment"
+        "cellsight.indexer",
+        min_length=1,
+        max_length=255,
+        description="The indexer's queue; one per indexer deployment",
     )
     dead_letter_exchange: str = Field(
-        "cellsight.dlx", description="Where undecodable or rejected messages go"
+        "cellsight.dlx",
+        min_length=1,
+        max_length=255,
+        description="Where undecodable or rejected messages go",
     )
     dead_letter_queue: str = Field(
-        "cellsight.dlq", description="Queue of dead letters (`cellsight dlq list|replay`)"
+        "cellsight.dlq",
+        min_length=1,
+        max_length=255,
+        description="Queue of dead letters (`cellsight dlq list|replay`)",
     )
     batch_count: int = Field(
         1000, ge=1, le=1_000_000, description="Indexer: flush a batch at this many messages"
@@ -360,6 +376,9 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         # Only the --config file is parsed as TOML or decoded from bytes here.
         raise ConfigError(f"--config {config}: invalid TOML: {exc}") from None
     except ValueError as exc:
-        raise ConfigError(f"invalid settings: {exc}") from None
+        # tomllib's own refusals that are no TOMLDecodeError (an integer of more than
+        # 4,300 digits): the file is what the operator needs to look at.
+        where = f"--config {config}: " if config is not None else ""
+        raise ConfigError(f"{where}invalid settings: {exc}") from None
     finally:
         _config_file.reset(token)

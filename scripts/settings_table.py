@@ -27,6 +27,8 @@ END = "<!-- settings:end -->"
 
 
 def _type(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Annotated:  # e.g. Seconds | None's Seconds
+        return _type(typing.get_args(annotation)[0])
     if typing.get_origin(annotation) is typing.Literal:
         return " \\| ".join(str(a) for a in typing.get_args(annotation))
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -37,16 +39,38 @@ def _type(annotation: Any) -> str:
     return getattr(annotation, "__name__", str(annotation))
 
 
+def _metadata(info: FieldInfo) -> list[Any]:
+    """The field's constraints, and those of an ``Annotated`` type inside its union
+    (pydantic keeps ``Seconds``' bound on ``Seconds`` but not on ``Seconds | None``)."""
+    found = list(info.metadata)
+    for arg in typing.get_args(info.annotation):
+        if typing.get_origin(arg) is typing.Annotated:
+            for meta in typing.get_args(arg)[1:]:
+                found.extend(getattr(meta, "metadata", [meta]))
+    return found
+
+
 def _bounds(info: FieldInfo) -> str:
     parts = []
-    for meta in info.metadata:
+    lengths: list[int | None] = [None, None]
+    for meta in _metadata(info):
         for name, sign in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<")):
             value = getattr(meta, name, None)
             if value is not None:
                 parts.append(f"{sign} {value}")
+        if (low := getattr(meta, "min_length", None)) is not None:
+            lengths[0] = low
+        if (high := getattr(meta, "max_length", None)) is not None:
+            lengths[1] = high
         pattern = getattr(meta, "pattern", None)
         if pattern:
             parts.append(f"matches `{pattern}`")
+    low, high = lengths
+    if low is not None or high is not None:
+        span = (
+            f"{low} to {high}" if low and high else f"at most {high}" if high else f"at least {low}"
+        )
+        parts.append(f"{span} characters")
     return f" ({', '.join(parts)})" if parts else ""
 
 

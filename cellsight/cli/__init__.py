@@ -21,8 +21,14 @@ from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
 from cellsight.cli.context import State, error_line, fail
-from cellsight.cli.errors import USAGE
-from cellsight.cli.pipes import flush_stdout, silence_stdout, stdout_closed
+from cellsight.cli.errors import CLOSED_PIPE, USAGE
+from cellsight.cli.pipes import (
+    flush_stdout,
+    silence_stdout,
+    silenced_since,
+    stdout_closed,
+    stdout_identity,
+)
 
 
 class BoundaryGroup(TyperGroup):
@@ -46,6 +52,7 @@ class BoundaryGroup(TyperGroup):
             except UnicodeEncodeError:
                 error_line(f"argument {position} is not valid UTF-8: {arg[:80]!r}")
                 sys.exit(USAGE)
+        stdout_before = stdout_identity()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             # A pipe holds the output until exit: a reader gone by now is told here
@@ -63,6 +70,12 @@ class BoundaryGroup(TyperGroup):
         except typer.Abort:
             error_line("aborted")
             sys.exit(1)
+        except SystemExit as exc:
+            # Rich ends a write of the help to a closed pipe itself, with exit 1: the
+            # same closed pipe as a command's (``cellsight.cli.pipes``).
+            if exc.code == 1 and silenced_since(stdout_before):
+                sys.exit(CLOSED_PIPE)
+            raise
         # Not standalone, Click returns an Exit's code, or what the command returned.
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -104,8 +117,12 @@ app = typer.Typer(
 def _root(
     ctx: typer.Context,
     config: Annotated[
-        Path | None,
-        typer.Option("--config", help="TOML file of settings (the CELLSIGHT_* names, lowercase)"),
+        str | None,  # text, as --data-dir below: "" must be named, not read as "."
+        typer.Option(
+            "--config",
+            metavar="PATH",
+            help="TOML file of settings (the CELLSIGHT_* names, lowercase)",
+        ),
     ] = None,
     data_dir: Annotated[
         # Taken as text: Click's Path type turns "" into "." before a callback sees it,
@@ -126,6 +143,8 @@ def _root(
     ] = False,
 ) -> None:
     overrides: dict[str, object] = {}
+    if config is not None and not config.strip():
+        raise typer.BadParameter("must not be empty", param_hint="'--config'")
     if data_dir is not None:
         if not data_dir.strip():
             raise typer.BadParameter(
@@ -142,7 +161,7 @@ def _root(
     from cellsight.cli import logs
 
     logs.configure(logs.for_options(verbose, debug))
-    ctx.obj = State(config, overrides, debug)
+    ctx.obj = State(Path(config) if config is not None else None, overrides, debug)
 
 
 def _register() -> None:

@@ -232,13 +232,16 @@ def _indexed(engine: Any, uuid: str) -> bool:
 
 
 def _showcase(ops: Operations) -> list[str]:
-    """Three ``demo-web`` servers (booted once: a re-run finds them in the cells)."""
+    """Three ``demo-web`` servers (booted once: a re-run finds them in the cells); the
+    uuids whose documents the indexer is waited for."""
     from cellsight.cells.instances import BootRequest
 
     existing = _showcase_in_cells(ops)
     if existing:
         console.print(f"reusing the {SHOWCASE} servers", highlight=False)
-        return existing
+        # A deleted one's document may be gone for good: ``index purge`` drops
+        # tombstones, and a sync does not bring them back (the demo never ended).
+        return [uuid for uuid, deleted in existing if not deleted]
     made = ops.boot(
         BootRequest(
             display_name=SHOWCASE,
@@ -256,7 +259,8 @@ def _showcase(ops: Operations) -> list[str]:
     return uuids
 
 
-def _showcase_in_cells(ops: Operations) -> list[str]:
+def _showcase_in_cells(ops: Operations) -> list[tuple[str, bool]]:
+    """The showcase servers in the cells, and whether each is deleted."""
     from cellsight.cells.database import connect
     from cellsight.cells.reads import iter_instances
 
@@ -267,7 +271,7 @@ def _showcase_in_cells(ops: Operations) -> list[str]:
                 if str(row.get("project_id")) == "demo" and str(
                     row.get("display_name") or ""
                 ).startswith(SHOWCASE):
-                    found.append(str(row["uuid"]))
+                    found.append((str(row["uuid"]), bool(row.get("deleted"))))
     return found
 
 

@@ -59,7 +59,9 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         DuplicateCell,
         DuplicateInstance,
         InstanceNotFound,
+        InvalidTag,
         InvalidText,
+        TextTooLong,
         UnknownCell,
         UnknownFlavor,
     )
@@ -91,6 +93,8 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         UnknownFlavor,
         InstanceNotFound,
         InvalidText,
+        TextTooLong,
+        InvalidTag,
     )
     if isinstance(exc, named):
         return USAGE, exc.message

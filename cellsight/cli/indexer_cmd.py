@@ -18,7 +18,8 @@ dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
 )
 
-_DURATION = re.compile(r"^([0-9]{1,12})([smhd])$")
+# Any number of digits: past 12 a value is longer than MAX_DURATION, and is told so.
+_DURATION = re.compile(r"^([0-9]+)([smhd])$")
 # A bound far past any retention (and within what a date can hold, where now minus the
 # age lands): an age of thousands of years was an OverflowError, not a usage error.
 MAX_DURATION = timedelta(days=365 * 1000)
@@ -29,7 +30,10 @@ def parse_duration(value: str) -> timedelta:
     if not match:
         raise typer.BadParameter(f"{value!r} is not a duration like 30d, 12h, 15m or 90s")
     units = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
-    seconds = int(match.group(1)) * timedelta(**{units[match.group(2)]: 1}).total_seconds()
+    digits = match.group(1).lstrip("0") or "0"
+    if len(digits) > 12:  # int() of thousands of digits is refused (or slow): too long anyway
+        raise typer.BadParameter(f"{value[:40]!r}… is longer than {MAX_DURATION.days} days")
+    seconds = int(digits) * timedelta(**{units[match.group(2)]: 1}).total_seconds()
     if seconds > MAX_DURATION.total_seconds():
         raise typer.BadParameter(f"{value!r} is longer than {MAX_DURATION.days} days")
     return timedelta(seconds=seconds)

@@ -63,12 +63,20 @@ def _describe_error(exc: Exception) -> str:
 
 @app.command()
 def schema(
-    out: Annotated[
-        Path, typer.Option("--out", help="Directory to write the schema files into")
-    ] = Path("schemas"),
+    directory: Annotated[
+        # Text: Click's Path turns "" into "." (the working directory) before we see it.
+        str,
+        typer.Option("--out", metavar="PATH", help="Directory to write the schema files into"),
+    ] = "schemas",
 ) -> None:
     """Write one JSON Schema per payload class and version (e.g. InstanceActionPayload-1.9.json)."""
     from cellsight.notifications.schema import write_schemas
+
+    if not directory.strip():
+        raise typer.BadParameter(
+            "must not be empty (it would be the working directory)", param_hint="'--out'"
+        )
+    out = Path(directory)
 
     try:
         written = write_schemas(out)

@@ -12,6 +12,7 @@ runtime failure (a bus, engine or database), and a closed pipe is none.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 from cellsight.cli.errors import CLOSED_PIPE
@@ -57,3 +58,24 @@ def flush_stdout() -> int | None:
     except (AttributeError, ValueError):  # no stdout, or a closed one
         pass
     return None
+
+
+def stdout_identity() -> os.stat_result | None:
+    """What stdout is now, to tell later whether Rich silenced it (``silenced_since``)."""
+    try:
+        return os.fstat(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def silenced_since(before: os.stat_result | None) -> bool:
+    """Whether stdout was a pipe ``before`` and is /dev/null now: Rich's console, on a
+    closed pipe, points stdout at /dev/null and raises ``SystemExit(1)`` itself (the
+    help, which Typer prints through its own console before any command runs)."""
+    if before is None or not stat.S_ISFIFO(before.st_mode):
+        return False
+    now = stdout_identity()
+    try:
+        return now is not None and os.path.samestat(now, os.stat(os.devnull))
+    except OSError:
+        return False

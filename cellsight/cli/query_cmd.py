@@ -141,7 +141,10 @@ def run_query(
         return
     definitions = answer.body["fields"]
     keep = [i for i, d in enumerate(definitions) if d["kind"] != "unknown"]
-    if unknown := [d["name"] for d in definitions if d["kind"] == "unknown"]:
+    unknown = [d["name"] for d in definitions if d["kind"] == "unknown"]
+    if unknown and not keep:  # a table of empty lines, one per item, would say nothing
+        fail(f"no known field among {', '.join(unknown)} (`cellsight query fields {resource}`)")
+    if unknown:
         err_console.print(f"Unknown field(s): {escape(', '.join(unknown))}", highlight=False)
     rows = [[row[i] for i in keep] for row in answer.body["data"]]
     for line in render_table(

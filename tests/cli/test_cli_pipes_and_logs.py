@@ -47,6 +47,11 @@ def cellsight_argv(data: Path, *args: str) -> list[str]:
     [
         ["cells", "list"],  # printed by rich as it goes
         ["index", "status", "--json"],  # print(): buffered until exit
+        # The help, printed by Typer's own console before any command runs: Rich ended
+        # it with exit 1 (found from outside: ``cellsight --help | head -1``).
+        ["--help"],
+        ["cells", "--help"],
+        ["cells", "add", "--help"],
     ],
 )
 def test_a_closed_stdout_ends_quietly(tmp_path: Path, command: list[str]) -> None:
