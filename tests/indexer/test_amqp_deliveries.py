@@ -275,6 +275,15 @@ def test_other_transports_are_not_routed() -> None:
         assert r is None
 
 
+def routed(frames: list[Frame]) -> list[Delivery]:
+    """The deliveries a router hands on for ``frames``."""
+    got: list[Delivery] = []
+    router = DeliveryRouter(FakeConnection(), FakeChannel(), got.append)
+    for frame in frames:
+        router(frame)
+    return got
+
+
 @pytest.mark.parametrize("codec", ["application/x-gzip", "application/x-bz2"])
 def test_a_compressed_body_is_decompressed_as_kombu_does(codec: str) -> None:
     """oslo.messaging can compress (``kombu_compression``): the indexer reads the
@@ -282,11 +291,7 @@ def test_a_compressed_body_is_decompressed_as_kombu_does(codec: str) -> None:
     body = b'{"event_type": "compute.instance.update"}' * 20
     packed, _ = compress(body, codec)
     props = {"application_headers": {"compression": codec}, "content_encoding": "binary"}
-    conn, channel = FakeConnection(), FakeChannel()
-    got: list[Delivery] = []
-    router = DeliveryRouter(conn, channel, got.append)
-    for f in deliver_frames(1, packed, props, [100]):
-        router(f)
+    got = routed(deliver_frames(1, packed, props, [100]))
     (delivery,) = got
     assert delivery.body == body
     assert delivery.wire_body == packed
@@ -301,11 +306,7 @@ def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encodin
     packed, _ = compress(text.encode(encoding), "application/x-gzip")
     props = {"application_headers": {"compression": "application/x-gzip"}}
     props["content_encoding"] = encoding
-    conn, channel = FakeConnection(), FakeChannel()
-    got: list[Delivery] = []
-    router = DeliveryRouter(conn, channel, got.append)
-    for f in deliver_frames(1, packed, props, [10]):
-        router(f)
+    got = routed(deliver_frames(1, packed, props, [10]))
     (delivery,) = got
     assert delivery.body == text
     assert delivery.wire_body == packed
@@ -313,11 +314,7 @@ def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encodin
 
 def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
     props = {"application_headers": {"compression": "application/x-gzip"}}
-    conn, channel = FakeConnection(), FakeChannel()
-    got: list[Delivery] = []
-    router = DeliveryRouter(conn, channel, got.append)
-    for f in deliver_frames(1, b"not gzip", props, []):
-        router(f)
+    got = routed(deliver_frames(1, b"not gzip", props, []))
     assert [d.body for d in got] == [b"not gzip"]
 
 
@@ -342,11 +339,7 @@ def test_a_body_is_decoded_only_with_a_linear_text_codec(
     encoding: str, body: bytes, read: bytes | str
 ) -> None:
     props = {"content_encoding": encoding}
-    conn, channel = FakeConnection(), FakeChannel()
-    got: list[Delivery] = []
-    router = DeliveryRouter(conn, channel, got.append)
-    for f in deliver_frames(1, body, props, [len(body) // 2] if len(body) > 1 else []):
-        router(f)
+    got = routed(deliver_frames(1, body, props, [len(body) // 2] if len(body) > 1 else []))
     (delivery,) = got
     assert delivery.body == read
     assert wire_bytes(delivery.body, encoding) == body  # its dead letter's bytes
@@ -393,11 +386,7 @@ def test_a_compression_bomb_is_refused_as_too_large_without_being_held(codec: st
     packed, _ = compress(bytes(16 << 20), codec)
     assert len(packed) < 100_000
     props = {"application_headers": {"compression": codec}, "content_encoding": "binary"}
-    conn, channel = FakeConnection(), FakeChannel()
-    got: list[Delivery] = []
-    router = DeliveryRouter(conn, channel, got.append)
-    for f in deliver_frames(1, packed, props, [len(packed)]):
-        router(f)
+    got = routed(deliver_frames(1, packed, props, [len(packed)]))
     (delivery,) = got
     assert len(delivery.body) == MAX_BODY_BYTES + 1
     assert delivery.wire_body == packed
