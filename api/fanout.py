@@ -43,7 +43,7 @@ from cellsight.api.errors import ServiceUnavailable
 from cellsight.api.merge_order import order_key, sort_values
 from cellsight.api.metrics import ApiMetrics
 from cellsight.cells.database import Engines, connect
-from cellsight.cells.mappings import CellMapping
+from cellsight.cells.mappings import CellMapping, cell_engine
 from cellsight.query.sqlite_regexp import install_on_engine
 from cellsight.query.tree import SearchRequest
 
@@ -163,7 +163,7 @@ class FanOut:
             return self._pool
 
     def engine(self, cell: CellMapping) -> sa.Engine:
-        engine = self.engines.get(cell.database_url)
+        engine = cell_engine(self.engines, cell)
         # SQLite cells need the REGEXP function, bounded by the same deadline.
         install_on_engine(engine, timeout=self.cell_timeout)
         return engine

@@ -70,7 +70,7 @@ def parse_url(url: str) -> sa.URL:
         raise BadDatabaseURL(str(url), "empty URL")
     try:
         parsed = sa.make_url(url.strip())
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is no number
         raise BadDatabaseURL(url, "not a URL of the form dialect[+driver]://…") from None
     backend = parsed.get_backend_name()
     if backend not in DRIVERS:

@@ -23,6 +23,8 @@ from cellsight.cells.database import (
     write_transaction,
 )
 from cellsight.cells.errors import (
+    BadDatabaseURL,
+    DatabaseUnavailable,
     DuplicateCell,
     InstanceNotFound,
     NoValidHost,
@@ -199,7 +201,7 @@ class CellRegistry:
         is ``DatabaseMissing`` on connect, never a new empty cell)."""
         if isinstance(cell, str):
             cell = self.get_cell(cell)
-        return self.engines.get(cell.database_url)
+        return cell_engine(self.engines, cell)
 
     # ------------------------------------------------------ instance mappings
 
@@ -338,3 +340,15 @@ def _refuse_taken(conn: sa.Connection, name: str, cell_uuid: str) -> None:
         ).first()
         if taken is not None:
             raise DuplicateCell(field, value)
+
+
+def cell_engine(engines: Engines, cell: CellMapping) -> sa.Engine:
+    """``cell``'s engine from ``engines``. A registered cell whose stored URL became
+    unusable (edited by hand) is down, as an unreachable one is (``DatabaseUnavailable``):
+    skipped and named, where it ended every command that reads the cells."""
+    try:
+        return engines.get(cell.database_url)
+    except BadDatabaseURL as exc:
+        raise DatabaseUnavailable(
+            cell.database_url, f"cell {cell.name}'s URL is not usable: {exc.why}"
+        ) from None

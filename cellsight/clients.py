@@ -7,14 +7,17 @@ with the same names and arguments (see ``cellsight.notifications.queues``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
 
 from kombu import Connection, Exchange, Queue
 from kombu.exceptions import OperationalError
 from kombu.transport import resolve_transport
 
+from cellsight.indexer.engines.http_errors import redact_url
 from cellsight.notifications import queues
 from cellsight.notifications.bus import Bus, BusError, open_bus
 from cellsight.notifications.notifier import Notifier
@@ -26,7 +29,8 @@ if TYPE_CHECKING:
 
 
 class BadBusURL(BusError):
-    """``bus_url`` names a transport kombu does not have."""
+    """``bus_url`` cannot be used: a transport kombu does not have, or a part of it that
+    does not parse."""
 
 
 class BusUnavailable(BusError):
@@ -38,16 +42,36 @@ class BusUnavailable(BusError):
         self.why = why
 
 
+def check_bus_url(url: str) -> None:
+    """``BadBusURL`` naming what kombu would fail on later, deep inside, as a ValueError:
+    an unknown transport, a host or port that does not parse, a heartbeat that is not a
+    number of seconds."""
+    scheme = url.partition("://")[0]
+    try:
+        resolve_transport(scheme.partition("+")[0] or None)
+    except KeyError:  # kombu's signal for an unknown transport name
+        raise BadBusURL(
+            f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
+        ) from None
+    shown = redact_url(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsed on first use: past 65535, or not a number
+    except ValueError as exc:
+        raise BadBusURL(f"bus URL {shown}: {exc}") from None
+    for value in parse_qs(parts.query).get("heartbeat", []):
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise BadBusURL(f"bus URL {shown}: heartbeat {value!r} is not a number of seconds")
+
+
 def build_bus(settings: Settings) -> Bus:
     """The configured bus; the embedded one is started or attached to. Close it when done."""
     if settings.bus_url is not None:
-        scheme = settings.bus_url.partition("://")[0]
-        try:
-            resolve_transport(scheme.partition("+")[0] or None)
-        except KeyError:  # kombu's signal for an unknown transport name
-            raise BadBusURL(
-                f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
-            ) from None
+        check_bus_url(settings.bus_url)
     return open_bus(
         settings.bus_url,
         settings.bus_dir,

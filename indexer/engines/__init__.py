@@ -61,7 +61,11 @@ def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
     answers is neither (or refuses to say).
     """
     shown = redact_url(url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - parsed on first use: a port past 65535 or not a number
+    except ValueError as exc:
+        raise UnsupportedEngineURL(f"search engine URL {shown!r}: {exc}") from None
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise UnsupportedEngineURL(
             f"search engine URL {shown!r}: expected http://host:port or https://host:port "

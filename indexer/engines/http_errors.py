@@ -91,7 +91,11 @@ def combine(results: Sequence[WriteResult]) -> WriteResult:
 
 def redact_url(url: str) -> str:
     """``url`` without its password, for messages and logs."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed IPv6 bracket: no parts, so no user info either
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
     if parts.password is None:
         return url
     netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"
