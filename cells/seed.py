@@ -34,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.cells import bulk, outbox
-from cellsight.cells.database import create_database, create_engine
+from cellsight.cells.database import create_database, create_engine, parse_url
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
@@ -44,6 +44,7 @@ from cellsight.cells.schema import (
     instance_mappings,
     instances,
 )
+from cellsight.cells.seed_undo import Made
 from cellsight.cells.seeddata import Generator, HostUsage
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.publisher import Publisher
@@ -118,6 +119,36 @@ def seed(
         raise ValueError("chunk_size must be at least 1")
     if db_urls and len(db_urls) != cells:
         raise ValueError(f"{len(db_urls)} database URLs given for {cells} cells; give one per cell")
+    for url in db_urls or ():
+        parse_url(url)  # every URL checked before anything is made
+    made = Made()
+    try:
+        return _seed(
+            registry, made, cells, instances_per_cell, db_urls, cells_dir, seed, name_prefix,
+            chunk_size, progress, publisher, publisher_id, now, workers,
+        )  # fmt: skip
+    except BaseException:
+        # Failed or interrupted: what this run made is undone, so a rerun starts clean.
+        made.undo(registry)
+        raise
+
+
+def _seed(
+    registry: CellRegistry,
+    made: Made,
+    cells: int,
+    instances_per_cell: int,
+    db_urls: Sequence[str] | None,
+    cells_dir: Path,
+    seed: int,
+    name_prefix: str,
+    chunk_size: int,
+    progress: Progress | None,
+    publisher: Publisher | None,
+    publisher_id: str,
+    now: datetime | None,
+    workers: int | None,
+) -> SeedReport:
     now = now or datetime.now(UTC)
     report = SeedReport()
     started = time.perf_counter()
@@ -125,6 +156,7 @@ def seed(
     jobs: list[CellJob] = []
     for index, name in enumerate(_cell_names(registry, name_prefix, cells)):
         url = db_urls[index] if db_urls else f"sqlite:///{(cells_dir / f'{name}.db').resolve()}"
+        made.database(registry, url)
         create_database(url, connect_timeout=registry.engines.connect_timeout)
         # A fresh cell database gets its indexes after the load: far faster to build.
         create_cell_schema(registry.engines.get(url), indexes=False)
@@ -140,7 +172,9 @@ def seed(
             registry.api_engine.dialect.name,
         )
         cell_uuid, _ = job.generator()
-        report.cells.append(registry.add_cell(name, url, uuid=cell_uuid, create_schema=False))
+        cell = registry.add_cell(name, url, uuid=cell_uuid, create_schema=False)
+        made.cells.append(cell)
+        report.cells.append(cell)
         jobs.append(CellJob(**{**job.__dict__, "cell_uuid": cell_uuid}))
     if workers is None:
         big = instances_per_cell >= PARALLEL_MIN_INSTANCES and publisher is None

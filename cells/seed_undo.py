@@ -1,0 +1,80 @@
+"""What a seed made, undone when it fails or is interrupted.
+
+A seed registers each cell before loading it (its uuid comes from the cell's random
+stream) and maps instances chunk by chunk, so a seed stopped halfway left registered
+cells with part of their rows, no compute nodes, no indexes and, from the parallel path,
+no mappings; a rerun made new cells beside them, and the demo reused them. Found by an
+adversarial probe; the README promises exit 130 "cleaned up".
+
+Undone: the cells registered by this run and their instance mappings; the SQLite files
+this run created (with their WAL); the cell tables it created in a server database.
+Left as they were: whatever existed before the run (a server database's tables that
+were there, an existing SQLite file), which a seed only adds to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from cellsight.cells.database import connect, parse_url, write_transaction
+from cellsight.cells.errors import safe_url
+from cellsight.cells.mappings import CellMapping, CellRegistry
+from cellsight.cells.schema import cell_mappings, cell_metadata, instance_mappings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Made:
+    """What this run created, recorded as it goes."""
+
+    files: list[Path] = field(default_factory=list)
+    schemas: list[str] = field(default_factory=list)  # server database URLs
+    cells: list[CellMapping] = field(default_factory=list)
+
+    def database(self, registry: CellRegistry, url: str) -> None:
+        """Note ``url``'s database before the seed creates it or its tables."""
+        parsed = parse_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            path = Path(parsed.database or "")
+            if not path.exists():
+                self.files.append(path)
+            return
+        with connect(registry.engines.get(url)) as conn:
+            if not sa.inspect(conn).get_table_names():
+                self.schemas.append(url)
+
+    def undo(self, registry: CellRegistry) -> None:
+        """Best effort, each part on its own: one that fails is logged, the rest done."""
+        uuids = [c.uuid for c in self.cells]
+        if uuids:
+            with (
+                _logged("unregister the seeded cells"),
+                write_transaction(registry.api_engine) as conn,
+            ):
+                m = instance_mappings.c
+                conn.execute(instance_mappings.delete().where(m.cell_uuid.in_(uuids)))
+                conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid.in_(uuids)))
+        registry.engines.dispose()  # no pooled connection holds a file being removed
+        for url in self.schemas:
+            with _logged(f"drop the tables the seed created in {safe_url(url)}"):
+                cell_metadata.drop_all(registry.engines.get(url))
+        registry.engines.dispose()
+        for path in self.files:
+            for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                with _logged(f"remove {leftover}"):
+                    leftover.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _logged(what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:  # the seed's own error is the one reported
+        log.warning("seed clean-up: could not %s: %s", what, exc)

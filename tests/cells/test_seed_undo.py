@@ -1,0 +1,102 @@
+"""A seed that fails or is interrupted leaves nothing it made, on every dialect. Found
+from outside: Ctrl-C left registered cells holding part of their rows, no compute
+nodes, no indexes and (from the parallel path) no mappings, a rerun made new cells
+beside them and the demo reused them; a bad second URL left the first cell registered.
+The interruption is injected where the seed reports progress (after a chunk), so it is
+the same every run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from cellsight.cells.errors import BadDatabaseURL, DatabaseUnavailable
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.seed import seed
+from tests.support.cell_contract import NOW
+from tests.support.services import DatabaseFactory
+
+
+def interrupt_after(calls: int) -> Callable[[int], None]:
+    seen = [0]
+
+    def progress(_: int) -> None:
+        seen[0] += 1
+        if seen[0] >= calls:
+            raise KeyboardInterrupt
+
+    return progress
+
+
+def tables_of(url: str) -> list[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return sa.inspect(conn).get_table_names()
+    finally:
+        engine.dispose()
+
+
+def made_nothing(registry: CellRegistry, urls: list[str], dialect: str) -> None:
+    assert registry.list_cells() == []
+    assert registry.count_mappings() == 0
+    for url in urls:
+        if dialect == "sqlite":
+            assert not Path(url.removeprefix("sqlite:///")).exists()
+        else:
+            assert tables_of(url) == []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_interrupted_seed_leaves_nothing_it_made_and_a_rerun_starts_clean(
+    registry: CellRegistry,
+    make_database: DatabaseFactory,
+    dialect: str,
+    tmp_path: Path,
+    workers: int,
+) -> None:
+    urls = [make_database(dialect), make_database(dialect)]
+    with pytest.raises(KeyboardInterrupt):
+        seed(
+            registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
+            chunk_size=20, now=NOW, workers=workers, progress=interrupt_after(2),
+        )  # fmt: skip
+    made_nothing(registry, urls, dialect)
+    report = seed(
+        registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
+        chunk_size=20, now=NOW, workers=workers,
+    )  # fmt: skip
+    assert [c.name for c in report.cells] == ["cell1", "cell2"]
+    assert registry.count_mappings() == 120 == report.instances
+
+
+def test_a_seed_whose_later_url_fails_registers_none_and_keeps_what_was_there(
+    registry: CellRegistry, make_database: DatabaseFactory, dialect: str, tmp_path: Path
+) -> None:
+    kept = seed(
+        registry, cells=1, instances_per_cell=5, cells_dir=tmp_path,
+        db_urls=[make_database(dialect)], now=NOW,
+    )  # fmt: skip
+    fresh = make_database(dialect)
+    with pytest.raises(BadDatabaseURL, match="'foo'"):
+        seed(registry, cells=2, instances_per_cell=5, cells_dir=tmp_path, db_urls=[fresh, "foo"])
+    unreachable = {
+        "sqlite": "sqlite:////proc/no/such/dir/cell.db",
+        "postgresql": "postgresql://u@127.0.0.1:1/db",
+        "mariadb": "mysql://root@127.0.0.1:1/db",
+    }[dialect]
+    with pytest.raises(DatabaseUnavailable):
+        seed(
+            registry, cells=2, instances_per_cell=5, cells_dir=tmp_path,
+            db_urls=[fresh, unreachable],
+        )  # fmt: skip
+    assert [c.uuid for c in registry.list_cells()] == [c.uuid for c in kept.cells]
+    assert registry.count_mappings() == 5
+    made_nothing_new = fresh.removeprefix("sqlite:///")
+    if dialect == "sqlite":
+        assert not Path(made_nothing_new).exists()
+    else:
+        assert tables_of(fresh) == []
