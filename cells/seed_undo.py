@@ -7,9 +7,11 @@ no mappings; a rerun made new cells beside them, and the demo reused them. Found
 adversarial probe; the README promises exit 130 "cleaned up".
 
 Undone: the cells registered by this run and their instance mappings; the SQLite files
-this run created (with their WAL); the cell tables it created in a server database.
-Left as they were: whatever existed before the run (a server database's tables that
-were there, an existing SQLite file), which a seed only adds to.
+this run created (with their WAL); the cell tables it created in a server database for
+a cell it registered. Left as they were: whatever existed before the run (a server
+database's tables that were there, an existing SQLite file), which a seed only adds to,
+and what another process made meanwhile: a SQLite file is this run's only if this run
+created it (exclusively), a server's tables only if this run registered their cell.
 """
 
 from __future__ import annotations
@@ -43,8 +45,15 @@ class Made:
         parsed = parse_url(url)
         if parsed.get_backend_name() == "sqlite":
             path = Path(parsed.database or "")
-            if not path.exists():
-                self.files.append(path)
+            if path.name and not str(parsed.database).startswith("file:"):
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with path.open("x"):  # SQLite takes an empty file as an empty database
+                        self.files.append(path)
+                except FileExistsError:
+                    pass  # there before, or another process's since
+                except OSError:
+                    pass  # create_database names what is wrong with the path
             return
         with connect(registry.engines.get(url)) as conn:
             if not sa.inspect(conn).get_table_names():
@@ -62,7 +71,10 @@ class Made:
                 conn.execute(instance_mappings.delete().where(m.cell_uuid.in_(uuids)))
                 conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid.in_(uuids)))
         registry.engines.dispose()  # no pooled connection holds a file being removed
+        registered = {c.database_url for c in self.cells}
         for url in self.schemas:
+            if parse_url(url).render_as_string(hide_password=False) not in registered:
+                continue  # its cell is not this run's: nor, maybe, are its tables
             with _logged(f"drop the tables the seed created in {safe_url(url)}"):
                 cell_metadata.drop_all(registry.engines.get(url))
         registry.engines.dispose()

@@ -45,7 +45,7 @@ class BusUnavailable(BusError):
 def check_bus_url(url: str) -> None:
     """``BadBusURL`` naming what kombu would fail on later, deep inside, as a ValueError:
     an unknown transport, a host or port that does not parse, a heartbeat that is not a
-    number of seconds."""
+    number of seconds. A ``;``-separated failover list is checked URL by URL."""
     scheme = url.partition("://")[0]
     try:
         resolve_transport(scheme.partition("+")[0] or None)
@@ -53,19 +53,20 @@ def check_bus_url(url: str) -> None:
         raise BadBusURL(
             f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
         ) from None
-    shown = redact_url(url)
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsed on first use: past 65535, or not a number
-    except ValueError as exc:
-        raise BadBusURL(f"bus URL {shown}: {exc}") from None
-    for value in parse_qs(parts.query).get("heartbeat", []):
+    for one in url.split(";"):
+        shown = redact_url(one)
         try:
-            seconds = float(value)
-        except ValueError:
-            seconds = math.nan
-        if not (math.isfinite(seconds) and seconds >= 0):
-            raise BadBusURL(f"bus URL {shown}: heartbeat {value!r} is not a number of seconds")
+            parts = urlsplit(one)
+            parts.port  # noqa: B018 - parsed on first use: past 65535, or not a number
+        except ValueError as exc:
+            raise BadBusURL(f"bus URL {shown}: {exc}") from None
+        for value in parse_qs(parts.query).get("heartbeat", []):
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = math.nan
+            if not (math.isfinite(seconds) and seconds >= 0):
+                raise BadBusURL(f"bus URL {shown}: heartbeat {value!r} is not a number of seconds")
 
 
 def build_bus(settings: Settings) -> Bus:

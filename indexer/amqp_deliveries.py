@@ -267,12 +267,17 @@ class DeliveryRouter:
         body = delivery.wire_body
         # As kombu's message does: a body its producer compressed (oslo.messaging's
         # ``kombu_compression``) is decompressed; if that fails it stays as it came.
-        # Then, compressed or not, a text encoding other than UTF-8 is decoded.
+        # Then a text encoding other than UTF-8 is decoded; not bytes that failed to
+        # decompress, which stay as they came (a dead letter says they are not JSON).
+        readable = True
         if COMPRESSION in delivery._header and (codec := delivery.headers.get("compression")):
-            with contextlib.suppress(Exception):
+            try:
                 body = delivery.body = bounded_decompress(body, codec, MAX_BODY_BYTES)
+            except Exception:
+                readable = False
         if (
-            (encoding := _encoding(delivery)) is not None
+            readable
+            and (encoding := _encoding(delivery)) is not None
             and encoding.lower() not in PLAIN_ENCODINGS
             and len(body) <= MAX_BODY_BYTES
             and (text := text_codec(encoding)) is not None

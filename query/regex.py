@@ -34,6 +34,7 @@ evaluation): ``re`` up to that length, an automaton in linear time past it
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 from math import prod
@@ -230,15 +231,18 @@ class Matcher:
     def __init__(self, pattern: str) -> None:
         self._parsed = parse(pattern)
         self._search = re.compile(_python(self._parsed)).search
-        self._automaton: Automaton | None = None
+        # One automaton per thread: it builds its states as it meets them, and the
+        # fan-out's cells and the API's requests match on threads of their own.
+        self._local = threading.local()
 
     def __call__(self, value: str, check: Callable[[], None] | None = None) -> bool:
         """``check`` runs between blocks of a long value's characters and may raise."""
         if len(value) <= SAFE_LENGTH:
             return self._search(value) is not None
-        if self._automaton is None:
-            self._automaton = Automaton(self._parsed)
-        return self._automaton.search(value, check)
+        automaton: Automaton | None = getattr(self._local, "automaton", None)
+        if automaton is None:
+            automaton = self._local.automaton = Automaton(self._parsed)
+        return automaton.search(value, check)
 
 
 @lru_cache(maxsize=256)

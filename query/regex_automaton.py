@@ -48,7 +48,8 @@ def _accepts(test: Test, code: int) -> bool:
 
 
 class Automaton:
-    """The NFA of one pattern, and the DFA states it has met so far."""
+    """The NFA of one pattern, and the DFA states it has met so far. Not for two threads
+    at once (``regex.Matcher`` keeps one a thread)."""
 
     def __init__(self, pattern: Pattern) -> None:
         self.anchored_start = pattern.anchored_start

@@ -100,3 +100,21 @@ def test_a_seed_whose_later_url_fails_registers_none_and_keeps_what_was_there(
         assert not Path(made_nothing_new).exists()
     else:
         assert tables_of(fresh) == []
+
+
+def test_a_failed_seed_leaves_a_sqlite_file_it_did_not_create(tmp_path: Path) -> None:
+    """The file is the run's only if the run created it (exclusively): one that was
+    there, or that another process made meanwhile, is not removed (found by a review:
+    two seeds at once both took ``cell1.db`` for their own)."""
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    theirs = tmp_path / "theirs.db"
+    theirs.touch()
+    with pytest.raises(DatabaseUnavailable):
+        seed(
+            registry, cells=2, instances_per_cell=5, cells_dir=tmp_path,
+            db_urls=[f"sqlite:///{theirs}", "sqlite:////proc/no/such/dir/cell.db"],
+        )  # fmt: skip
+    assert theirs.exists()
+    assert registry.list_cells() == []
+    registry.close()

@@ -312,6 +312,15 @@ def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encodin
     assert delivery.wire_body == packed
 
 
+def test_a_body_that_does_not_decompress_is_not_decoded_either() -> None:
+    """Its bytes stay as they came, not read as latin-1 text (a review found the
+    decoding applied to the bytes that failed to decompress)."""
+    props = {"application_headers": {"compression": "application/x-gzip"}}
+    props["content_encoding"] = "latin-1"
+    got = routed(deliver_frames(1, b"not gzip \xe9", props, []))
+    assert [d.body for d in got] == [b"not gzip \xe9"]
+
+
 def test_a_body_that_does_not_decompress_stays_as_it_came() -> None:
     props = {"application_headers": {"compression": "application/x-gzip"}}
     got = routed(deliver_frames(1, b"not gzip", props, []))

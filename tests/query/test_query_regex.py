@@ -4,9 +4,11 @@ Python, SQLite, PostgreSQL, MariaDB and osmem (Lucene syntax) agree on every mat
 from __future__ import annotations
 
 import json
+import random
 import re
 import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ from cellsight.api.driver_errors import classify, is_cell_failure
 from cellsight.cells.schema import TABLE_OPTIONS, Str
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.fields import DocField, Kind
-from cellsight.query import regex
+from cellsight.query import regex, regex_automaton
 from cellsight.query.dsl import compile_filter
 from cellsight.query.regex_automaton import CHECK_EVERY, SAFE_LENGTH, Automaton
 from cellsight.query.sql import regex_match
@@ -302,3 +304,22 @@ def test_a_64_kib_value_is_matched_in_linear_time_and_checked(pattern: str) -> N
 
     with pytest.raises(TimeoutError):
         matches(value, expired)
+
+
+def test_the_automaton_forgets_its_states_past_its_bound_and_threads_share_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``a.{16}b$`` over random a/b meets tens of thousands of state sets; past
+    ``MAX_CACHED`` they are forgotten. One automaton shared by threads gave IndexError and
+    wrong answers when another cleared them mid-search (found by a review)."""
+    monkeypatch.setattr(regex_automaton, "MAX_CACHED", 64)
+    rng = random.Random(5)
+    values = ["".join(rng.choice("ab") for _ in range(5000)) + tail for tail in ("", "b")]
+    values += [v[:-18] + "a" + "b" * 17 for v in values]
+    pattern = "a.{16}b$"
+    want = [re.search(regex.to_python(pattern), v) is not None for v in values]
+    assert True in want and False in want
+    matches = regex.Matcher(pattern)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(matches, values * 8))
+    assert got == want * 8
