@@ -35,6 +35,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from cellsight.cells.errors import (
+    USERINFO,
     BadDatabaseURL,
     DatabaseMissing,
     DatabaseUnavailable,
@@ -70,8 +71,13 @@ def parse_url(url: str) -> sa.URL:
         raise BadDatabaseURL(str(url), "empty URL")
     try:
         parsed = sa.make_url(url.strip())
-    except (sa.exc.ArgumentError, ValueError):  # ValueError: a port that is no number
+    except sa.exc.ArgumentError:
         raise BadDatabaseURL(url, "not a URL of the form dialect[+driver]://…") from None
+    except ValueError:  # SQLAlchemy's int() of what it took for the port
+        raise BadDatabaseURL(url, _host_or_port_problem(url)) from None
+    if parsed.port is not None and not 0 <= parsed.port <= 65535:
+        # SQLAlchemy takes any integer: the driver refused it later, as a server down.
+        raise BadDatabaseURL(url, "Port out of range 0-65535")
     backend = parsed.get_backend_name()
     if backend not in DRIVERS:
         raise BadDatabaseURL(
@@ -102,6 +108,20 @@ def parse_url(url: str) -> sa.URL:
     if backend in ("mysql", "mariadb") and "charset" not in parsed.query:
         parsed = parsed.update_query_dict({"charset": "utf8mb4"})
     return parsed
+
+
+def _host_or_port_problem(url: str) -> str:
+    """Why SQLAlchemy could not read ``url``'s host or port, in the words urllib uses
+    for the bus and search URLs too ("Invalid IPv6 URL", "Port could not be cast…").
+    The user info is cut off first, as SQLAlchemy reads it: never part of a password."""
+    scheme, _, rest = url.strip().partition("://")
+    if (userinfo := USERINFO.match(rest)) is not None:
+        rest = rest[userinfo.end() :]
+    try:
+        urlsplit(f"{scheme}://{rest}").port  # noqa: B018 - the port is parsed on first use
+    except ValueError as exc:
+        return str(exc)
+    return "the host or port does not parse (a port is a number, an IPv6 host is in [ ])"
 
 
 def create_engine(

@@ -6,11 +6,17 @@ line and an API can return it as is. ``reason`` is a short machine label.
 
 from __future__ import annotations
 
+import re
+
 import sqlalchemy as sa
 from pydantic import ValidationError
 
 from cellsight.notifications.errors import brief
 from cellsight.notifications.registry import describe_location
+
+# A database URL's user info as SQLAlchemy's grammar reads it: a password runs to the
+# first "@" and may hold "/" or ":".
+USERINFO = re.compile(r"[^:/]*(?::[^@]*)?@")
 
 
 def safe_url(url: str | sa.URL) -> str:
@@ -20,8 +26,15 @@ def safe_url(url: str | sa.URL) -> str:
     try:
         return sa.make_url(url).render_as_string(hide_password=True)
     except Exception:
-        # Unparseable URLs cannot be split reliably; cut anything after a colon+at.
-        return url.split("@", 1)[-1] if "@" in url else url
+        # Unparseable URLs cannot be split reliably: the user info is found as
+        # SQLAlchemy's grammar reads it and its password masked, the rest shown as given.
+        scheme, sep, rest = url.partition("://")
+        if not sep:
+            return url.split("@", 1)[-1] if "@" in url else url
+        if (userinfo := USERINFO.match(rest)) is None:
+            return f"{scheme}://***@{rest.rpartition('@')[2]}" if "@" in rest else url
+        user, colon, _ = rest[: userinfo.end() - 1].partition(":")
+        return f"{scheme}://{user}{':***' if colon else ''}@{rest[userinfo.end() :]}"
 
 
 class CellsError(Exception):

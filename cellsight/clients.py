@@ -21,7 +21,7 @@ from cellsight.indexer.engines.http_errors import redact_url
 from cellsight.notifications import queues
 from cellsight.notifications.bus import Bus, BusError, open_bus
 from cellsight.notifications.notifier import Notifier
-from cellsight.settings import Settings
+from cellsight.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
     from cellsight.indexer.consumer import ConsumerConfig
@@ -67,6 +67,30 @@ def check_bus_url(url: str) -> None:
                 seconds = math.nan
             if not (math.isfinite(seconds) and seconds >= 0):
                 raise BadBusURL(f"bus URL {shown}: heartbeat {value!r} is not a number of seconds")
+
+
+def check_urls(settings: Settings) -> None:
+    """``ConfigError`` naming the first URL setting its client would refuse, by the same
+    check that client runs when it is built (messages mask the password): the bus URL's
+    transport, host, port and heartbeat, the search URL's scheme, host and port, the API
+    database URL. Run where the settings are read, so that every command refuses a bad
+    URL as a bad setting, whether it uses that client or not."""
+    from cellsight.cells.database import parse_url
+    from cellsight.cells.errors import BadDatabaseURL
+    from cellsight.indexer.engines import UnsupportedEngineURL, check_url
+
+    checks: list[tuple[str, str | None, Callable[[str], object]]] = [
+        ("bus_url", settings.bus_url, check_bus_url),
+        ("search_url", settings.search_url, check_url),
+        ("api_db_url", settings.api_db_url, parse_url),
+    ]
+    for name, url, check in checks:
+        if url is None:
+            continue
+        try:
+            check(url)
+        except (BadBusURL, UnsupportedEngineURL, BadDatabaseURL) as exc:
+            raise ConfigError(f"invalid setting {name} (CELLSIGHT_{name.upper()}): {exc}") from None
 
 
 def build_bus(settings: Settings) -> Bus:

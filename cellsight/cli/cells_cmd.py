@@ -24,8 +24,12 @@ app = typer.Typer(
 def _check_sqlite_directory(db_url: str, create: bool) -> None:
     """A SQLite path in a directory that does not exist is a typo more often than not."""
     from cellsight.cells.database import parse_url
+    from cellsight.cells.errors import BadDatabaseURL
 
-    parsed = parse_url(db_url)
+    try:
+        parsed = parse_url(db_url)
+    except BadDatabaseURL as exc:
+        fail(f"--db-url: {exc.message}")  # its message masks the password
     if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
         return
     parent = Path(parsed.database or "").parent

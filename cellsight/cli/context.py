@@ -53,7 +53,12 @@ class State:
         if self._settings is None:
             from cellsight.settings import load_settings
 
-            self._settings = load_settings(self.config, **self.overrides)
+            settings = load_settings(self.config, **self.overrides)
+            if settings.bus_url or settings.search_url or settings.api_db_url:
+                from cellsight.clients import check_urls
+
+                check_urls(settings)  # a URL no client could use is a bad setting
+            self._settings = settings
             if "log_level" in self._settings.model_fields_set:
                 import logging
 

@@ -13,7 +13,7 @@ import os
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
 from cellsight.indexer.engines.http import redact_url
@@ -21,7 +21,7 @@ from cellsight.indexer.engines.http import redact_url
 if TYPE_CHECKING:
     from email.message import Message
 
-__all__ = ["UnsupportedEngineURL", "build_engine", "detect_distribution"]
+__all__ = ["UnsupportedEngineURL", "build_engine", "check_url", "detect_distribution"]
 
 SCHEMES = ("http", "https")
 
@@ -53,13 +53,10 @@ def build_engine(
     return ElasticsearchEngine(url, prefix=prefix, timeout=timeout)
 
 
-def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
-    """``"elasticsearch"`` or ``"opensearch"``, from the cluster's root endpoint.
-
-    Raises ``UnsupportedEngineURL`` for a scheme other than http(s),
-    ``EngineUnavailable`` when nothing answers there, and ``EngineError`` when what
-    answers is neither (or refuses to say).
-    """
+def check_url(url: str) -> SplitResult:
+    """``url`` split, or ``UnsupportedEngineURL`` saying what is wrong with it (the
+    password masked): not http(s), no host, a host or port that does not parse. The
+    settings check ``search_url`` with it; ``detect_distribution`` again before use."""
     shown = redact_url(url)
     try:
         parts = urlsplit(url)
@@ -72,7 +69,20 @@ def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
             "of an Elasticsearch 8/9 or OpenSearch 2/3 cluster, or nothing for the "
             "embedded engine"
         )
-    host = parts.hostname if ":" not in parts.hostname else f"[{parts.hostname}]"
+    return parts
+
+
+def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
+    """``"elasticsearch"`` or ``"opensearch"``, from the cluster's root endpoint.
+
+    Raises ``UnsupportedEngineURL`` for a scheme other than http(s),
+    ``EngineUnavailable`` when nothing answers there, and ``EngineError`` when what
+    answers is neither (or refuses to say).
+    """
+    shown = redact_url(url)
+    parts = check_url(url)
+    hostname = parts.hostname or ""  # check_url refused a URL without one
+    host = hostname if ":" not in hostname else f"[{hostname}]"
     netloc = f"{host}:{parts.port}" if parts.port else host
     root = f"{parts.scheme}://{netloc}{parts.path.rstrip('/')}/"
     headers = {"Accept": "application/json"}

@@ -3,8 +3,11 @@ bracket, a port past 65535 or not a number, a heartbeat that is no number) faile
 inside as ``internal error: ValueError`` with exit 1, for the bus, the search engine and
 the API database; and a registered cell whose stored URL was edited into one ended
 every command that reads the cells (and made the API's listing a 500), where an
-unreachable cell is skipped and named. A bad setting is now a usage error naming it
-(the password masked); such a cell is down, as an unreachable one is."""
+unreachable cell is skipped and named. A bad setting is now a usage error naming the
+setting (CELLSIGHT_BUS_URL, CELLSIGHT_SEARCH_URL, CELLSIGHT_API_DB_URL) or the option
+(--db-url), the URL as given with its password masked, and what urllib says is wrong
+with its host or port (a database port past 65535 was taken, and refused by the driver
+as if the server were down); such a cell is down, as an unreachable one is."""
 
 from __future__ import annotations
 
@@ -17,11 +20,13 @@ from fastapi.testclient import TestClient
 from cellsight.api.app import create_app
 from cellsight.api.headers import SKIPPED_CELLS
 from cellsight.cli.errors import USAGE
+from cellsight.clients import BadBusURL, check_bus_url
 from tests.cli.test_cli_errors import SECRET, assert_one_line_error, cellsight
 from tests.support.api_world import ADMIN, api_settings, build_world
 
 RABBIT = f"amqp://guest:{SECRET}@127.0.0.1"
 BROKEN = "postgresql://postgres@[::1/x"
+BOOT = ["ops", "boot", "--name", "m", "--flavor", "m1.tiny", "--project", "p", "--user", "u"]
 
 
 @pytest.mark.parametrize(
@@ -29,6 +34,7 @@ BROKEN = "postgresql://postgres@[::1/x"
     [
         (f"{RABBIT}:99999//", "Port out of range"),
         ("amqp://[::1", "Invalid IPv6 URL"),
+        (f"amqp://guest:{SECRET}@[::1", "Invalid IPv6 URL"),
         (f"{RABBIT}:abc//", "Port could not be cast"),
         (f"{RABBIT}:5672//?heartbeat=abc", "heartbeat 'abc' is not a number of seconds"),
         (f"{RABBIT}:5672//?heartbeat=-1", "heartbeat '-1' is not a number of seconds"),
@@ -37,7 +43,18 @@ BROKEN = "postgresql://postgres@[::1/x"
 )
 def test_a_bus_url_that_does_not_parse_is_a_usage_error(tmp_path: Path, url: str, why: str) -> None:
     result = cellsight(tmp_path / "d", "dlq", "list", env={"CELLSIGHT_BUS_URL": url})
-    assert_one_line_error(result, USAGE, "bus URL", why)
+    assert_one_line_error(result, USAGE, "CELLSIGHT_BUS_URL", "bus URL", why)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [BOOT, ["outbox", "relay"], ["indexer"], ["cells", "list"]],
+)
+def test_every_command_names_the_bad_bus_setting(tmp_path: Path, command: list[str]) -> None:
+    # Refused where the settings are read, before any command opens anything.
+    env = {"CELLSIGHT_BUS_URL": f"{RABBIT}:99999//"}
+    result = cellsight(tmp_path / "d", *command, env=env)
+    assert_one_line_error(result, USAGE, "CELLSIGHT_BUS_URL", "Port out of range")
 
 
 @pytest.mark.parametrize(
@@ -47,31 +64,61 @@ def test_a_bus_url_that_does_not_parse_is_a_usage_error(tmp_path: Path, url: str
         (f"http://elastic:{SECRET}@[::1", "Invalid IPv6 URL"),
         ("http://127.0.0.1:99999", "Port out of range"),
         ("http://127.0.0.1:abc", "Port could not be cast"),
+        (f"http://elastic:{SECRET}@127.0.0.1:abc", "Port could not be cast"),
     ],
 )
 def test_a_search_url_that_does_not_parse_is_a_usage_error(
     tmp_path: Path, url: str, why: str
 ) -> None:
     result = cellsight(tmp_path / "d", "index", "status", env={"CELLSIGHT_SEARCH_URL": url})
-    assert_one_line_error(result, USAGE, "search engine URL", why)
+    assert_one_line_error(result, USAGE, "CELLSIGHT_SEARCH_URL", "search engine URL", why)
 
 
-@pytest.mark.parametrize("url", [BROKEN, "postgresql://postgres@127.0.0.1:abc/x"])
-def test_an_api_database_url_with_a_bad_port_is_a_usage_error(tmp_path: Path, url: str) -> None:
+DATABASE_URLS = [
+    (BROKEN, "Invalid IPv6 URL"),
+    (f"postgresql://postgres:{SECRET}@[::1/x", "Invalid IPv6 URL"),
+    ("postgresql://postgres@127.0.0.1:abc/x", "Port could not be cast"),
+    (f"postgresql://postgres:{SECRET}@127.0.0.1:abc/x", "Port could not be cast"),
+    ("mysql+pymysql://root@127.0.0.1:abc/x", "Port could not be cast"),
+    # SQLAlchemy reads a password up to the first "@", "/" and ":" in it too (urllib
+    # would take its start for the host): never shown.
+    (f"postgresql://postgres:{SECRET}/:x@127.0.0.1:5x/x", "Port could not be cast"),
+    # SQLAlchemy takes any integer: the driver refused it later, as an unreachable server.
+    ("postgresql://postgres@127.0.0.1:99999/x", "Port out of range"),
+    ("mysql+pymysql://root@127.0.0.1:99999/x", "Port out of range"),
+]
+
+
+@pytest.mark.parametrize(("url", "why"), DATABASE_URLS)
+def test_an_api_database_url_with_a_bad_host_or_port_is_a_usage_error(
+    tmp_path: Path, url: str, why: str
+) -> None:
     result = cellsight(tmp_path / "d", "cells", "list", env={"CELLSIGHT_API_DB_URL": url})
-    assert_one_line_error(result, USAGE, "database URL", "not a URL of the form")
-    add = cellsight(tmp_path / "d", "cells", "add", "--name", "c", "--db-url", url)
-    assert_one_line_error(add, USAGE, "database URL", "not a URL of the form")
+    # The URL as given (its scheme too), the password masked.
+    scheme = url.partition("://")[0]
+    err = assert_one_line_error(result, USAGE, "CELLSIGHT_API_DB_URL", f"'{scheme}://", why)
+    assert "not a URL of the form" not in err
 
 
-@pytest.fixture(scope="module")
-def one_cell_broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.mark.parametrize(("url", "why"), DATABASE_URLS)
+def test_cells_add_names_a_db_url_with_a_bad_host_or_port(
+    tmp_path: Path, url: str, why: str
+) -> None:
+    add = cellsight(tmp_path / "d", "cells", "add", "--name", "newc", "--db-url", url)
+    assert_one_line_error(add, USAGE, "--db-url", f"'{url.partition('://')[0]}://", why)
+
+
+@pytest.fixture(scope="module", params=[BROKEN, "foo"], ids=["bad-port", "not-a-url"])
+def one_cell_broken(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     data = tmp_path_factory.mktemp("broken") / "data"
     seed = cellsight(data, "cells", "seed", "--cells", "2", "--instances", "10")
     assert seed.returncode == 0, seed.stderr
     with sqlite3.connect(data / "api.db") as conn:
         conn.execute(
-            "UPDATE cell_mappings SET database_connection = ? WHERE name = 'cell1'", (BROKEN,)
+            "UPDATE cell_mappings SET database_connection = ? WHERE name = 'cell1'",
+            (request.param,),
         )
     return data
 
@@ -83,10 +130,8 @@ def one_cell_broken(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["query", "node", "name"], "cells that did not answer"),
         (["nodes", "refresh"], "cells that did not answer: cell1"),
         (["outbox", "status"], "cell1: unavailable"),
-        (
-            ["ops", "boot", "--name", "m", "--flavor", "m1.tiny", "--project", "p", "--user", "u"],
-            "",
-        ),
+        (["cells", "list", "--counts"], "unavailable"),
+        (BOOT, "skipping cell cell1"),
     ],
 )
 def test_a_cell_with_an_unusable_stored_url_is_skipped_and_named(
@@ -100,13 +145,28 @@ def test_a_cell_with_an_unusable_stored_url_is_skipped_and_named(
         assert "cell1;uuid=" in result.stdout + result.stderr
 
 
-def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "command", [["outbox", "relay"], ["cells", "add-host", "--cell", "cell1", "--host", "h1"]]
+)
+def test_what_needs_the_broken_cell_fails_naming_it(
+    one_cell_broken: Path, command: list[str]
+) -> None:
+    # As with an unreachable cell: a runtime failure (exit 1) that names the cell.
+    result = cellsight(one_cell_broken, *command)
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "internal error" not in result.stderr
+    assert "cell1" in result.stdout + result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+@pytest.mark.parametrize("url", [BROKEN, "foo", "postgresql://postgres@127.0.0.1:99999/x"])
+def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path, url: str) -> None:
     world = build_world(tmp_path / "w", "sqlite")
     broken = world.registry.list_cells()[0]
     with world.registry.api_engine.begin() as conn:
         conn.exec_driver_sql(
             "UPDATE cell_mappings SET database_connection = ? WHERE uuid = ?",
-            (BROKEN, broken.uuid),
+            (url, broken.uuid),
         )
     app = create_app(api_settings(tmp_path), registry=world.registry)
     with TestClient(app) as client:
@@ -115,3 +175,25 @@ def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path) 
     assert f"uuid={broken.uuid};reason=error" in listing.headers[SKIPPED_CELLS]
     assert listing.json()["servers"]
     world.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "amqp://guest:guest@h1:5672;amqp://guest:guest@h2:5672",  # kombu's failover list
+        "sentinel://h1:26379;sentinel://h2:26379",
+        "amqps://u:p@[::1]:5671//?ssl=1&heartbeat=30",
+        "redis://localhost",
+        "redis+socket:///tmp/redis.sock",
+        "memory://",
+    ],
+)
+def test_the_bus_urls_kombu_reads_pass_the_check(url: str) -> None:
+    """A review found the first check refused failover lists (``urlsplit`` read the
+    whole list as one URL, its port "5672;amqp:")."""
+    check_bus_url(url)
+
+
+def test_each_url_of_a_failover_list_is_checked() -> None:
+    with pytest.raises(BadBusURL, match="h2:abc"):
+        check_bus_url("amqp://h1:5672;amqp://h2:abc")
