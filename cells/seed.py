@@ -8,33 +8,31 @@ rows are in, and cells loaded in parallel worker processes (the work is CPU-boun
 Python; threads would share one GIL).
 
 Ordering: loaded serially (one cell, or with ``--notify``), each chunk's instance
-mappings are written before its rows, as boot does. Loaded in parallel, a worker
-returns its cell's mappings and the parent writes them after the rows. Either way a
-failed seed leaves what it had written: seeding is a bulk tool for new cells.
+mappings are written before its rows, as boot does. Loaded in parallel
+(``seed_workers``), a worker returns its cell's mappings and the parent writes them
+after the rows. Either way a cell is registered before its load (its mappings refer to
+it), so a seed that fails or is interrupted undoes what it made (``seed_undo``): a
+rerun starts clean and the demo does not take a partial seed for its data.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue as queuelib
 import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from multiprocessing.queues import Queue as ProcessQueue
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from cellsight.cells import bulk, outbox
-from cellsight.cells.database import create_database, create_engine, parse_url
+from cellsight.cells.database import create_database, parse_url
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
@@ -73,8 +71,14 @@ class SeedReport:
         return self.instances / self.seconds if self.seconds > 0 else 0.0
 
 
-def _cell_names(registry: CellRegistry, prefix: str, count: int) -> list[str]:
+def _cell_names(
+    registry: CellRegistry, prefix: str, count: int, files_in: Path | None = None
+) -> list[str]:
+    """The next free names; with ``files_in``, also free of a ``NAME.db`` there: one no
+    cell uses (left by a seed that was killed) is not this run's to fill or remove."""
     taken = {cell.name for cell in registry.list_cells()}
+    if files_in is not None and files_in.is_dir():
+        taken |= {path.stem for path in files_in.glob("*.db")}
     names: list[str] = []
     index = 1
     while len(names) < count:
@@ -154,7 +158,8 @@ def _seed(
     started = time.perf_counter()
     ordinal = len(registry.list_cells())
     jobs: list[CellJob] = []
-    for index, name in enumerate(_cell_names(registry, name_prefix, cells)):
+    names = _cell_names(registry, name_prefix, cells, None if db_urls else cells_dir)
+    for index, name in enumerate(names):
         url = db_urls[index] if db_urls else f"sqlite:///{(cells_dir / f'{name}.db').resolve()}"
         made.database(registry, url)
         create_database(url, connect_timeout=registry.engines.connect_timeout)
@@ -180,7 +185,9 @@ def _seed(
         big = instances_per_cell >= PARALLEL_MIN_INSTANCES and publisher is None
         workers = min(len(jobs), os.cpu_count() or 1) if big else 1
     if workers > 1 and publisher is None:
-        _load_parallel(registry, jobs, workers, report, progress)
+        from cellsight.cells.seed_workers import load_parallel  # it imports this module
+
+        load_parallel(registry, jobs, workers, report, progress)
     else:
         for job in jobs:
             load_cell(
@@ -299,73 +306,3 @@ def _insert_rows(
 def _announce(cell_uuid: str, publisher_id: str, rows: list[dict[str, Any]]) -> list[Notification]:
     end = "instance.create.end"
     return [Notification.create(end, publisher_id, create_payload(r, cell_uuid)) for r in rows]
-
-
-# ----------------------------------------------------------------- worker processes
-
-_progress_queue: ProcessQueue[int] | None = None
-
-
-def _init_worker(progress_queue: ProcessQueue[int]) -> None:
-    global _progress_queue
-    _progress_queue = progress_queue
-
-
-def _work(job: CellJob) -> tuple[Tuples, SeedReport]:
-    engine = create_engine(job.url)
-    report = SeedReport()
-    try:
-        queue = _progress_queue
-        mappings = load_cell(job, engine, None, report, queue.put if queue is not None else None)
-    finally:
-        engine.dispose()
-    return mappings, report
-
-
-def _load_parallel(
-    registry: CellRegistry,
-    jobs: list[CellJob],
-    workers: int,
-    report: SeedReport,
-    progress: Progress | None,
-) -> None:
-    # spawn, not fork: the parent holds database connections and maybe threads.
-    context = multiprocessing.get_context("spawn")
-    progress_queue: ProcessQueue[int] = context.Queue()
-
-    def drain() -> None:
-        while True:
-            try:
-                n = progress_queue.get_nowait()
-            except queuelib.Empty:
-                return
-            if progress is not None:
-                progress(n)
-
-    with ProcessPoolExecutor(
-        workers, mp_context=context, initializer=_init_worker, initargs=(progress_queue,)
-    ) as pool:
-        pending: set[Future[tuple[Tuples, SeedReport]]] = {pool.submit(_work, j) for j in jobs}
-        try:
-            with bulk.loading(registry.api_engine) as api:
-                while pending:
-                    finished, pending = wait(pending, timeout=0.1, return_when=FIRST_COMPLETED)
-                    drain()
-                    for future in finished:
-                        mappings, part = future.result()
-                        mappings.sort()  # uuid order: the mapping indexes grow at one end
-                        for i in range(0, len(mappings), 50_000):
-                            with api.begin():
-                                bulk.insert(
-                                    api,
-                                    instance_mappings,
-                                    bulk.MAPPING_COLUMNS,
-                                    mappings[i : i + 50_000],
-                                )
-                        report.mappings += len(mappings)
-                        report.instances += part.instances
-                        report.compute_nodes += part.compute_nodes
-        except BaseException:
-            pool.shutdown(cancel_futures=True)
-            raise
-    drain()

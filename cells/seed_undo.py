@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import sqlalchemy as sa
 
@@ -61,6 +64,10 @@ class Made:
 
     def undo(self, registry: CellRegistry) -> None:
         """Best effort, each part on its own: one that fails is logged, the rest done."""
+        with signals_held():
+            self._undo(registry)
+
+    def _undo(self, registry: CellRegistry) -> None:
         uuids = [c.uuid for c in self.cells]
         if uuids:
             with (
@@ -90,3 +97,25 @@ def _logged(what: str) -> Iterator[None]:
         yield
     except Exception as exc:  # the seed's own error is the one reported
         log.warning("seed clean-up: could not %s: %s", what, exc)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[Callable[[], bool]]:
+    """Count SIGINT and SIGTERM rather than raise them, for a clean-up that must finish;
+    yields whether one came. The command is already on its way out as interrupted or
+    failed, so a held signal has nothing more to say and is dropped afterwards."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False  # only the main thread gets signals (or can set handlers)
+        return
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(caught)
+    finally:
+        for sig, handler in previous.items():
+            # None: a handler installed from C, which Python cannot put back.
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

@@ -219,6 +219,7 @@ def seed(
     )
 
     from cellsight.cells.seed import seed as seed_cells
+    from cellsight.cli.interrupts import terminate_as_interrupt
 
     if db_url and len(db_url) != cells:
         fail(
@@ -226,7 +227,7 @@ def seed(
             "(or none: SQLite files in the data directory)"
         )
     settings = settings_of(ctx)
-    with open_registry(ctx) as registry, ExitStack() as stack:
+    with terminate_as_interrupt(), open_registry(ctx) as registry, ExitStack() as stack:
         publisher = None
         if notify:
             from cellsight.clients import build_notifier  # the bus is only needed here

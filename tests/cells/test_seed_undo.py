@@ -7,6 +7,8 @@ the same every run."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -118,3 +120,36 @@ def test_a_failed_seed_leaves_a_sqlite_file_it_did_not_create(tmp_path: Path) ->
     assert theirs.exists()
     assert registry.list_cells() == []
     registry.close()
+
+
+def test_a_second_ctrl_c_during_the_undo_waits_until_it_is_done(
+    registry: CellRegistry,
+    make_database: DatabaseFactory,
+    dialect: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An impatient second Ctrl-C, raised halfway through the undo, left the cells
+    unregistered but their files and tables in place."""
+    urls = [make_database(dialect)]
+    interrupted: list[int] = []
+    dispose = registry.engines.dispose
+
+    def pressed_again() -> None:
+        if interrupted and len(interrupted) < 2:
+            interrupted.append(2)
+            os.kill(os.getpid(), signal.SIGINT)  # between unregistering and removing
+        dispose()
+
+    def progress(_: int) -> None:
+        interrupted.append(1)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry.engines, "dispose", pressed_again)
+    with pytest.raises(KeyboardInterrupt):
+        seed(
+            registry, cells=1, instances_per_cell=40, cells_dir=tmp_path, db_urls=urls,
+            chunk_size=20, now=NOW, workers=1, progress=progress,
+        )  # fmt: skip
+    assert interrupted == [1, 2]
+    made_nothing(registry, urls, dialect)
