@@ -8,11 +8,9 @@ the type holds the lock; 130 interrupted (cleaned up as a failure).
 from __future__ import annotations
 
 import json
-import signal
 import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from types import FrameType
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,6 +19,7 @@ from rich.markup import escape
 from cellsight.cli.bounds import MAX_CHUNK, MAX_KEEP_OLD, MAX_WORKERS
 from cellsight.cli.context import console, err_console, fail, settings_of
 from cellsight.cli.index_status_cmd import clients
+from cellsight.cli.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
     from cellsight.cli.progress import PlainProgress, RichProgress
@@ -36,21 +35,6 @@ def _progress(as_json: bool) -> AbstractContextManager[RichProgress | PlainProgr
     from cellsight.cli.progress import progress_for
 
     return progress_for(console, as_json)
-
-
-@contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM cleans up like Ctrl-C: a sync's half-built index goes and the aliases
-    come back; a verify stops its cells and releases its lock."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _resource(value: str) -> str:
@@ -93,7 +77,7 @@ def index_sync(
     code, report = 0, None
     with clients(settings) as (engine, registry):
         try:
-            with _terminate_as_interrupt(), _progress(as_json) as progress:
+            with terminate_as_interrupt(), _progress(as_json) as progress:
                 report = run_sync(
                     engine,
                     registry,
@@ -157,7 +141,7 @@ def index_verify(
     with clients(settings_of(ctx)) as (engine, registry):
         try:
             for name in resources:
-                with _terminate_as_interrupt(), _progress(as_json) as progress:
+                with terminate_as_interrupt(), _progress(as_json) as progress:
                     report = verify_resource(
                         engine,
                         registry,

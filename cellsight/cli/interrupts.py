@@ -11,8 +11,9 @@ from types import FrameType
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """Within the block SIGTERM raises KeyboardInterrupt: a service manager's or
-    ``timeout``'s stop undoes a half-made seed as Ctrl-C does, where it killed the
-    command with its cells registered half-loaded."""
+    ``timeout``'s stop cleans up as Ctrl-C does. A seed undoes what it made (it was
+    killed with its cells registered half-loaded); a sync's half-built index goes and
+    the aliases come back; a verify stops its cells and releases its lock."""
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
