@@ -110,6 +110,17 @@ def parse_url(url: str) -> sa.URL:
     return parsed
 
 
+def missing_directory(url: str) -> Path | None:
+    """The directory a SQLite file URL names that does not exist (None for other URLs,
+    ``file:`` URIs, and files whose directory is there). A path in a missing directory
+    is a typo more often than not: the commands that would create it ask first."""
+    parsed = parse_url(url)
+    if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
+        return None
+    parent = Path(parsed.database or "").parent
+    return None if parent.is_dir() else parent
+
+
 def _host_or_port_problem(url: str) -> str:
     """Why SQLAlchemy could not read ``url``'s host or port, in the words urllib uses
     for the bus and search URLs too ("Invalid IPv6 URL", "Port could not be cast…").

@@ -99,9 +99,12 @@ def pending(conn: sa.Connection) -> int:
 
 
 def ensure_tables(engine: sa.Engine) -> None:
-    """Create the outbox tables in a cell created before they existed."""
-    outbox.create(engine, checkfirst=True)
-    outbox_lease.create(engine, checkfirst=True)
+    """Create the outbox tables in a cell created before they existed. Through
+    ``connect``, so a cell that cannot be reached is ``DatabaseUnavailable`` here as in
+    every other read of it (``outbox status`` named the driver's error and stopped)."""
+    with connect(engine) as conn, conn.begin():
+        outbox.create(conn, checkfirst=True)
+        outbox_lease.create(conn, checkfirst=True)
 
 
 def subject(notification: Notification) -> str:

@@ -75,7 +75,7 @@ def check_urls(settings: Settings) -> None:
     transport, host, port and heartbeat, the search URL's scheme, host and port, the API
     database URL. Run where the settings are read, so that every command refuses a bad
     URL as a bad setting, whether it uses that client or not."""
-    from cellsight.cells.database import parse_url
+    from cellsight.cells.database import missing_directory, parse_url
     from cellsight.cells.errors import BadDatabaseURL
     from cellsight.indexer.engines import UnsupportedEngineURL, check_url
 
@@ -91,6 +91,13 @@ def check_urls(settings: Settings) -> None:
             check(url)
         except (BadBusURL, UnsupportedEngineURL, BadDatabaseURL) as exc:
             raise ConfigError(f"invalid setting {name} (CELLSIGHT_{name.upper()}): {exc}") from None
+    # The API database is created on first use, its directory not: a typo there would be
+    # a new, empty registry ("no cells registered") rather than an error.
+    if settings.api_db_url is not None and (parent := missing_directory(settings.api_db_url)):
+        raise ConfigError(
+            f"invalid setting api_db_url (CELLSIGHT_API_DB_URL): directory {parent} does not "
+            "exist (make it, or unset the setting for the default in the data directory)"
+        )
 
 
 def build_bus(settings: Settings) -> Bus:

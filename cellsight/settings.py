@@ -16,7 +16,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AfterValidator, Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -61,6 +61,32 @@ MAX_SECONDS = 7 * 24 * 3600
 Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
 # AMQP's basic.qos prefetch_count is a 16-bit field.
 MAX_PREFETCH = 65_535
+AMQP_NAME_BYTES = 255  # an exchange or queue name is an AMQP shortstr
+
+
+def _amqp_name(value: str) -> str:
+    """1 to 255 bytes of UTF-8, as the broker takes them. A bound in characters let 200
+    "é"s (400 bytes) through, and the broker refused the name at the first declare.
+    Empty: the broker would name the queue itself, durable and bound, collecting what
+    nothing consumes."""
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:  # bytes that were not UTF-8 in the environment
+        raise PydanticCustomError("amqp_name_utf8", "is not valid UTF-8") from None
+    if not size:
+        raise PydanticCustomError(
+            "amqp_name_empty", "must not be empty (the broker would name the queue itself)"
+        )
+    if size > AMQP_NAME_BYTES:
+        raise PydanticCustomError(
+            "amqp_name_length",
+            "is {size} bytes of UTF-8; an AMQP name holds at most {limit}",
+            {"size": size, "limit": AMQP_NAME_BYTES},
+        )
+    return value
+
+
+AmqpName = Annotated[str, AfterValidator(_amqp_name)]
 
 
 class ConfigError(Exception):
@@ -95,13 +121,9 @@ class Settings(BaseSettings):
         description="amqp://… in production (`?heartbeat=N`: AMQP heartbeats, which the"
         " indexer and the API's node listener send); default: embedded Redis",
     )
-    # AMQP names are 1 to 255 bytes here: an empty queue name asks the broker for a
-    # server-named one, durable and bound, which collects what nothing consumes.
-    exchange: str = Field(
+    exchange: AmqpName = Field(
         "nova",
-        min_length=1,
-        max_length=255,
-        description="Topic exchange Nova publishes notifications to",
+        description="Topic exchange Nova publishes notifications to (1 to 255 bytes of UTF-8)",
     )
     publisher_id: str = Field(
         "cellsight-ops",
@@ -129,23 +151,17 @@ class Settings(BaseSettings):
     )
 
     # Indexer.
-    indexer_queue: str = Field(
+    indexer_queue: AmqpName = Field(
         "cellsight.indexer",
-        min_length=1,
-        max_length=255,
-        description="The indexer's queue; one per indexer deployment",
+        description="The indexer's queue; one per indexer deployment (1 to 255 bytes of UTF-8)",
     )
-    dead_letter_exchange: str = Field(
+    dead_letter_exchange: AmqpName = Field(
         "cellsight.dlx",
-        min_length=1,
-        max_length=255,
-        description="Where undecodable or rejected messages go",
+        description="Where undecodable or rejected messages go (1 to 255 bytes of UTF-8)",
     )
-    dead_letter_queue: str = Field(
+    dead_letter_queue: AmqpName = Field(
         "cellsight.dlq",
-        min_length=1,
-        max_length=255,
-        description="Queue of dead letters (`cellsight dlq list|replay`)",
+        description="Queue of dead letters (`cellsight dlq list|replay`) (1 to 255 bytes of UTF-8)",
     )
     batch_count: int = Field(
         1000, ge=1, le=1_000_000, description="Indexer: flush a batch at this many messages"

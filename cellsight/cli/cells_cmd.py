@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from contextlib import ExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cellsight.cli.bounds import INT_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
 from cellsight.cli.context import console, fail, open_registry, operations, settings_of
+from cellsight.cli.errors import RUNTIME
 
 if TYPE_CHECKING:
     pass
@@ -23,17 +23,14 @@ app = typer.Typer(
 
 def _check_sqlite_directory(db_url: str, create: bool) -> None:
     """A SQLite path in a directory that does not exist is a typo more often than not."""
-    from cellsight.cells.database import parse_url
+    from cellsight.cells.database import missing_directory
     from cellsight.cells.errors import BadDatabaseURL
 
     try:
-        parsed = parse_url(db_url)
+        parent = missing_directory(db_url)
     except BadDatabaseURL as exc:
         fail(f"--db-url: {exc.message}")  # its message masks the password
-    if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
-        return
-    parent = Path(parsed.database or "").parent
-    if not parent.is_dir() and not create:
+    if parent is not None and not create:
         fail(f"--db-url {db_url}: directory {parent} does not exist (--create makes it)")
 
 
@@ -168,20 +165,25 @@ def add_host(
 ) -> None:
     """Register a compute node in a cell, for the scheduler to place instances on (its
     ``compute_node.update`` goes through the cell's outbox, as every operation's)."""
+    from cellsight.cells.errors import DatabaseUnavailable
     from cellsight.cells.nodeevents import register_node
 
     if not host.strip():
         fail("--host: a compute node needs a non-empty host name")
     with operations(ctx) as ops:
-        node = register_node(
-            ops,
-            cell,
-            host,
-            vcpus=vcpus,
-            memory_mb=memory_mb,
-            local_gb=disk_gb,
-            availability_zone=availability_zone,
-        )
+        try:
+            node = register_node(
+                ops,
+                cell,
+                host,
+                vcpus=vcpus,
+                memory_mb=memory_mb,
+                local_gb=disk_gb,
+                availability_zone=availability_zone,
+            )
+        except DatabaseUnavailable as exc:
+            # Its message names the database; the operator asked for the cell.
+            fail(f"cell {cell}: {exc.message}", code=RUNTIME)
     console.print(
         f"added host {host} ({node.uuid}) to cell {cell}", highlight=False, soft_wrap=True
     )
@@ -207,6 +209,9 @@ def seed(
     notify: Annotated[
         bool, typer.Option("--notify", help="Publish instance.create.end for every instance")
     ] = False,
+    create: Annotated[
+        bool, typer.Option("--create", help="Create a --db-url SQLite file's missing directory")
+    ] = False,
 ) -> None:
     """Create new cells filled with a realistic spread of instances, fast."""
     from rich.progress import (
@@ -226,6 +231,8 @@ def seed(
             f"--db-url: {len(db_url)} given for --cells {cells}; give one per cell "
             "(or none: SQLite files in the data directory)"
         )
+    for url in db_url or ():
+        _check_sqlite_directory(url, create)
     settings = settings_of(ctx)
     with terminate_as_interrupt(), open_registry(ctx) as registry, ExitStack() as stack:
         publisher = None

@@ -14,6 +14,7 @@ import pytest
 
 from cellsight.cli.errors import USAGE
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight
+from tests.support.services import rabbitmq_names
 
 LONG = "n" * 256
 
@@ -97,6 +98,26 @@ def test_an_action_with_a_value_nova_refuses_is_a_usage_error_and_changes_nothin
 def test_an_empty_exchange_or_queue_name_is_a_usage_error(tmp_path: Path, setting: str) -> None:
     result = cellsight(tmp_path / "data", "dlq", "list", env={setting: ""})
     assert_one_line_error(result, USAGE, setting.removeprefix("CELLSIGHT_").lower())
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["CELLSIGHT_EXCHANGE", "CELLSIGHT_INDEXER_QUEUE", "CELLSIGHT_DEAD_LETTER_QUEUE"],
+)
+def test_an_amqp_name_is_bounded_in_bytes_not_characters(tmp_path: Path, setting: str) -> None:
+    # 200 characters of "é" are 400 bytes: the broker refused them at the first declare.
+    result = cellsight(tmp_path / "data", "dlq", "list", env={setting: "é" * 200})
+    assert_one_line_error(result, USAGE, setting, "is 400 bytes of UTF-8", "at most 255")
+
+
+def test_an_amqp_name_of_255_bytes_is_taken_by_rabbitmq(tmp_path: Path, rabbitmq_url: str) -> None:
+    """The bound is the broker's: 127 "é" and one "a" (255 bytes) are declared and used."""
+    queue = "é" * 127 + "a"
+    rabbitmq_names(queues=[queue])
+    env = {"CELLSIGHT_BUS_URL": rabbitmq_url, "CELLSIGHT_DEAD_LETTER_QUEUE": queue}
+    result = cellsight(tmp_path / "data", "dlq", "list", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "0 dead letter(s) shown" in result.stdout
 
 
 def test_a_taken_cell_name_creates_no_database(seeded: tuple[Path, str], tmp_path: Path) -> None:

@@ -115,3 +115,33 @@ def test_a_data_dir_that_is_a_file_is_a_usage_error(tmp_path: Path, below: str) 
     one_line_error(result, USAGE, "'--data-dir'", f"{file} is a file, not a directory")
     by_env = cellsight(tmp_path, "cells", "list", env={"CELLSIGHT_DATA_DIR": str(data)})
     one_line_error(by_env, USAGE, "data_dir", "CELLSIGHT_DATA_DIR", "is a file, not a directory")
+
+
+def test_an_api_database_in_a_missing_directory_is_a_bad_setting(tmp_path: Path) -> None:
+    """It was created, directories and all: a typo in the setting became a new, empty
+    registry ("no cells registered") instead of an error."""
+    target = tmp_path / "typo" / "deeper" / "api.db"
+    env = {"CELLSIGHT_API_DB_URL": f"sqlite:///{target}"}
+    result = cellsight(tmp_path, "--data-dir", str(tmp_path / "data"), "cells", "list", env=env)
+    missing = f"directory {target.parent} does not exist"
+    one_line_error(result, USAGE, "CELLSIGHT_API_DB_URL", missing)
+    assert not (tmp_path / "typo").exists()
+    # In a directory that is there, it is made on first use, as before.
+    target.parent.mkdir(parents=True)
+    made = cellsight(tmp_path, "--data-dir", str(tmp_path / "data"), "cells", "list", env=env)
+    assert made.returncode == 0, made.stderr
+    assert target.is_file()
+
+
+def test_seed_asks_before_making_a_db_url_directory_as_cells_add_does(tmp_path: Path) -> None:
+    target = tmp_path / "typo" / "cell.db"
+    args = ["--data-dir", str(tmp_path / "data"), "cells", "seed", "--instances", "3"]
+    refused = cellsight(tmp_path, *args, "--db-url", f"sqlite:///{target}")
+    missing = f"directory {target.parent} does not exist"
+    one_line_error(refused, USAGE, "--db-url", missing, "--create")
+    assert not target.parent.exists()
+    listed = cellsight(tmp_path, "--data-dir", str(tmp_path / "data"), "cells", "list")
+    assert "cell1" not in listed.stdout  # nothing registered either
+    made = cellsight(tmp_path, *args, "--db-url", f"sqlite:///{target}", "--create")
+    assert made.returncode == 0, made.stderr
+    assert target.is_file()

@@ -201,5 +201,9 @@ def test_a_periodic_relay_warns_in_one_line_of_a_cell_it_cannot_read(
         stop.set()
         thread.join(5)
     (line,) = {r.getMessage() for r in caplog.records if "outbox relay cell1" in r.getMessage()}
-    assert line == "outbox relay cell1: cell cell1: file is not a database"
+    # Named as every unreadable cell is (``connect``): the cell, its file, the driver's line.
+    assert line == (
+        f"outbox relay cell1: cell cell1: database 'sqlite+pysqlite:///{tmp_path / 'cell1.db'}'"
+        " is unavailable: file is not a database"
+    )
     registry.close()
