@@ -11,13 +11,13 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 from kombu import Connection, Exchange, Queue
 from kombu.exceptions import OperationalError
 from kombu.transport import resolve_transport
 
-from cellsight.indexer.engines.http_errors import redact_url
+from cellsight.indexer.engines.http_errors import redact_url, split_url
 from cellsight.notifications import queues
 from cellsight.notifications.bus import Bus, BusError, open_bus
 from cellsight.notifications.notifier import Notifier
@@ -56,8 +56,7 @@ def check_bus_url(url: str) -> None:
     for one in url.split(";"):
         shown = redact_url(one)
         try:
-            parts = urlsplit(one)
-            parts.port  # noqa: B018 - parsed on first use: past 65535, or not a number
+            parts = split_url(one)
         except ValueError as exc:
             raise BadBusURL(f"bus URL {shown}: {exc}") from None
         for value in parse_qs(parts.query).get("heartbeat", []):

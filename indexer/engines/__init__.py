@@ -13,10 +13,10 @@ import os
 import urllib.error
 import urllib.request
 from typing import TYPE_CHECKING, Any
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, unquote
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
-from cellsight.indexer.engines.http import redact_url
+from cellsight.indexer.engines.http_errors import redact_url, split_url
 
 if TYPE_CHECKING:
     from email.message import Message
@@ -59,8 +59,7 @@ def check_url(url: str) -> SplitResult:
     settings check ``search_url`` with it; ``detect_distribution`` again before use."""
     shown = redact_url(url)
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - parsed on first use: a port past 65535 or not a number
+        parts = split_url(url)
     except ValueError as exc:
         raise UnsupportedEngineURL(f"search engine URL {shown!r}: {exc}") from None
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
