@@ -85,10 +85,27 @@ def as_utc(value: datetime) -> datetime:
         ) from None
 
 
+# The exported schema's times: RFC 3339 as Nova writes it (``T``, an offset or ``Z``, up
+# to six digits of fraction), each part in its range and each date real (February 29th
+# in leap years only), none that leaves years 1..9999 in UTC (the two days at the ends
+# with an offset that could): never looser than the decoder, whether or not a validator
+# checks ``format``. ``$(?!\n)``: Python's ``$`` also matches before a final newline.
+_LEAP = r"(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)"
+_DATE = (
+    r"(?!0000)(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
+    r"|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-(?:0[1-9]|1[0-9]|2[0-8]))"
+    rf"|{_LEAP}-02-29)"
+)
+_CLOCK = r"(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,6})?"
+_OFFSET = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+_ENDS = r"(?!0001-01-01T[0-9:.]*\+(?!00:00))(?!9999-12-31T[0-9:.]*-(?!00:00))"
+TIME_SCHEMA_PATTERN = rf"^{_ENDS}{_DATE}T{_CLOCK}{_OFFSET}$(?!\n)"
+
 Timestamp = Annotated[
     datetime,
     AfterValidator(as_utc),
     PlainSerializer(format_timestamp, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time", "pattern": TIME_SCHEMA_PATTERN}),
 ]
 """A timezone-aware UTC datetime that serializes in Nova's format."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,6 +15,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from cellsight.indexer.planning import plan
+from cellsight.notifications.envelope import decode
+from cellsight.notifications.errors import NotificationError
 from cellsight.notifications.registry import REGISTRY
 from cellsight.notifications.schema import payload_schema
 from tests.notifications.test_forms import IP_TEXTS, MAC_TEXTS, TAGS, UUID_TEXTS
@@ -89,3 +92,92 @@ def test_the_generated_notifications_pass_and_a_bad_value_of_each_kind_fails() -
         lambda data: data["ip_addresses"][0]["nova_object.data"].update(mac="fa-16-3e-00-00-00"),
     ):
         assert not _agree("instance.update", 1, change)
+
+
+def _verdicts(field: str, text: str) -> tuple[bool, bool, bool]:
+    """Whether the contract (the decoder of ``notifications validate`` and the indexer)
+    takes ``text`` as the instance's ``field``, and whether the schema does, by its
+    pattern alone and with its formats checked."""
+    notification = copy.deepcopy(novagen.notification("instance.update", seed=3))
+    payload = notification["payload"]
+    payload["nova_object.data"][field] = text
+    try:
+        decode(novagen.body(notification))
+        taken = True
+    except NotificationError:
+        taken = False
+    schema = payload_schema(REGISTRY["nova", "InstanceUpdatePayload"])
+    by_pattern = Draft202012Validator(schema).is_valid(payload)
+    by_format = VALIDATORS["InstanceUpdatePayload"].is_valid(payload)
+    return taken, by_pattern, by_format
+
+
+def _time_text(moment: datetime, sep: str, digits: int, zone: str) -> str:
+    fraction = f".{moment.microsecond:06d}{'0' * max(0, digits - 6)}"[: digits + 1]
+    # %Y does not pad years below 1000 (glibc).
+    day = f"{moment.year:04d}-{moment:%m-%d}"
+    return f"{day}{sep}{moment:%H:%M:%S}{fraction if digits else ''}{zone}"
+
+
+ZONES = st.sampled_from(["Z", "z", "", "+00:00", "-00:00"]) | st.builds(
+    lambda sign, h, m: f"{sign}{h:02d}:{m:02d}",
+    st.sampled_from("+-"),
+    st.integers(0, 25),
+    st.integers(0, 61),
+)
+TIME_TEXTS = st.builds(
+    _time_text,
+    st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59, 59)),
+    st.sampled_from(["T", " ", "t"]),
+    st.integers(0, 8),
+    ZONES,
+)
+
+
+def _mutate(text: str, at: int, char: str) -> str:
+    at %= len(text) + 1
+    return text[:at] + char + text[at + 1 :]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    text=TIME_TEXTS
+    | st.builds(_mutate, TIME_TEXTS, st.integers(0, 40), st.sampled_from("0123456789:-+.TZ \n")),
+    field=st.sampled_from(["launched_at", "updated_at"]),
+)
+def test_a_time_the_schema_takes_the_contract_takes(text: str, field: str) -> None:
+    """The schema's times are never looser than the contract's decoder, with or without a
+    validator that checks ``format``. They were ``format: date-time`` alone: a validator
+    that does not check it (jsonschema without rfc3339-validator) took any string, and
+    one that does took a time before year 1 or past year 9999 in UTC and a final newline,
+    all of which the decoder refuses. The schema is stricter than the decoder where that
+    is harmless (a lower-case ``z``, seven digits of fraction: Nova writes neither). The
+    indexer also refuses a Nova payload whose times pass 2255, where its derived version
+    would not fit (README, "The version rule")."""
+    taken, by_pattern, by_format = _verdicts(field, text)
+    assert taken or not (by_pattern or by_format), text
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    moment=st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+    digits=st.sampled_from([0, 6]),
+)
+def test_novas_own_times_pass_both(moment: datetime, digits: int) -> None:
+    """Nova's form (``T``, ``Z``, no fraction or six digits) of any time: both take it."""
+    assert _verdicts("launched_at", _time_text(moment, "T", digits, "Z")) == (True, True, True)
+
+
+def test_the_times_the_schema_refuses() -> None:
+    """Fixed verdicts, so that the properties above cannot hold vacuously."""
+    for text in (
+        "2023-02-29T00:00:00Z",  # no such day
+        "2026-11-27T23:59:60Z",  # a leap second: the decoder refuses it
+        "2026-11-27T03:10:00.1234567Z",  # seven digits
+        "0001-01-01T00:30:00+01:00",  # before year 1 in UTC
+        "9999-12-31T23:59:59-01:00",  # after year 9999 in UTC
+        "2026-11-27T03:10:00Z\n",
+    ):
+        _, by_pattern, by_format = _verdicts("launched_at", text)
+        assert not by_pattern and not by_format, text
+    assert _verdicts("launched_at", "2024-02-29T12:00:00+05:30") == (True, True, True)
