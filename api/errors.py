@@ -143,6 +143,22 @@ def undecodable_parameter(query: bytes) -> str | None:
     return None
 
 
+def _with_version(request: Request, headers: dict[str, str] | None) -> dict[str, str] | None:
+    """A compute API fault carries the microversion headers, as Nova's ``Fault`` adds
+    them whenever the requested version is valid: a cache that varies on them must not
+    serve one version's error to another."""
+    from cellsight.api import microversion  # it raises this module's errors
+
+    path = request.url.path
+    if not path.startswith("/v2.1/") or "/servers" not in path:
+        return headers
+    try:
+        version = microversion.requested(request)
+    except ApiError:
+        return headers  # the version was what was wrong: Nova names none either
+    return {**microversion.response_headers(version), **(headers or {})}
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers; call once from the app factory."""
 
@@ -169,7 +185,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return fault_response(exc.status, exc.message, exc.headers)
+        return fault_response(exc.status, exc.message, _with_version(request, exc.headers))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -23,7 +23,7 @@ from cellsight.api.params import (
     MAX_REGEX_LENGTH,
     REGEX_FILTERS,
 )
-from cellsight.api.sort_params import SORT_KEYS
+from cellsight.api.sort_params import IGNORED_SORT_KEYS, SORT_KEYS
 
 SECURITY = "XAuthToken"
 _STRING = {"type": "string", "maxLength": MAX_ANY_VALUE_LENGTH}
@@ -81,8 +81,10 @@ def list_parameters() -> list[dict[str, Any]]:
         _query("marker", {"type": "string", "format": "uuid"}, "Last server of the previous page."),
         _query(
             "sort_key",
-            _array({"type": "string", "enum": sorted(SORT_KEYS)}),
-            "Repeatable; host/node are administrator-only (403).",
+            _array({"type": "string", "enum": sorted(SORT_KEYS.keys() | IGNORED_SORT_KEYS)}),
+            "Repeatable; host/node are administrator-only (403). Keys Nova ignores (id, "
+            "vcpus, …) are dropped with their sort_dir, and refused from 2.75; locked "
+            "sorts from 2.73.",
         ),
         _query("sort_dir", _array({"type": "string", "enum": ["asc", "desc"]}), "Repeatable."),
         _query(

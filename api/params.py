@@ -254,12 +254,18 @@ def parse_list_query(
     marker = _one("marker", params["marker"]).strip() if "marker" in params else None
     if marker == "":
         raise invalid_parameter("marker", "", "marker must not be empty.")
-    order = parse_order(params.get("sort_key", []), params.get("sort_dir", []), principal)
+    order = parse_order(params.get("sort_key", []), params.get("sort_dir", []), principal, version)
 
     clauses: list[Node] = []
+    addresses: list[Node] = []
     for param, field in REGEX_FILTERS.items():
         if param in params:
-            clauses.append(Regex(field, check_regex(param, _one(param, params[param]))))
+            regex = Regex(field, check_regex(param, _one(param, params[param])))
+            (addresses if param in ("ip", "ip6") else clauses).append(regex)
+    if addresses:
+        # A server with an IPv4 address matching ``ip`` or an IPv6 one matching ``ip6``:
+        # Nova's ``_ip_filter`` (and its Neutron variant) takes the union of the two.
+        clauses.append(disjunction(*addresses))
     for param, field in EXACT_FILTERS.items():
         if param in params:
             clauses.append(Compare(field, Op.EQ, _one(param, params[param])))
@@ -313,7 +319,11 @@ def parse_list_query(
             "The value of changes-since must be less than or equal to changes-before.",
         )
     if "deleted" in params:
-        explicit = parse_bool("deleted", _one("deleted", params["deleted"]))
+        # Nova's ``bool_from_string(default=False)``: a value that is no boolean lists
+        # the servers that are not deleted ("Return non-deleted servers if an invalid
+        # value is passed", ``_get_servers``), where ``locked`` and ``all_tenants`` 400.
+        value = _one("deleted", params["deleted"]).strip().lower()
+        explicit = value in _TRUE
         # Nova converts ``deleted`` first and then lets the deleted status override it
         # (``_get_servers``): ``openstack server list --status DELETED`` sends deleted=False.
         deleted = True if deleted else explicit

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from cellsight.api.auth import Principal
 from cellsight.api.errors import Forbidden, invalid_parameter
+from cellsight.api.microversion import Version
 from cellsight.query.tree import Direction, SortKey, total_order
 
-# Nova's valid sort keys → document fields. Keys Nova accepts but ignores (its
-# ``SERVER_LIST_IGNORE_SORT_KEY``), and valid keys whose data Cellsight does not hold
-# (access IPs, config drive, …), map to None: accepted and ignored.
+# Nova's valid sort keys → document fields; None for valid keys whose data Cellsight
+# does not hold (access IPs, config drive, …): accepted, sorted as if all were equal.
 SORT_KEYS: dict[str, str | None] = {
     "auto_disk_config": "auto_disk_config",
     "availability_zone": "availability_zone",
@@ -42,54 +42,80 @@ SORT_KEYS: dict[str, str | None] = {
             "launch_index",
             "locked_by",
             "root_device_name",
-            "architecture",
-            "cell_name",
-            "cleaned",
-            "default_ephemeral_device",
-            "default_swap_device",
-            "deleted",
-            "deleted_at",
-            "disable_terminate",
-            "ephemeral_gb",
-            "ephemeral_key_uuid",
-            "id",
-            "key_data",
-            "launched_on",
-            "memory_mb",
-            "os_type",
-            "reservation_id",
-            "root_gb",
-            "shutdown_terminate",
-            "user_data",
-            "vcpus",
-            "vm_mode",
         )
     ),
 }
+# Nova's ``SERVER_LIST_IGNORE_SORT_KEY``: valid before its schema validation, now
+# dropped with their sort_dir (``remove_invalid_sort_keys``); ``locked`` sorts from 2.73,
+# and from 2.75 the rest are not in the schema's enum (a 400).
+IGNORED_SORT_KEYS = frozenset(
+    (
+        "architecture",
+        "cell_name",
+        "cleaned",
+        "default_ephemeral_device",
+        "default_swap_device",
+        "deleted",
+        "deleted_at",
+        "disable_terminate",
+        "ephemeral_gb",
+        "ephemeral_key_uuid",
+        "id",
+        "key_data",
+        "launched_on",
+        "memory_mb",
+        "os_type",
+        "reservation_id",
+        "root_gb",
+        "shutdown_terminate",
+        "user_data",
+        "vcpus",
+        "vm_mode",
+        "locked",
+    )
+)
 ADMIN_SORT_KEYS = frozenset({"host", "node"})
 
 
-def parse_order(keys: list[str], dirs: list[str], principal: Principal) -> tuple[SortKey, ...]:
-    """Nova's ``get_sort_params`` + ``process_sort_params``, then ``uuid`` ascending."""
+def parse_order(
+    keys: list[str], dirs: list[str], principal: Principal, version: Version
+) -> tuple[SortKey, ...]:
+    """Nova's ``get_sort_params``, ``remove_invalid_sort_keys`` and its instance lists'
+    default order, then ``uuid`` ascending."""
+    keys = [key.strip() for key in keys]
+    dirs = [value.strip() for value in dirs]
+    ignored = IGNORED_SORT_KEYS - {"locked"} if version.at_least("2.73") else IGNORED_SORT_KEYS
+    valid = SORT_KEYS.keys() - ignored if version.at_least("2.75") else SORT_KEYS.keys() | ignored
     for key in keys:
-        if key.strip() not in SORT_KEYS:
+        if key not in valid:
             raise invalid_parameter(
-                "sort_key", key, f"sort_key must be one of: {', '.join(sorted(SORT_KEYS))}."
+                "sort_key", key, f"sort_key must be one of: {', '.join(sorted(valid))}."
             )
-        if key.strip() in ADMIN_SORT_KEYS and not principal.is_admin:
-            raise Forbidden(f"Only administrators can sort servers by {key.strip()}")
+    given = bool(keys)
+    for key in list(keys):
+        if key in ignored:
+            # Dropped with the sort_dir at its place, which shifts the ones after it.
+            at = keys.index(key)
+            if len(dirs) > at:
+                dirs.pop(at)
+            keys.pop(at)
+        elif key in ADMIN_SORT_KEYS and not principal.is_admin:
+            raise Forbidden(f"Only administrators can sort servers by {key}")
+    if given and not keys:
+        # Every key was ignored: Nova's default order, whatever the sort_dirs said.
+        return total_order((SortKey("created_at", Direction.DESC),))
     for value in dirs:
-        if value.strip() not in ("asc", "desc"):
+        if value not in ("asc", "desc"):
             raise invalid_parameter("sort_dir", value, "sort_dir must be 'asc' or 'desc'.")
     if len(dirs) > len(keys) and keys:
         raise invalid_parameter(
             "sort_dir", ",".join(dirs), "Sort direction size exceeds sort key size."
         )
-    default_dir = dirs[0].strip() if dirs else "desc"
+    default_dir = dirs[0] if dirs else "desc"
     order: list[SortKey] = []
     for i, key in enumerate(keys):
-        field = SORT_KEYS[key.strip()]
-        direction = Direction(dirs[i].strip() if i < len(dirs) else default_dir)
+        field = SORT_KEYS[key]
+        direction = Direction(dirs[i] if i < len(dirs) else default_dir)
         if field is not None and all(k.field != field for k in order):
             order.append(SortKey(field, direction))
     if not order:

@@ -51,7 +51,6 @@ def client(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Ite
         ("tags=a,,b", "tags"),
         ("not-tags-any=", "not-tags-any"),
         ("frobnicate=1", "frobnicate"),
-        ("deleted=perhaps", "deleted"),
         ("all_tenants=perhaps", "all_tenants"),
         ("user_id=" + "u" * 300, "user_id"),
     ],

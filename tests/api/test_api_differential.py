@@ -152,6 +152,7 @@ def list_request(
         ),
         ("flavor", pick(facts["flavors"])),
         ("ip", pick(["10\\.1", "^10\\.2\\.", "\\.1[0-9]$"])),
+        ("ip6", pick([":", "db8:1:", "::1"])),
         ("availability_zone", pick(["az1", "az2", "nova"])),
         ("locked", pick(["true", "false", "1", "no"])),
         ("uuid", pick(facts["uuids"])),
@@ -227,6 +228,9 @@ def test_every_path_gives_the_same_walk(
     assert [s["id"] for s in whole.json()["servers"]] == ids, "a walk skipped or reordered"
 
 
+AT_273 = {"X-OpenStack-Nova-API-Version": "2.73"}
+
+
 def test_index_and_fanout_answer_in_the_same_order_as_the_key_function(
     clients: dict[str, TestClient],
 ) -> None:
@@ -260,10 +264,9 @@ def test_index_and_fanout_answer_in_the_same_order_as_the_key_function(
                 ]
             )
             for name, c in clients.items():
-                got = [
-                    s["id"]
-                    for s in c.get(f"/v2.1/servers?{query}", headers=ADMIN).json()["servers"]
-                ]
+                # 2.73: where ``locked`` is a sort key (Nova ignores it before).
+                response = c.get(f"/v2.1/servers?{query}", headers={**ADMIN, **AT_273})
+                got = [s["id"] for s in response.json()["servers"]]
                 want = [u for u in expected if by_id[u]["deleted"]]
                 assert got == want, f"{name} sorts {key} {direction} unlike the key function"
 
