@@ -56,9 +56,24 @@ def add(
             uuid = str(uuidlib.UUID(uuid))
         except ValueError:
             fail(f"--uuid {uuid!r}: not a uuid")
+    from cellsight.cells.database import connect
+    from cellsight.cells.reads import count_instances
+    from cellsight.cli.index_marks import index_held, unmark_all
+
     _check_sqlite_directory(db_url, create)
-    with open_registry(ctx) as registry:
+    leaves = "its listings miss the new cell's instances"
+    with (
+        open_registry(ctx) as registry,
+        index_held(settings_of(ctx), "cell registration", leaves) as engine,
+    ):
         cell = registry.add_cell(name, db_url, uuid=uuid)
+        # An existing database's instances were never notified: the index lacks them.
+        with connect(registry.cell_engine(cell)) as conn:
+            held = count_instances(conn)
+        if held:
+            unmark_all(
+                engine, f"cell {cell.name} ({cell.uuid}) added with {held} instances", leaves
+            )
     console.print(
         f"added cell {cell.name} {cell.uuid} ({cell.safe_url})", highlight=False, soft_wrap=True
     )
@@ -233,8 +248,16 @@ def seed(
         )
     for url in db_url or ():
         _check_sqlite_directory(url, create)
+    from cellsight.cli.index_marks import index_held, unmark_all
+
     settings = settings_of(ctx)
-    with terminate_as_interrupt(), open_registry(ctx) as registry, ExitStack() as stack:
+    leaves = "its listings miss the seeded instances"
+    with (
+        terminate_as_interrupt(),
+        open_registry(ctx) as registry,
+        index_held(settings, "cell seeding", leaves) as engine,
+        ExitStack() as stack,
+    ):
         publisher = None
         if notify:
             from cellsight.clients import build_notifier  # the bus is only needed here
@@ -264,6 +287,9 @@ def seed(
             publisher=publisher,
             publisher_id=settings.publisher_id,
         )
+        if not notify and report.instances:
+            names = ", ".join(c.name for c in report.cells)
+            unmark_all(engine, f"cells {names} seeded without notifications", leaves)
     names = ", ".join(c.name for c in report.cells)
     notified = f", {report.notifications} notifications" if notify else ""
     # Every instance's notification went into its cell's outbox with the row.

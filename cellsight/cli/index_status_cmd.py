@@ -124,6 +124,13 @@ def _print(status: dict[str, Any]) -> None:
     marker = status["marker"]
     if status["synced"]:
         console.print(f"synced: yes ({marker['index']} at {marker['finished_at']})")
+    elif marker and marker.get("cleared"):
+        # A change to the set of cells (``cli.index_marks``): the API fans out until a sync.
+        console.print(
+            f"synced: no ({marker['cleared']} at {marker.get('at')}: the API answers from "
+            "the cells until `cellsight index sync`)",
+            highlight=False,
+        )
     elif marker:
         console.print(f"synced: no (the marker names {marker.get('index')}, which does not serve)")
     else:

@@ -1,0 +1,83 @@
+"""Found from outside: a cell registered or seeded after (or during) a full sync was
+missing from an index still marked synced, so the API listed from the index without
+that cell's instances where the fan-out listed them. A new cell holding instances
+(``cells add`` of an existing database, ``cells seed`` without ``--notify``) now marks
+the serving indexes unsynced, as ``cells remove`` did, and holds the maintenance locks
+while it is registered (a sync that listed the cells before would mark its index
+synced afterwards)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from cellsight.clients import build_engine
+from cellsight.indexer.lock import MaintenanceLock
+from cellsight.settings import load_settings
+from tests.cli.test_cli_errors import cellsight
+
+
+def _synced(data: Path) -> list[str]:
+    status = cellsight(data, "index", "status", env={"COLUMNS": "400"})  # no wrapping
+    assert status.returncode == 0, status.stderr
+    return [line for line in status.stdout.splitlines() if line.startswith("synced:")]
+
+
+def _seed_and_sync(data: Path) -> None:
+    for args in (
+        ("cells", "seed", "--instances", "5"),
+        ("index", "sync"),
+        ("index", "sync", "--type", "node"),
+    ):
+        done = cellsight(data, *args)
+        assert done.returncode == 0, done.stderr
+    assert all(line.startswith("synced: yes") for line in _synced(data))
+
+
+def test_seeding_a_cell_after_a_sync_marks_the_index_unsynced(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    seeded = cellsight(data, "cells", "seed", "--instances", "5")
+    assert seeded.returncode == 0, seeded.stderr
+    for line in _synced(data):
+        assert line.startswith("synced: no (cells cell2 seeded without notifications"), line
+    assert cellsight(data, "index", "sync").returncode == 0
+    assert _synced(data)[0].startswith("synced: yes")
+
+
+def test_adding_a_cell_marks_the_index_unsynced_only_if_it_holds_instances(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    empty = cellsight(
+        data, "cells", "add", "--name", "empty", "--db-url", f"sqlite:///{tmp_path / 'e.db'}"
+    )
+    assert empty.returncode == 0, empty.stderr
+    assert all(line.startswith("synced: yes") for line in _synced(data))
+    # A copy of a cell's database with its instances, registered as another cell.
+    shutil.copy(data / "cells" / "cell1.db", tmp_path / "full.db")
+    full = cellsight(
+        data, "cells", "add", "--name", "full", "--db-url", f"sqlite:///{tmp_path / 'full.db'}"
+    )
+    assert full.returncode == 0, full.stderr
+    for line in _synced(data):
+        assert line.startswith("synced: no (cell full ("), line
+        assert "added with 5 instances" in line
+
+
+def test_a_cell_is_not_registered_while_a_sync_holds_the_lock(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    engine = build_engine(load_settings(data_dir=data))
+    try:
+        with MaintenanceLock(engine, "instance", "sync"):
+            added = cellsight(
+                data, "cells", "add", "--name", "late", "--db-url", f"sqlite:///{tmp_path / 'l.db'}"
+            )
+            seeded = cellsight(data, "cells", "seed", "--instances", "5")
+    finally:
+        engine.close()
+    for refused in (added, seeded):
+        assert refused.returncode == 3, refused.stderr
+        assert "is running" in refused.stderr
+    listed = cellsight(data, "cells", "list")
+    assert "late" not in listed.stdout and "cell2" not in listed.stdout
