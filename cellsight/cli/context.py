@@ -114,3 +114,17 @@ def operations(ctx: typer.Context) -> Iterator[Operations]:
             default_availability_zone=settings.default_availability_zone,
             relay=relay,
         )
+
+
+def canonical_uuid(value: str | None) -> str | None:
+    """An option's or argument's uuid as ``uuid.UUID`` reads it (braces, ``urn:uuid:``,
+    no hyphens, either case), in the form the cells store; a usage error otherwise. The
+    HTTP API reads these spellings; the CLI said "not found" of an existing one."""
+    import uuid
+
+    if value is None:
+        return None
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise typer.BadParameter(f"not a UUID: {value[:60]!r}") from None

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from cellsight.cli.bounds import MAX_BOOT_COUNT
-from cellsight.cli.context import console, fail, open_registry, operations
+from cellsight.cli.context import canonical_uuid, console, fail, open_registry, operations
 
 if TYPE_CHECKING:
     from cellsight.cells.operations import Operations
@@ -20,7 +20,7 @@ app = typer.Typer(
 )
 
 T = TypeVar("T")
-Uuid = Annotated[str, typer.Argument(help="Instance uuid")]
+Uuid = Annotated[str, typer.Argument(help="Instance uuid", callback=canonical_uuid)]
 
 
 def _run(ctx: typer.Context, action: Callable[[Operations], T]) -> T:

@@ -5,12 +5,11 @@
 
 from __future__ import annotations
 
-import uuid as uuidlib
 from typing import Annotated, Any
 
 import typer
 
-from cellsight.cli.context import console
+from cellsight.cli.context import canonical_uuid, console
 from cellsight.cli.ops_cmd import _run, _show
 
 MAX_LENGTH = 255  # Nova's String(255) for names and ids, as the API's bodies
@@ -29,16 +28,7 @@ def _bounded(value: str | None) -> str | None:
     return value
 
 
-def _a_uuid(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return str(uuidlib.UUID(value))
-    except ValueError:
-        raise typer.BadParameter(f"not a UUID: {value[:60]!r}") from None
-
-
-Uuid = Annotated[str, typer.Argument(help="Reservation uuid")]
+Uuid = Annotated[str, typer.Argument(help="Reservation uuid", callback=canonical_uuid)]
 Name = Annotated[
     str | None, typer.Option(help="Display name (default: none yet)", callback=_bounded)
 ]
@@ -60,7 +50,7 @@ Host = Annotated[
 def reserve(
     ctx: typer.Context,
     uuid: Annotated[
-        str | None, typer.Option("--uuid", help="Default: a new one", callback=_a_uuid)
+        str | None, typer.Option("--uuid", help="Default: a new one", callback=canonical_uuid)
     ] = None,
     name: Name = None,
     project: Project = None,

@@ -99,3 +99,23 @@ def test_cells_hosts_and_boots_refuse_what_names_may_not_hold(cli: Invoke, tmp_p
         long = cli("ops", "reserve", option, "x" * 300)
         assert long.exit_code == 2 and "at most 255" in one_line(long.output), long.output
     assert "\x1b" not in cli("cells", "list").output
+
+
+def test_every_uuid_spelling_the_api_reads_the_cli_reads(cli: Invoke, tmp_path: Path) -> None:
+    """Found from outside: the README says a uuid may be spelt as ``uuid.UUID`` reads it
+    on both the CLI and HTTP; ``ops modify|commit|cancel|show`` said "not found in the
+    instance mappings" (exit 2) of an existing reservation spelt otherwise."""
+    url = f"sqlite:///{tmp_path / 'east.db'}"
+    assert cli("cells", "add", "--name", "east", "--db-url", url).exit_code == 0
+    assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
+    uuid = UUID.findall(cli("ops", "reserve", "--flavor", "m1.tiny").output)[0]
+    for n, spelt in enumerate(
+        (uuid.upper(), "{" + uuid + "}", "urn:uuid:" + uuid, uuid.replace("-", ""))
+    ):
+        changed = cli("ops", "modify", spelt, "--name", f"web-{n}")
+        assert changed.exit_code == 0, changed.output
+        shown = cli("ops", "show", spelt)
+        assert shown.exit_code == 0 and f'"web-{n}"' in shown.output, shown.output
+    assert cli("ops", "cancel", uuid.upper()).exit_code == 0
+    bad = cli("ops", "cancel", "not-a-uuid")
+    assert bad.exit_code == 2 and "not a UUID: 'not-a-uuid'" in one_line(bad.output)
