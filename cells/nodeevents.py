@@ -16,23 +16,27 @@ nodes) and offline/online (a node whose live state cannot be read).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
 from cellsight.cells import outbox
-from cellsight.cells.database import retry_conflicts
-from cellsight.cells.errors import CellsError
+from cellsight.cells.database import connect, retry_conflicts
+from cellsight.cells.errors import CellsError, DatabaseUnavailable
 from cellsight.cells.node_locks import locked_ids
-from cellsight.cells.nodes import add_compute_node
+from cellsight.cells.nodes import DuplicateHost, add_compute_node, node_uuid
 from cellsight.cells.rows import node_to_payload
 from cellsight.cells.schema import compute_nodes, utcnow
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import ComputeNodePayload
 
 if TYPE_CHECKING:
+    from cellsight.cells.mappings import CellMapping
     from cellsight.cells.operations import Operations
+
+log = logging.getLogger(__name__)
 
 NODE_UPDATE = "compute_node.update"
 # Actions that move resources between nodes or give them back.
@@ -115,6 +119,7 @@ def set_node_state(
 def register_node(ops: Operations, cell: str, host: str, **spec: Any) -> ComputeNodePayload:
     """``cellsight.cells.nodes.add_compute_node`` that also announces the new node."""
     mapping = ops.registry.get_cell(cell)
+    _refuse_host_of_another_cell(ops, mapping, host)
     row = add_compute_node(
         ops.cell_engine_ready(mapping),
         host,
@@ -125,3 +130,21 @@ def register_node(ops: Operations, cell: str, host: str, **spec: Any) -> Compute
     )
     ops.deliver(mapping)
     return node_to_payload(row, mapping.uuid)
+
+
+def _refuse_host_of_another_cell(ops: Operations, mapping: CellMapping, host: str) -> None:
+    """A host lives in one cell, as Nova's host mappings keep it: the same name in two
+    made a reservation or a boot ``--host`` find the first (full) one and refuse, and
+    its ``hostId`` the same in both. Best effort: a cell that cannot be read is skipped
+    (logged), and two registrations at once in two cells are not serialised."""
+    for other in ops.registry.list_cells():
+        if other.uuid == mapping.uuid:
+            continue
+        try:
+            with connect(ops.registry.cell_engine(other)) as conn:
+                found = node_uuid(conn, host, None)
+        except DatabaseUnavailable as exc:
+            log.warning("cell %s not checked for host %s: %s", other.name, host, exc.message)
+            continue
+        if found is not None:
+            raise DuplicateHost(host, host, other.name)

@@ -17,8 +17,9 @@ from cellsight.cells.text_rules import check_texts
 class DuplicateHost(CellsError):
     reason = "duplicate_host"
 
-    def __init__(self, host: str, node: str) -> None:
-        super().__init__(f"compute node {host}/{node} is already registered in this cell")
+    def __init__(self, host: str, node: str, cell: str | None = None) -> None:
+        where = "this cell" if cell is None else f"cell {cell}"
+        super().__init__(f"compute node {host}/{node} is already registered in {where}")
 
 
 def add_compute_node(

@@ -119,3 +119,19 @@ def test_every_uuid_spelling_the_api_reads_the_cli_reads(cli: Invoke, tmp_path: 
     assert cli("ops", "cancel", uuid.upper()).exit_code == 0
     bad = cli("ops", "cancel", "not-a-uuid")
     assert bad.exit_code == 2 and "not a UUID: 'not-a-uuid'" in one_line(bad.output)
+
+
+def test_a_host_lives_in_one_cell(cli: Invoke, tmp_path: Path) -> None:
+    """Found from outside: ``add-host`` took a host name another cell held, and then a
+    reservation ``--host`` found the first (full) one and refused (Nova's host mappings
+    keep a host in one cell)."""
+    for name in ("east", "west"):
+        url = f"sqlite:///{tmp_path / f'{name}.db'}"
+        assert cli("cells", "add", "--name", name, "--db-url", url).exit_code == 0
+    assert cli("cells", "add-host", "--cell", "east", "--host", "h1").exit_code == 0
+    again = cli("cells", "add-host", "--cell", "west", "--host", "h1")
+    assert again.exit_code == 2  # a name already taken (exit codes: cellsight.cli.errors)
+    assert "compute node h1/h1 is already registered in cell east" in one_line(again.output)
+    twice = cli("cells", "add-host", "--cell", "east", "--host", "h1")
+    assert twice.exit_code == 2 and "in this cell" in one_line(twice.output)
+    assert cli("cells", "add-host", "--cell", "west", "--host", "h2").exit_code == 0
