@@ -45,7 +45,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
@@ -54,6 +53,7 @@ from cellsight.cells.database import connect
 from cellsight.cells.errors import CellsError
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.indexer.cell_streams import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
+from cellsight.indexer.daemon_map import map_in_daemons
 from cellsight.indexer.engines.base import (
     SearchEngine,
     StoredDocument,
@@ -127,12 +127,11 @@ class Verifier:
         # Counted before the cells: repairs and live writes during the run only add to
         # what the cells' streams count, so documents of no cell are never over-counted.
         total = self.engine.count(self.resource) if whole and self.index is None else None
-        with ThreadPoolExecutor(min(self.workers, max(1, len(cells)))) as pool:
-            try:
-                report.cells = list(pool.map(self._cell, cells))
-            except BaseException:  # Ctrl-C or SIGTERM in the caller's thread
-                self._stop.set()
-                raise
+        try:
+            report.cells = map_in_daemons(self._cell, cells, self.workers, "verify")
+        except BaseException:  # Ctrl-C or SIGTERM in the caller's thread: not waited for
+            self._stop.set()
+            raise
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
