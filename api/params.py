@@ -252,8 +252,9 @@ def parse_list_query(
 
     limit = parse_limit(params.get("limit"), max_limit)
     marker = _one("marker", params["marker"]).strip() if "marker" in params else None
-    if marker == "":
-        raise invalid_parameter("marker", "", "marker must not be empty.")
+    # An empty marker is no marker, as in Nova (its build request lookup takes it for
+    # none, and the cells are then asked without one).
+    marker = marker or None
     order = parse_order(params.get("sort_key", []), params.get("sort_dir", []), principal, version)
 
     clauses: list[Node] = []

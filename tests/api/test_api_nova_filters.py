@@ -88,3 +88,9 @@ def test_a_fault_over_the_version_itself_names_none(pair: Pair) -> None:
         )
         assert response.status_code == 406, response.text
         assert "OpenStack-API-Version" not in response.headers
+
+
+def test_an_empty_marker_is_no_marker(pair: Pair) -> None:
+    """Nova takes ``marker=`` for none (it was a 400 here)."""
+    for client in pair.both():
+        assert _get(client, marker="") == _get(client)
