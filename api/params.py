@@ -8,6 +8,7 @@ compute API (see the README's API section for the few deliberate differences).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -186,12 +187,18 @@ def _tags(param: str, value: str) -> list[str]:
     return tags
 
 
+_LIMIT = re.compile(r"[0-9]+\n?")
+
+
 def parse_limit(values: list[str] | None, max_limit: int) -> int:
     if values is None:
         return max_limit
-    value = values[-1].strip()
-    if not value.isdigit() or not value.isascii():
-        raise invalid_parameter("limit", values[-1], "limit must be a non-negative integer.")
+    # Nova's schema: each value matches ``^[0-9]*$`` (Python's ``$``: a final newline
+    # passes) with at least one character; the last one is used.
+    for raw in values:
+        if _LIMIT.fullmatch(raw) is None:
+            raise invalid_parameter("limit", raw, "limit must be a non-negative integer.")
+    value = values[-1].rstrip("\n")
     digits = value.lstrip("0") or "0"
     # Nova caps a limit at its maximum; a huge one is capped without converting it.
     if len(digits) > len(str(max_limit)):

@@ -82,7 +82,8 @@ def parse_order(
 ) -> tuple[SortKey, ...]:
     """Nova's ``get_sort_params``, ``remove_invalid_sort_keys`` and its instance lists'
     default order, then ``uuid`` ascending."""
-    keys = [key.strip() for key in keys]
+    # Keys as given (Nova's schema compares them with its enum before they are stripped),
+    # directions stripped (its ``get_sort_params``, then ``process_sort_params``).
     dirs = [value.strip() for value in dirs]
     ignored = IGNORED_SORT_KEYS - {"locked"} if version.at_least("2.73") else IGNORED_SORT_KEYS
     valid = SORT_KEYS.keys() - ignored if version.at_least("2.75") else SORT_KEYS.keys() | ignored
@@ -91,6 +92,7 @@ def parse_order(
             raise invalid_parameter(
                 "sort_key", key, f"sort_key must be one of: {', '.join(sorted(valid))}."
             )
+    keys = list(keys)
     given = bool(keys)
     for key in list(keys):
         if key in ignored:

@@ -132,7 +132,7 @@ class CellRegistry:
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())
         with connect(self.api_engine) as conn:
             # First, so a taken name creates no database; checked again when written.
-            _refuse_taken(conn, name, cell_uuid)
+            _refuse_taken(conn, name, cell_uuid, url)
         if create_schema:
             create_database(parsed, connect_timeout=self.engines.connect_timeout)
         engine = self.engines.get(url)
@@ -141,7 +141,7 @@ class CellRegistry:
         if create_schema:
             create_cell_schema(engine)
         with write_transaction(self.api_engine) as conn:
-            _refuse_taken(conn, name, cell_uuid)
+            _refuse_taken(conn, name, cell_uuid, url)
             now = utcnow()
             conn.execute(
                 cell_mappings.insert().values(
@@ -333,13 +333,19 @@ class CellRegistry:
             )
 
 
-def _refuse_taken(conn: sa.Connection, name: str, cell_uuid: str) -> None:
-    for field, value in (("name", name), ("uuid", cell_uuid)):
+def _refuse_taken(conn: sa.Connection, name: str, cell_uuid: str, url: str) -> None:
+    # The database too, as Nova's ``create_cell`` refuses a taken database connection:
+    # two cells on one database list each of its instances twice.
+    for field, value, shown in (
+        ("name", name, name),
+        ("uuid", cell_uuid, cell_uuid),
+        ("database_connection", url, safe_url(url)),
+    ):
         taken = conn.execute(
             sa.select(cell_mappings.c.id).where(cell_mappings.c[field] == value)
         ).first()
         if taken is not None:
-            raise DuplicateCell(field, value)
+            raise DuplicateCell("database" if field == "database_connection" else field, shown)
 
 
 def cell_engine(engines: Engines, cell: CellMapping) -> sa.Engine:

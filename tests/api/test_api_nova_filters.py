@@ -94,3 +94,24 @@ def test_an_empty_marker_is_no_marker(pair: Pair) -> None:
     """Nova takes ``marker=`` for none (it was a 400 here)."""
     for client in pair.both():
         assert _get(client, marker="") == _get(client)
+
+
+@pytest.mark.parametrize(
+    ("query", "status"),
+    [
+        ("limit=%205", 400),  # Nova's schema: ^[0-9]*$ for every value
+        ("limit=5%20", 400),
+        ("limit=5&limit=x", 400),
+        ("limit=5%0A", 200),  # Python's $ takes a final newline: Nova lists 5
+        ("sort_key=%20display_name", 400),  # compared with the enum before stripping
+        ("sort_key=display_name&sort_dir=%20asc", 200),  # directions are stripped
+    ],
+)
+def test_limit_and_sort_values_as_novas_schema_reads_them(
+    pair: Pair, query: str, status: int
+) -> None:
+    for client in pair.both():
+        response = client.get(f"/v2.1/servers?all_tenants=1&{query}", headers=ADMIN)
+        assert response.status_code == status, response.text
+        if status == 200 and "limit" in query:
+            assert len(response.json()["servers"]) == 5

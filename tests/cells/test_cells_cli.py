@@ -51,6 +51,20 @@ def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
     assert "tiger" not in bad.output
     twice = cli("cells", "add", "--name", "east", "--db-url", f"sqlite:///{tmp_path / 'e2.db'}")
     assert twice.exit_code == 2 and "name 'east' is already registered" in one_line(twice.output)
+    # One database, two cells: each of its instances listed twice (Nova's create_cell
+    # refuses a database connection another cell has).
+    same = cli("cells", "add", "--name", "west", "--db-url", f"sqlite:///{tmp_path / 'east.db'}")
+    assert same.exit_code == 2
+    assert f"database 'sqlite+pysqlite:///{tmp_path / 'east.db'}' is already" in one_line(
+        same.output
+    )
+    seeded = cli(
+        "cells", "seed", "--instances", "1", "--db-url", f"sqlite:///{tmp_path / 'east.db'}"
+    )
+    assert seeded.exit_code == 2 and "is already registered" in one_line(seeded.output)
+    listed = cli("cells", "list").output
+    assert "west" not in listed and "east" in listed
+    assert (tmp_path / "east.db").is_file()  # the failed seed left the cell's file be
     unknown = cli("cells", "add-host", "--cell", "west", "--host", "h1")
     assert unknown.exit_code == 2
     assert "unknown cell 'west' (known cells: east)" in one_line(unknown.output)
