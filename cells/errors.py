@@ -69,6 +69,17 @@ class DatabaseUnavailable(CellsError):
         self.why = why
 
 
+class CellUnavailable(DatabaseUnavailable):
+    """A cell's database that an operation needed could not be reached: named by the
+    cell the operator knows, then the database (``cells add-host``, ``ops boot`` and
+    ``ops reserve`` named the database only)."""
+
+    def __init__(self, cell: str, cause: DatabaseUnavailable) -> None:
+        # The cause's own words (a missing SQLite file says so), after the cell's name.
+        CellsError.__init__(self, f"cell {cell}: {cause.message}")
+        self.url, self.why, self.cell = cause.url, cause.why, cell
+
+
 class TransactionConflict(DatabaseUnavailable):
     """The database chose this transaction as a deadlock's victim (or could not serialize
     it) and rolled it back: running it again is the answer (``retry_conflicts``). A kind

@@ -44,7 +44,9 @@ from cellsight.cells.actions import (
 from cellsight.cells.boots import BootResult
 from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import (
+    CellUnavailable,
     ConcurrentUpdate,
+    DatabaseUnavailable,
     InstanceLocked,
     InstanceNotFound,
     InvalidInstanceState,
@@ -327,6 +329,9 @@ class Operations:
     def cell_engine_ready(self, cell: CellMapping) -> sa.Engine:
         engine = self.registry.cell_engine(cell)
         if cell.uuid not in self._outbox_ready:
-            outbox.ensure_tables(engine)  # a cell created before the outbox existed
+            try:
+                outbox.ensure_tables(engine)  # a cell created before the outbox existed
+            except DatabaseUnavailable as exc:  # an operation's first touch of the cell
+                raise CellUnavailable(cell.name, exc) from None
             self._outbox_ready.add(cell.uuid)
         return engine

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect, first_line
-from cellsight.cells.errors import DatabaseUnavailable, NoValidHost
+from cellsight.cells.errors import CellUnavailable, DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.node_locks import node_ids
 from cellsight.cells.reads import list_compute_nodes
@@ -247,7 +247,8 @@ def read_answering(
             why = first_line(exc.orig if exc.orig is not None else exc)
             down.append((cell, DatabaseUnavailable(cell.database_url, why)))
     if down and not out:
-        raise down[0][1]  # the caller's one error line; nothing logged besides
+        cell, failure = down[0]
+        raise CellUnavailable(cell.name, failure)  # the one error line; nothing logged besides
     for cell, failure in down:
         log.warning("scheduler: skipping cell %s: %s", cell.name, failure)
     return out

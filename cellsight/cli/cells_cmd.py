@@ -9,7 +9,6 @@ import typer
 
 from cellsight.cli.bounds import INT_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
 from cellsight.cli.context import console, fail, open_registry, operations, settings_of
-from cellsight.cli.errors import RUNTIME
 
 if TYPE_CHECKING:
     pass
@@ -180,25 +179,20 @@ def add_host(
 ) -> None:
     """Register a compute node in a cell, for the scheduler to place instances on (its
     ``compute_node.update`` goes through the cell's outbox, as every operation's)."""
-    from cellsight.cells.errors import DatabaseUnavailable
     from cellsight.cells.nodeevents import register_node
 
     if not host.strip():
         fail("--host: a compute node needs a non-empty host name")
     with operations(ctx) as ops:
-        try:
-            node = register_node(
-                ops,
-                cell,
-                host,
-                vcpus=vcpus,
-                memory_mb=memory_mb,
-                local_gb=disk_gb,
-                availability_zone=availability_zone,
-            )
-        except DatabaseUnavailable as exc:
-            # Its message names the database; the operator asked for the cell.
-            fail(f"cell {cell}: {exc.message}", code=RUNTIME)
+        node = register_node(  # an unreachable cell: CellUnavailable names it
+            ops,
+            cell,
+            host,
+            vcpus=vcpus,
+            memory_mb=memory_mb,
+            local_gb=disk_gb,
+            availability_zone=availability_zone,
+        )
     console.print(
         f"added host {host} ({node.uuid}) to cell {cell}", highlight=False, soft_wrap=True
     )

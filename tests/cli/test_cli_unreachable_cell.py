@@ -48,10 +48,23 @@ def test_outbox_status_names_the_unavailable_cell_and_lists_the_others(gone_cell
     assert "missing table" not in result.stdout + result.stderr
 
 
-def test_add_host_in_the_unavailable_cell_names_the_cell(gone_cell: Path) -> None:
-    result = cellsight(gone_cell, "cells", "add-host", "--cell", "gone", "--host", "h1")
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cells", "add-host", "--cell", "gone", "--host", "h9"],
+        ["ops", "boot", "--name", "b", "--flavor", "m1.tiny", "--project", "p", "--user", "u",
+         "--cell", "gone"],
+        ["ops", "reserve", "--cell", "gone"],
+    ],
+)  # fmt: skip
+def test_what_needs_the_unavailable_cell_names_the_cell(
+    gone_cell: Path, command: list[str]
+) -> None:
+    result = cellsight(gone_cell, *command)
     err = assert_one_line_error(result, RUNTIME, "error: cell gone: database ", "is unavailable")
     assert "OperationalError" not in err
-    # The cell that answers still takes hosts.
+
+
+def test_add_host_in_the_cell_that_answers_still_works(gone_cell: Path) -> None:
     here = cellsight(gone_cell, "cells", "add-host", "--cell", "here", "--host", "h1")
     assert here.returncode == 0, here.stderr
