@@ -123,12 +123,16 @@ def check_sizes(items: Sequence[tuple[str, str]]) -> None:
             raise invalid_parameter(key, value, f"At most {MAX_ANY_VALUE_LENGTH} characters.")
 
 
-def parse_bool(param: str, value: str) -> bool:
+def parse_bool(param: str, value: str, default: bool | None = None) -> bool:
+    """As oslo's ``bool_from_string``: a value that is no boolean is ``default``, or a 400
+    without one (``strict``)."""
     lowered = value.strip().lower()
     if lowered in _TRUE:
         return True
     if lowered in _FALSE:
         return False
+    if default is not None:
+        return default
     raise invalid_parameter(
         param, value, "Expected a boolean: one of 0, 1, f, false, n, no, off, on, t, true, y, yes."
     )
@@ -330,8 +334,7 @@ def parse_list_query(
         # Nova's ``bool_from_string(default=False)``: a value that is no boolean lists
         # the servers that are not deleted ("Return non-deleted servers if an invalid
         # value is passed", ``_get_servers``), where ``locked`` and ``all_tenants`` 400.
-        value = _one("deleted", params["deleted"]).strip().lower()
-        explicit = value in _TRUE
+        explicit = parse_bool("deleted", _one("deleted", params["deleted"]), default=False)
         # Nova converts ``deleted`` first and then lets the deleted status override it
         # (``_get_servers``): ``openstack server list --status DELETED`` sends deleted=False.
         deleted = True if deleted else explicit

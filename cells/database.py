@@ -110,15 +110,23 @@ def parse_url(url: str) -> sa.URL:
     return parsed
 
 
+def sqlite_file(parsed: sa.URL) -> Path | None:
+    """The file a parsed SQLite URL names; None for other databases and for ``file:``
+    URIs, which name theirs in their own way."""
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database.startswith("file:"):
+        return None
+    return Path(database)
+
+
 def missing_directory(url: str) -> Path | None:
     """The directory a SQLite file URL names that does not exist (None for other URLs,
     ``file:`` URIs, and files whose directory is there). A path in a missing directory
     is a typo more often than not: the commands that would create it ask first."""
-    parsed = parse_url(url)
-    if parsed.get_backend_name() != "sqlite" or (parsed.database or "").startswith("file:"):
+    path = sqlite_file(parse_url(url))
+    if path is None or path.parent.is_dir():
         return None
-    parent = Path(parsed.database or "").parent
-    return None if parent.is_dir() else parent
+    return path.parent
 
 
 def _host_or_port_problem(url: str) -> str:

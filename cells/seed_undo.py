@@ -27,7 +27,7 @@ from types import FrameType
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import connect, parse_url, write_transaction
+from cellsight.cells.database import connect, parse_url, sqlite_file, write_transaction
 from cellsight.cells.errors import safe_url
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import cell_mappings, cell_metadata, instance_mappings
@@ -47,8 +47,8 @@ class Made:
         """Note ``url``'s database before the seed creates it or its tables."""
         parsed = parse_url(url)
         if parsed.get_backend_name() == "sqlite":
-            path = Path(parsed.database or "")
-            if path.name and not str(parsed.database).startswith("file:"):
+            path = sqlite_file(parsed)
+            if path is not None and path.name:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     with path.open("x"):  # SQLite takes an empty file as an empty database

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cellsight.cli.bounds import INT_MAX, MAX_CELLS, MAX_CHUNK, MAX_INSTANCES
-from cellsight.cli.context import console, fail, open_registry, operations, settings_of
+from cellsight.cli.context import (
+    canonical_uuid,
+    console,
+    fail,
+    open_registry,
+    operations,
+    settings_of,
+)
 
 if TYPE_CHECKING:
     pass
@@ -39,22 +46,16 @@ def add(
     name: Annotated[str, typer.Option("--name", help="Unique cell name")],
     db_url: Annotated[str, typer.Option("--db-url", help="sqlite:///…, postgresql://…, mysql://…")],
     uuid: Annotated[
-        str | None, typer.Option("--uuid", help="Cell uuid (default: a new one)")
+        str | None,
+        typer.Option("--uuid", help="Cell uuid (default: a new one)", callback=canonical_uuid),
     ] = None,
     create: Annotated[
         bool, typer.Option("--create", help="Create a SQLite file's missing directory")
     ] = False,
 ) -> None:
     """Register a cell: its database must be reachable; its tables are created."""
-    import uuid as uuidlib
-
     if not name.strip():
         fail("--name: a cell needs a non-empty name")
-    if uuid is not None:
-        try:
-            uuid = str(uuidlib.UUID(uuid))
-        except ValueError:
-            fail(f"--uuid {uuid!r}: not a uuid")
     from cellsight.cells.database import connect
     from cellsight.cells.reads import count_instances
     from cellsight.cli.index_marks import index_held, unmark_all
@@ -281,10 +282,9 @@ def seed(
             publisher=publisher,
             publisher_id=settings.publisher_id,
         )
+        names = ", ".join(c.name for c in report.cells)
         if not notify and report.instances:
-            names = ", ".join(c.name for c in report.cells)
             unmark_all(engine, f"cells {names} seeded without notifications", leaves)
-    names = ", ".join(c.name for c in report.cells)
     notified = f", {report.notifications} notifications" if notify else ""
     # Every instance's notification went into its cell's outbox with the row.
     by_another = report.instances - report.notifications - report.waiting if notify else 0
