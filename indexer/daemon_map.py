@@ -4,8 +4,9 @@ A ``ThreadPoolExecutor``'s threads are joined when the pool's block ends and aga
 the interpreter exits, so Ctrl-C or SIGTERM to ``index verify`` waited for a thread
 blocked in a cell's query (a table locked by another session) until the lock was
 released: 40 to 60 s in the probe, holding the maintenance lock meanwhile. Daemon
-threads let the interrupted caller release its lock and exit; what such a thread was
-reading is only a read, and the connection goes with the process.
+threads let the interrupted caller release its lock and exit after a short grace;
+what such a thread was reading is only a read, and the connection goes with the
+process.
 """
 
 from __future__ import annotations
@@ -19,10 +20,23 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def map_in_daemons(fn: Callable[[T], R], items: Sequence[T], workers: int, name: str) -> list[R]:
-    """``[fn(item) for item in items]``, in order, ``workers`` at a time. The caller's
-    wait is interruptible (a signal's exception is raised in it at once); an exception
-    out of ``fn`` is raised once every item is done."""
+GRACE = 5.0  # seconds an interrupted caller waits for its threads to stop
+
+
+def map_in_daemons(
+    fn: Callable[[T], R],
+    items: Sequence[T],
+    workers: int,
+    name: str,
+    on_interrupt: Callable[[], None],
+) -> list[R]:
+    """``[fn(item) for item in items]``, in order, ``workers`` at a time; an exception
+    out of ``fn`` is raised once every item is done. Interrupted (a signal's exception
+    in the caller's wait), ``on_interrupt`` tells the threads to stop and the caller
+    waits up to ``GRACE`` for them: they stop at their next step, and the caller's
+    clean-up must not close what they are still using (an engine closed under a thread
+    inside SQLite ended the process with SIGSEGV). One blocked in a database call for
+    longer is left behind."""
     if not items:
         return []
     results: dict[int, R] = {}
@@ -51,7 +65,12 @@ def map_in_daemons(fn: Callable[[T], R], items: Sequence[T], workers: int, name:
 
     for n in range(min(max(1, workers), len(items))):
         threading.Thread(target=work, name=f"{name}-{n}", daemon=True).start()
-    finished.wait()
+    try:
+        finished.wait()
+    except BaseException:
+        on_interrupt()
+        finished.wait(GRACE)
+        raise
     if errors:
         raise errors[0]
     return [results[i] for i in range(len(items))]

@@ -127,11 +127,10 @@ class Verifier:
         # Counted before the cells: repairs and live writes during the run only add to
         # what the cells' streams count, so documents of no cell are never over-counted.
         total = self.engine.count(self.resource) if whole and self.index is None else None
-        try:
-            report.cells = map_in_daemons(self._cell, cells, self.workers, "verify")
-        except BaseException:  # Ctrl-C or SIGTERM in the caller's thread: not waited for
-            self._stop.set()
-            raise
+        # Ctrl-C or SIGTERM in the caller's thread: the cells stop at their next chunk.
+        report.cells = map_in_daemons(
+            self._cell, cells, self.workers, "verify", on_interrupt=self._stop.set
+        )
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
