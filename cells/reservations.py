@@ -41,7 +41,7 @@ from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, reservation_uuid
 from cellsight.cells.rows import InstanceRow, action_payload
-from cellsight.cells.scheduler import Resources, claim, read_answering, release
+from cellsight.cells.scheduler import HostState, Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
 from cellsight.cells.text_rules import check_texts
 from cellsight.notifications.envelope import Notification
@@ -60,6 +60,8 @@ MOVE = "instance.reservation_move"
 CANCEL = "instance.reservation_cancel"
 REQUIRED_TO_COMMIT = ("display_name", "project_id", "user_id", "flavor", "host")
 _UNSET: Any = object()
+# Changes that move a claim between nodes (``_commit`` reads and announces the nodes).
+MOVES = frozenset({"host", "flavor", "forthcoming", "deleted"})
 
 
 class NotForthcoming(CellsError):
@@ -150,6 +152,7 @@ class Reservations:
         check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor, host=host)
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
+        forced: list[Selection] = []  # the named host's, once claimed
         try:
             self.registry.place_instances(target.uuid, [(uuid, project_id or "", user_id)])
         except sa.exc.IntegrityError:
@@ -158,6 +161,14 @@ class Reservations:
         def insert() -> tuple[InstanceRow, Nodes]:
             with self.ops.transaction(target) as conn:
                 chosen = self._claim(conn, spec, selections, host)
+                if spec is not None and host is not None and not selections:
+                    # Nova's scheduler answers a forced host with its one Selection.
+                    node = host_row(conn, host)
+                    assert node is not None  # claimed above, in this transaction
+                    zone = self.ops.scheduler.default_availability_zone
+                    forced.append(
+                        HostState(target, node).selection(Resources.of_flavor(spec), zone)
+                    )
                 row = new_row(uuid, name, project_id, user_id, spec, chosen, self.ops.clock())
                 try:
                     conn.execute(instances.insert().values(**row))
@@ -179,7 +190,8 @@ class Reservations:
             raise
         self.touched.update((str(n["uuid"]), target.uuid) for n in nodes)
         self.ops.deliver(target)
-        return ReserveResult(uuid, target, selections, action_payload(after, target.uuid))
+        chosen = selections or forced[-1:]
+        return ReserveResult(uuid, target, chosen, action_payload(after, target.uuid))
 
     def _place(
         self, spec: dict[str, Any] | None, cell: str | None, host: str | None
@@ -358,6 +370,12 @@ class Reservations:
                 if not before["forthcoming"] or before["deleted"]:
                     raise NotForthcoming(uuid)
                 changes = mutate(conn, before)
+                moved = changes.keys() & MOVES
+                if not moved and all(before[k] == v for k, v in changes.items()):
+                    # Nothing to change (a modify or rename to what it holds): no new
+                    # revision, no notification. A move has written the nodes already
+                    # (a host the database compares equal, 'h1 ' on MariaDB): announced.
+                    return before, []
                 changes.update(revision=before["revision"] + 1, updated_at=self.ops.clock())
                 where = instances.c.id == before["id"]
                 conn.execute(instances.update().where(where).values(**changes))
@@ -365,7 +383,6 @@ class Reservations:
                     self.ops.before_commit(name, conn)
                 after = get_instance(conn, uuid)
                 assert after is not None
-                moved = changes.keys() & {"host", "flavor", "forthcoming", "deleted"}
                 nodes = read_nodes(conn, places_of(before, after)) if moved else []
                 outbox.add(conn, events(cell, after, nodes))
             return after, nodes

@@ -2,7 +2,8 @@
 
 * ``POST /v2.1/reservations`` ``{"reservation": {"uuid"?, "name"?, "project_id"?,
   "user_id"?, "flavor"?, "cell"?, "host"?}}`` → 201 ``{"reservation": {...},
-  "selections": [...]}`` (the scheduler's picks when a flavor was given without a host)
+  "selections": [...]}`` (the scheduler's picks when a flavor was given; with a host too,
+  that host's one Selection, as Nova's scheduler answers a forced host)
 * ``PUT /v2.1/reservations/{uuid}`` ``{"reservation": {"name"?, "project_id"?,
   "user_id"?, "flavor"?, "host"?}}`` → 200: only ``name`` is a rename, anything else a
   modify (``null`` clears an attribute)

@@ -16,6 +16,7 @@ from cellsight.cells.errors import (
     NoValidHost,
     UnknownFlavor,
 )
+from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.nodeevents import NODE_UPDATE, register_node
@@ -31,6 +32,7 @@ from cellsight.cells.reservations import (
     ReservationIncomplete,
     Reservations,
 )
+from cellsight.cells.scheduler import HostState, Resources
 from cellsight.cells.schema import compute_nodes
 from cellsight.notifications.payloads import InstancePayload
 from tests.support.publishers import CollectingPublisher
@@ -119,6 +121,39 @@ def test_reserve_modify_rename_commit(world: Any) -> None:
         res.rename(made.uuid, "again")
     with pytest.raises(NotForthcoming):
         res.cancel(made.uuid)
+
+
+def test_a_reservation_on_a_named_host_gets_its_selection(world: Any) -> None:
+    """Nova's scheduler answers a forced host with one ``Selection``, no alternates: the
+    named host's, as the scheduler would have made it for that node."""
+    registry, cell, ops, res, _ = world
+    made = res.reserve(flavor="m1.medium", host="h2")
+    (chosen,) = made.selections
+    assert (chosen.service_host, chosen.cell_uuid) == ("h2", cell.uuid)
+    with registry.cell_engine(cell).connect() as conn:
+        node = conn.execute(sa.select(compute_nodes).where(compute_nodes.c.host == "h2"))
+        state = HostState(cell, dict(node.mappings().one()))
+    zone = ops.scheduler.default_availability_zone
+    want = Resources.of_flavor(get_flavor("m1.medium"))
+    assert chosen == state.selection(want, zone)
+    assert made.payload is not None and made.payload.host == "h2"
+    assert res.reserve(host="h1").selections == []  # no flavor: nothing claimed, no pick
+
+
+def test_a_modify_to_what_it_holds_is_no_change(world: Any) -> None:
+    registry, cell, _, res, publisher = world
+    made = res.reserve(name="web", project_id="p", flavor="m1.small", host="h1")
+    before = row(registry, cell, made.uuid)
+    publisher.take()
+    same = res.modify(made.uuid, name="web", project_id="p", flavor="m1.small", host="h1")
+    res.rename(made.uuid, "web")
+    assert row(registry, cell, made.uuid) == before  # revision and updated_at included
+    assert publisher.take() == []
+    assert same.display_name == "web" and same.host == "h1"
+    changed = res.modify(made.uuid, name="web", user_id="u")
+    assert changed.user_id == "u"
+    assert row(registry, cell, made.uuid)["revision"] == before["revision"] + 1
+    assert instance_events(publisher) == [MODIFY]
 
 
 def test_a_modify_without_room_changes_nothing(world: Any) -> None:
