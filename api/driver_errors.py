@@ -10,6 +10,8 @@ its numeric error code where one type covers both), per dialect. Never by messag
   (MySQL's ``max_execution_time``), 2013 (lost the connection during a query: the
   socket read timeout), 1205 (lock wait timeout).
 * SQLAlchemy's own ``TimeoutError`` (no pooled connection in time).
+* ``LockWaitTimeout``: ``cellsight.cells.database.connect`` translated one of the lock
+  waits above.
 
 ``is_cell_failure`` says whether an exception is the database's at all (driver and
 connection errors); anything else is our bug and must not be reported as a down cell.
@@ -22,7 +24,7 @@ import sqlite3
 
 import sqlalchemy as sa
 
-from cellsight.cells.errors import DatabaseUnavailable, UnreadableRow
+from cellsight.cells.errors import DatabaseUnavailable, LockWaitTimeout, UnreadableRow
 
 _SQLITE_TIMEOUTS = frozenset({sqlite3.SQLITE_INTERRUPT, sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _MYSQL_TIMEOUTS = frozenset({1969, 3024, 2013, 1205})
@@ -76,7 +78,7 @@ def is_cell_failure(exc: BaseException) -> bool:
 
 
 def is_timeout(exc: BaseException) -> bool:
-    if isinstance(exc, (sa.exc.TimeoutError, socket.timeout, TimeoutError)):
+    if isinstance(exc, (sa.exc.TimeoutError, socket.timeout, TimeoutError, LockWaitTimeout)):
         return True
     orig = driver_error(exc)
     if isinstance(orig, sqlite3.Error):

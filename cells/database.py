@@ -1,15 +1,10 @@
-"""Engines for the API and cell databases: URL validation, timeouts, one cache.
+"""Engines for the API and cell databases: URL validation, one cache, connections.
 
 Supported: SQLite (default, files), PostgreSQL through psycopg 3, MariaDB/MySQL
 through PyMySQL. A URL naming only the backend (``postgresql://``, ``mysql://``,
 ``mariadb://``) gets that driver, since SQLAlchemy's defaults (psycopg2, mysqlclient)
-are not installed.
-
-Timeouts: ``connect_timeout`` bounds each connect; ``statement_timeout`` (``None``: no
-limit) bounds each statement, enforced by the server or driver so a slow cell cannot
-hold a caller past its deadline: PostgreSQL ``statement_timeout``; MariaDB
-``max_statement_time`` (MySQL ``max_execution_time``, SELECTs only) plus PyMySQL's
-socket read/write timeouts; SQLite a progress handler that interrupts the statement.
+are not installed. Each dialect's engine, and how it carries the connect, statement
+and lock timeouts, is in ``cellsight.cells.dialects``.
 
 A SQLite engine opens only an existing file (a missing one is ``DatabaseMissing``, not
 a new empty database); ``create_database`` is how a SQLite database comes to exist.
@@ -18,7 +13,6 @@ a new empty database); ``create_database`` is how a SQLite database comes to exi
 from __future__ import annotations
 
 import logging
-import math
 import random
 import sqlite3
 import threading
@@ -27,18 +21,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.pool import ConnectionPoolEntry
 
+from cellsight.cells.dialects import Timeouts, mysql_engine, postgresql_engine, sqlite_engine
 from cellsight.cells.errors import (
     USERINFO,
     BadDatabaseURL,
-    DatabaseMissing,
     DatabaseUnavailable,
+    LockWaitTimeout,
     TransactionConflict,
     safe_url,
 )
@@ -57,10 +50,6 @@ ALLOWED_DRIVERS = {
     "mysql": {"pymysql"},
     "mariadb": {"pymysql"},
 }
-
-SQLITE_BUSY_MS = 10_000
-# The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
-SQLITE_PROGRESS_STEPS = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -143,18 +132,16 @@ def _host_or_port_problem(url: str) -> str:
     return "the host or port does not parse (a port is a number, an IPv6 host is in [ ])"
 
 
-def create_engine(
-    url: str | sa.URL, *, connect_timeout: float = 5.0, statement_timeout: float | None = None
-) -> sa.Engine:
-    """A new engine with the dialect's timeouts; see the module doc."""
+def create_engine(url: str | sa.URL, timeouts: Timeouts = Timeouts()) -> sa.Engine:
+    """A new engine with the dialect's timeouts (``cellsight.cells.dialects``)."""
     parsed = parse_url(url) if isinstance(url, str) else url
     backend = parsed.get_backend_name()
     try:
         if backend == "sqlite":
-            return _sqlite_engine(parsed, connect_timeout, statement_timeout)
+            return sqlite_engine(parsed, timeouts)
         if backend == "postgresql":
-            return _postgresql_engine(parsed, connect_timeout, statement_timeout)
-        return _mysql_engine(parsed, connect_timeout, statement_timeout)
+            return postgresql_engine(parsed, timeouts)
+        return mysql_engine(parsed, timeouts)
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
         raise BadDatabaseURL(str(url), f"its driver is not installed ({exc})") from None
 
@@ -165,103 +152,6 @@ def _name_the_database(context: sa.engine.ExceptionContext) -> None:
     # (the CLI's one-line error shows this note). The type is left unchanged.
     if context.sqlalchemy_exception is not None and context.engine is not None:
         context.sqlalchemy_exception.add_note(f"database {safe_url(context.engine.url)}")
-
-
-def _sqlite_engine(
-    url: sa.URL, connect_timeout: float, statement_timeout: float | None, *, create: bool = False
-) -> sa.Engine:
-    engine = sa.create_engine(url, connect_args={"timeout": connect_timeout})
-
-    @event.listens_for(engine, "do_connect")
-    def _open(
-        dialect: sa.Dialect, record: ConnectionPoolEntry, cargs: list[Any], cparams: dict[str, Any]
-    ) -> DBAPIConnection | None:
-        # sqlite3 creates a missing file by default: a typo or a moved cell file would
-        # become an empty cell. Open with mode=rw (fails instead) unless creating.
-        target = _sqlite_file_uri(cargs[0], bool(cparams.get("uri")))
-        if target is None:
-            return None  # in-memory, or a mode the URL chose itself: as given
-        uri, path = target
-        if create:
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise DatabaseUnavailable(
-                    url, f"cannot create directory {path.parent}: {exc.strerror}"
-                ) from None
-        mode = "rwc" if create else "rw"
-        try:
-            conn = dialect.connect(
-                f"{uri}{'&' if '?' in uri else '?'}mode={mode}",
-                *cargs[1:],
-                **{**cparams, "uri": True},
-            )
-        except sqlite3.OperationalError as exc:
-            # CANTOPEN also covers a directory or a denied permission: only a path that
-            # is not there is the missing database.
-            if _error_code(exc) == sqlite3.SQLITE_CANTOPEN and not path.exists():
-                raise DatabaseMissing(url, path) from None
-            raise
-        return conn
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
-        # Take transaction control from the sqlite3 module so that BEGIN is ours
-        # (IMMEDIATE for writes, see write_transaction).
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_MS}")
-        cursor.close()
-        if statement_timeout is not None:
-            record.info["deadline"] = math.inf
-            dbapi_conn.set_progress_handler(
-                lambda: time.monotonic() > record.info["deadline"], SQLITE_PROGRESS_STEPS
-            )
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: sa.Connection) -> None:
-        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
-
-    if statement_timeout is not None:
-
-        @event.listens_for(engine, "before_cursor_execute")
-        def _arm(conn: sa.Connection, *args: Any) -> None:
-            conn.connection.info["deadline"] = time.monotonic() + statement_timeout
-
-        # Results are fetched lazily, so the deadline holds until the transaction ends;
-        # disarmed before COMMIT so that a commit is never interrupted.
-        for name in ("commit", "rollback"):
-
-            @event.listens_for(engine, name)
-            def _disarm(conn: sa.Connection, *args: Any) -> None:
-                conn.connection.info["deadline"] = math.inf
-
-    return engine
-
-
-def _sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:
-    """The ``file:`` URI (without a mode) and the path of the file that
-    ``sqlite3.connect(filename, uri=uri)`` opens; ``None`` for an in-memory database or
-    a URI that sets its own ``mode`` (the URL's author chose it)."""
-    if not uri:
-        if filename in ("", ":memory:"):
-            return None
-        path = Path(filename).absolute()
-        return path.as_uri(), path  # as_uri escapes what a URI would misread (?, #, %)
-    parts = urlsplit(filename)
-    if "mode" in parse_qs(parts.query) or parts.path in ("", ":memory:"):
-        return None
-    return filename, Path(unquote(parts.path))
-
-
-def _error_code(exc: sqlite3.Error) -> int | None:
-    # sqlite_errorcode is the extended code; its low byte is the primary one.
-    code = getattr(exc, "sqlite_errorcode", None)
-    return code & 0xFF if isinstance(code, int) else None
 
 
 def create_database(url: str | sa.URL, *, connect_timeout: float = 5.0) -> None:
@@ -275,59 +165,12 @@ def create_database(url: str | sa.URL, *, connect_timeout: float = 5.0) -> None:
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.get_backend_name() != "sqlite":
         return
-    engine = _sqlite_engine(parsed, connect_timeout, None, create=True)
+    engine = sqlite_engine(parsed, Timeouts(connect=connect_timeout), create=True)
     try:
         with connect(engine):
             pass
     finally:
         engine.dispose()
-
-
-def _postgresql_engine(
-    url: sa.URL, connect_timeout: float, statement_timeout: float | None
-) -> sa.Engine:
-    # libpq takes whole seconds and treats values below 2 as 2.
-    connect_args: dict[str, Any] = {"connect_timeout": max(2, math.ceil(connect_timeout))}
-    options = ["-c timezone=UTC"]
-    if statement_timeout is not None:
-        options.append(f"-c statement_timeout={max(1, int(statement_timeout * 1000))}")
-    connect_args["options"] = " ".join(options)
-    return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
-
-
-def _mysql_engine(
-    url: sa.URL, connect_timeout: float, statement_timeout: float | None
-) -> sa.Engine:
-    connect_args: dict[str, Any] = {"connect_timeout": max(1, math.ceil(connect_timeout))}
-    if statement_timeout is not None:
-        # The socket timeout is the backstop; give the server a moment to cancel first.
-        socket_timeout = max(1, math.ceil(statement_timeout + 1))
-        connect_args["read_timeout"] = socket_timeout
-        connect_args["write_timeout"] = socket_timeout
-    # READ COMMITTED, as PostgreSQL's default: InnoDB's REPEATABLE READ takes gap locks on
-    # index searches, so a boot inserting an instance beside one a delete had locked
-    # waited on the delete, which waited on the boot's host (a deadlock in about one boot
-    # in twenty at six at once). Every transaction here locks what it reads explicitly.
-    engine = sa.create_engine(
-        url,
-        connect_args=connect_args,
-        pool_pre_ping=True,
-        pool_recycle=3600,
-        isolation_level="READ COMMITTED",
-    )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
-        cursor = dbapi_conn.cursor()
-        cursor.execute("SET SESSION time_zone = '+00:00'")
-        if statement_timeout is not None:
-            if "mariadb" in dbapi_conn.get_server_info().lower():
-                cursor.execute(f"SET SESSION max_statement_time = {statement_timeout:.3f}")
-            else:
-                cursor.execute(f"SET SESSION max_execution_time = {int(statement_timeout * 1000)}")
-        cursor.close()
-
-    return engine
 
 
 @contextmanager
@@ -345,6 +188,8 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
         with conn:
             yield conn
     except sa.exc.DBAPIError as exc:
+        if lock_wait_ran_out(exc.orig):
+            raise LockWaitTimeout(engine.url, first_line(exc.orig)) from None
         if not exc.connection_invalidated:
             raise
         raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
@@ -366,6 +211,8 @@ def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
         except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
             if _conflict(exc.orig):
                 raise TransactionConflict(engine.url, first_line(exc.orig)) from None
+            if lock_wait_ran_out(exc.orig):
+                raise LockWaitTimeout(engine.url, first_line(exc.orig)) from None
             # The server went away (or SQLite stayed locked) mid-transaction; whether a
             # failed COMMIT applied is unknown, as for any lost connection.
             raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
@@ -376,6 +223,22 @@ def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
 _CONFLICT_STATES = frozenset({"40P01", "40001"})
 _MYSQL_DEADLOCK = 1213
 CONFLICT_TRIES = 4
+
+
+# A lock wait that ran out: PostgreSQL's lock_timeout (SQLSTATE 55P03), MySQL's 1205 (both
+# its lock wait timeouts), SQLite's busy timeout (SQLITE_BUSY, the primary code).
+_LOCK_NOT_AVAILABLE = "55P03"
+_MYSQL_LOCK_WAIT = 1205
+
+
+def lock_wait_ran_out(orig: BaseException | None) -> bool:
+    if getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+        return True
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_LOCK_WAIT
 
 
 def _conflict(orig: BaseException | None) -> bool:
@@ -411,10 +274,13 @@ class Engines:
     """The one cache of engines, keyed by normalised URL; all share the same timeouts."""
 
     def __init__(
-        self, *, connect_timeout: float = 5.0, statement_timeout: float | None = None
+        self,
+        *,
+        connect_timeout: float = 5.0,
+        statement_timeout: float | None = None,
+        lock_timeout: float | None = None,
     ) -> None:
-        self.connect_timeout = connect_timeout
-        self.statement_timeout = statement_timeout
+        self.timeouts = Timeouts(connect_timeout, statement_timeout, lock_timeout)
         self._engines: dict[str, sa.Engine] = {}
         self._lock = threading.Lock()
 
@@ -424,11 +290,7 @@ class Engines:
         with self._lock:
             engine = self._engines.get(key)
             if engine is None:
-                engine = create_engine(
-                    parsed,
-                    connect_timeout=self.connect_timeout,
-                    statement_timeout=self.statement_timeout,
-                )
+                engine = create_engine(parsed, self.timeouts)
                 self._engines[key] = engine
             return engine
 

@@ -88,6 +88,23 @@ class TransactionConflict(DatabaseUnavailable):
     reason = "transaction_conflict"
 
 
+class LockWaitTimeout(DatabaseUnavailable):
+    """A statement waited out the lock timeout (``CELLSIGHT_DB_LOCK_TIMEOUT``) for a lock
+    another session holds on the database's tables: a migration's ``ALTER TABLE``, a
+    ``LOCK TABLE``, a long write. The database is up; this command could not wait."""
+
+    reason = "lock_wait_timeout"
+
+    def __init__(self, url: str | sa.URL, why: str) -> None:
+        CellsError.__init__(
+            self,
+            f"database {safe_url(url)!r} is busy: a statement waited longer than the lock "
+            f"timeout (CELLSIGHT_DB_LOCK_TIMEOUT) for a lock another session holds ({why})",
+        )
+        self.url = safe_url(url)
+        self.why = why
+
+
 class DatabaseMissing(DatabaseUnavailable):
     """A SQLite database file that does not exist (moved, or a typo in its URL).
 

@@ -97,14 +97,15 @@ class CellRegistry:
         self.api_url = api_url
         # The API database is made on first use (its tables by create_schema); a cell's
         # only by add_cell or the seeder: cell_engine opens existing ones only.
-        create_database(api_url, connect_timeout=self.engines.connect_timeout)
+        create_database(api_url, connect_timeout=self.engines.timeouts.connect)
         self.api_engine = self.engines.get(api_url)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, create: bool = True) -> CellRegistry:
-        registry = cls(
-            settings.resolved_api_db_url, Engines(connect_timeout=settings.db_connect_timeout)
+        engines = Engines(
+            connect_timeout=settings.db_connect_timeout, lock_timeout=settings.db_lock_timeout
         )
+        registry = cls(settings.resolved_api_db_url, engines)
         if create:
             registry.create_schema()
         return registry
@@ -134,7 +135,7 @@ class CellRegistry:
             # First, so a taken name creates no database; checked again when written.
             _refuse_taken(conn, name, cell_uuid, url)
         if create_schema:
-            create_database(parsed, connect_timeout=self.engines.connect_timeout)
+            create_database(parsed, connect_timeout=self.engines.timeouts.connect)
         engine = self.engines.get(url)
         with connect(engine):
             pass

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect, first_line, write_transaction
-from cellsight.cells.errors import CellsError
+from cellsight.cells.errors import CellsError, DatabaseUnavailable
 from cellsight.cells.schema import outbox, outbox_lease, utcnow
 from cellsight.notifications.envelope import Notification, decode
 from cellsight.notifications.errors import NotificationError, PublishError
@@ -306,7 +306,7 @@ class Outbox:
         try:
             with write_transaction(engine) as conn:
                 self._update_lease(conn, release=True)
-        except sa.exc.SQLAlchemyError as exc:
+        except (sa.exc.SQLAlchemyError, DatabaseUnavailable) as exc:
             # It expires by itself; the next relay waits at most one lease.
             log.warning("outbox: could not release the relay lease: %s", exc)
 

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from cellsight.cells import bulk, outbox
 from cellsight.cells.database import create_database, parse_url
+from cellsight.cells.dialects import Timeouts
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.rows import create_payload
 from cellsight.cells.schema import (
@@ -162,7 +163,7 @@ def _seed(
     for index, name in enumerate(names):
         url = db_urls[index] if db_urls else f"sqlite:///{(cells_dir / f'{name}.db').resolve()}"
         made.database(registry, url)
-        create_database(url, connect_timeout=registry.engines.connect_timeout)
+        create_database(url, connect_timeout=registry.engines.timeouts.connect)
         # A fresh cell database gets its indexes after the load: far faster to build.
         create_cell_schema(registry.engines.get(url), indexes=False)
         job = CellJob(
@@ -175,6 +176,7 @@ def _seed(
             instances_per_cell,
             chunk_size,
             registry.api_engine.dialect.name,
+            registry.engines.timeouts,
         )
         cell_uuid, _ = job.generator()
         cell = registry.add_cell(name, url, uuid=cell_uuid, create_schema=False)
@@ -216,6 +218,7 @@ class CellJob:
     instances: int
     chunk_size: int
     api_dialect: str
+    timeouts: Timeouts  # the registry's, for a worker process's engine
 
     def generator(self) -> tuple[str, Generator]:
         """The cell's uuid and row generator, both from the cell's own random stream."""

@@ -60,7 +60,7 @@ def _report(n: int) -> None:
 
 def _work(job: CellJob) -> tuple[Tuples, SeedReport]:
     _check_stop()  # a job queued before the stop must not start loading
-    engine = create_engine(job.url)
+    engine = create_engine(job.url, job.timeouts)
     report = SeedReport()
     try:
         mappings = load_cell(job, engine, None, report, _report)

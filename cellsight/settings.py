@@ -14,9 +14,9 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import (
     BaseSettings,
@@ -24,6 +24,10 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from cellsight.setting_types import MAX_PREFETCH, MAX_SECONDS, AmqpName, Seconds
+
+__all__ = ["MAX_PREFETCH", "MAX_SECONDS", "ConfigError", "Settings", "load_settings"]
 
 _config_file: ContextVar[Path | None] = ContextVar("cellsight_config_file", default=None)
 log = logging.getLogger(__name__)
@@ -53,42 +57,6 @@ NOT_SETTINGS = frozenset(
 )
 
 
-# The longest duration a setting may hold. Threading waits overflow past ~9.2e9 s
-# (time_t) and inf or nan is no duration at all: such a value killed a background thread
-# or made every request a 500, long after the settings were built. No timeout, lease,
-# interval or cache age here needs more than a week.
-MAX_SECONDS = 7 * 24 * 3600
-Seconds = Annotated[float, Field(allow_inf_nan=False, le=MAX_SECONDS)]
-# AMQP's basic.qos prefetch_count is a 16-bit field.
-MAX_PREFETCH = 65_535
-AMQP_NAME_BYTES = 255  # an exchange or queue name is an AMQP shortstr
-
-
-def _amqp_name(value: str) -> str:
-    """1 to 255 bytes of UTF-8, as the broker takes them. A bound in characters let 200
-    "é"s (400 bytes) through, and the broker refused the name at the first declare.
-    Empty: the broker would name the queue itself, durable and bound, collecting what
-    nothing consumes."""
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:  # bytes that were not UTF-8 in the environment
-        raise PydanticCustomError("amqp_name_utf8", "is not valid UTF-8") from None
-    if not size:
-        raise PydanticCustomError(
-            "amqp_name_empty", "must not be empty (the broker would name the queue itself)"
-        )
-    if size > AMQP_NAME_BYTES:
-        raise PydanticCustomError(
-            "amqp_name_length",
-            "is {size} bytes of UTF-8; an AMQP name holds at most {limit}",
-            {"size": size, "limit": AMQP_NAME_BYTES},
-        )
-    return value
-
-
-AmqpName = Annotated[str, AfterValidator(_amqp_name)]
-
-
 class ConfigError(Exception):
     """The configuration file or a setting is unusable; the message says which."""
 
@@ -114,6 +82,13 @@ class Settings(BaseSettings):
     # Databases: the API database (cell and instance mappings). Cell URLs live in it.
     api_db_url: str | None = Field(None, description="Default: SQLite file in data_dir")
     db_connect_timeout: Seconds = Field(5.0, gt=0, description="Seconds, per database connect")
+    db_lock_timeout: Seconds = Field(
+        30.0,
+        gt=0,
+        description="Seconds a command's statement waits for a lock another session holds "
+        "on a database's tables (a migration's ALTER TABLE) before it fails, naming the "
+        "database as busy",
+    )
 
     # Message bus.
     bus_url: str | None = Field(

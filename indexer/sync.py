@@ -78,12 +78,11 @@ def run_sync(
     options: SyncOptions,
     *,
     progress: SyncProgress | None = None,
-    connect_timeout: float = 5.0,
     lock_ttl: float = TTL,
 ) -> SyncReport:
     """Raises ``LockHeld`` when another sync, verify or purge runs, ``UnknownCell`` for a cell
     it cannot find, ``SyncFailed`` otherwise."""
-    run = _Run(engine, registry, options, progress or NoProgress(), connect_timeout)
+    run = _Run(engine, registry, options, progress or NoProgress())
     try:
         with MaintenanceLock(engine, options.resource, "sync", ttl=lock_ttl) as lock:
             run.lock = lock
@@ -113,7 +112,6 @@ class _Run:
         registry: CellRegistry,
         options: SyncOptions,
         progress: SyncProgress,
-        connect_timeout: float,
     ) -> None:
         if options.resource not in ("instance", "node"):
             raise SyncFailed(f"unknown resource type {options.resource!r}")
@@ -122,7 +120,6 @@ class _Run:
         self.options = options
         self.resource = options.resource
         self.progress = progress
-        self.connect_timeout = connect_timeout
         self.started = time.perf_counter()
         self.lock: MaintenanceLock | None = None
         self.report = SyncReport(self.resource, "cells" if options.cells else "full")
@@ -195,7 +192,7 @@ class _Run:
             scope,
             SYNC_EVENT,
             self.options.batch_size,
-            self.connect_timeout,
+            self.registry.engines.timeouts,
             index=index,
             reopen=reopen,
             backoff=self.options.retry_backoff,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cellsight.cells.database import Engines, connect
+from cellsight.cells.dialects import Timeouts
 from cellsight.indexer.cell_streams import CellDocs, CellRef, Scope
 from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteResult, WriteStatus
@@ -87,7 +88,7 @@ class LoadJob:
     scope: Scope
     event_type: str
     batch_size: int
-    connect_timeout: float
+    timeouts: Timeouts  # the cells' engines'
     index: str | None  # bulk_index into this index; None: bulk through the write alias
     # a picklable engine factory for worker processes (``SearchEngine.reopener``)
     reopen: Callable[[], SearchEngine] | None = None
@@ -179,7 +180,11 @@ def _process_worker(job: LoadJob, tasks: Any, out: Any, stop: Any, token: Any, p
     gc.freeze()  # what the imports made: collections then only walk the batch
     assert job.reopen is not None
     engine = job.reopen()
-    engines = Engines(connect_timeout=job.connect_timeout)
+    engines = Engines(
+        connect_timeout=job.timeouts.connect,
+        statement_timeout=job.timeouts.statement,
+        lock_timeout=job.timeouts.lock,
+    )
     try:
 
         def stopped() -> bool:

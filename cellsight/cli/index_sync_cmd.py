@@ -78,13 +78,7 @@ def index_sync(
     with clients(settings) as (engine, registry):
         try:
             with terminate_as_interrupt(), _progress(as_json) as progress:
-                report = run_sync(
-                    engine,
-                    registry,
-                    options,
-                    progress=progress,
-                    connect_timeout=settings.db_connect_timeout,
-                )
+                report = run_sync(engine, registry, options, progress=progress)
         except LockHeld as exc:
             code, message = 3, str(exc)
         except SyncInterrupted as exc:

@@ -5,6 +5,7 @@ now read in daemon threads the interrupted command does not wait for."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,6 +25,7 @@ from tests.support.services import create_database, drop_database
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.services
+OWNER = ("--project", "p1", "--user", "u1")
 
 
 @pytest.fixture
@@ -77,6 +79,50 @@ def test_an_interrupted_verify_does_not_wait_for_a_blocked_cell(
         try:
             with MaintenanceLock(engine, "instance", "the next verify"):
                 pass  # released by the interrupted one
+        finally:
+            engine.close()
+    finally:
+        locker.close()
+
+
+def test_verify_and_sync_give_up_on_a_locked_cell_and_name_it(
+    tmp_path: Path, cell_database: tuple[str, sa.Engine]
+) -> None:
+    """Without an interrupt: a cell whose tables another session keeps locked is given
+    up after the lock timeout and named, the other cells are verified, and the
+    maintenance lock is released (they waited as long as the lock was held)."""
+    url, _ = cell_database
+    data = tmp_path / "data"
+    lite = f"sqlite:///{tmp_path / 'lite.db'}"
+    for args in (
+        ("cells", "add", "--name", "pg", "--db-url", url),
+        ("cells", "add", "--name", "lite", "--db-url", lite, "--create"),
+        ("cells", "add-host", "--cell", "lite", "--host", "h1"),
+        ("ops", "boot", "--cell", "lite", "--name", "vm", "--flavor", "m1.small", *OWNER),
+        ("index", "sync"),
+    ):
+        done = cellsight(data, *args)
+        assert done.returncode == 0, (args, done.stderr)
+    locker = sa.create_engine(url).connect()
+    try:
+        locker.exec_driver_sql("BEGIN")
+        locker.exec_driver_sql("LOCK TABLE instances IN ACCESS EXCLUSIVE MODE")
+        env = {"CELLSIGHT_DB_LOCK_TIMEOUT": "1"}
+        verify = cellsight(data, "index", "verify", "--json", env=env)
+        assert verify.returncode == 1, verify.stderr
+        (report,) = [r for r in json.loads(verify.stdout)["reports"] if r["resource"] == "instance"]
+        cells = {c["name"]: c for c in report["cells"]}
+        assert "is busy" in cells["pg"]["failed"], cells["pg"]
+        assert "CELLSIGHT_DB_LOCK_TIMEOUT" in cells["pg"]["failed"]
+        assert cells["lite"]["failed"] is None and cells["lite"]["rows"] == 1, cells["lite"]
+        sync = cellsight(data, "index", "sync", env=env)
+        assert sync.returncode == 1
+        last = sync.stderr.strip().splitlines()[-1]
+        assert "cell pg" in last and "is busy" in last, sync.stderr
+        engine = build_engine(load_settings(data_dir=data))
+        try:
+            with MaintenanceLock(engine, "instance", "the next verify"):
+                pass
         finally:
             engine.close()
     finally:

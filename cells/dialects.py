@@ -1,0 +1,201 @@
+"""Each dialect's engine: its driver's connect arguments and the session settings that
+carry ``Timeouts`` (see ``cellsight.cells.database``, which picks the dialect).
+
+* ``connect``: each connect. ``statement`` (``None``: no limit): each statement,
+  enforced by the server or driver so a slow cell cannot hold a caller past its
+  deadline: PostgreSQL ``statement_timeout``; MariaDB ``max_statement_time`` (MySQL
+  ``max_execution_time``, SELECTs only) plus PyMySQL's socket read/write timeouts;
+  SQLite a progress handler that interrupts the statement.
+* ``lock`` (``None``: the server's default): how long a statement waits for a lock
+  another session holds (a migration's ``ALTER TABLE``, a ``LOCK TABLE``) before it
+  fails, so that a command reading the cells reports the cell instead of waiting as
+  long as the lock is held: PostgreSQL ``lock_timeout`` (its default waits forever);
+  MariaDB/MySQL ``lock_wait_timeout`` (metadata locks; a day by default) and
+  ``innodb_lock_wait_timeout`` (rows), whole seconds; SQLite's busy timeout.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from cellsight.cells.errors import DatabaseMissing, DatabaseUnavailable
+
+SQLITE_BUSY_MS = 10_000  # without a lock timeout
+# The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
+SQLITE_PROGRESS_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds; plain values, so that a sync's worker process can take them."""
+
+    connect: float = 5.0
+    statement: float | None = None
+    lock: float | None = None
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _whole_seconds(seconds: float) -> int:
+    return max(1, math.ceil(seconds))
+
+
+def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> sa.Engine:
+    engine = sa.create_engine(url, connect_args={"timeout": timeouts.connect})
+
+    @event.listens_for(engine, "do_connect")
+    def _open(
+        dialect: sa.Dialect, record: ConnectionPoolEntry, cargs: list[Any], cparams: dict[str, Any]
+    ) -> DBAPIConnection | None:
+        # sqlite3 creates a missing file by default: a typo or a moved cell file would
+        # become an empty cell. Open with mode=rw (fails instead) unless creating.
+        target = sqlite_file_uri(cargs[0], bool(cparams.get("uri")))
+        if target is None:
+            return None  # in-memory, or a mode the URL chose itself: as given
+        uri, path = target
+        if create:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseUnavailable(
+                    url, f"cannot create directory {path.parent}: {exc.strerror}"
+                ) from None
+        mode = "rwc" if create else "rw"
+        try:
+            conn = dialect.connect(
+                f"{uri}{'&' if '?' in uri else '?'}mode={mode}",
+                *cargs[1:],
+                **{**cparams, "uri": True},
+            )
+        except sqlite3.OperationalError as exc:
+            # CANTOPEN also covers a directory or a denied permission: only a path that
+            # is not there is the missing database.
+            if _error_code(exc) == sqlite3.SQLITE_CANTOPEN and not path.exists():
+                raise DatabaseMissing(url, path) from None
+            raise
+        return conn
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, record: ConnectionPoolEntry) -> None:
+        # Take transaction control from the sqlite3 module so that BEGIN is ours
+        # (IMMEDIATE for writes, see write_transaction).
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        busy = SQLITE_BUSY_MS if timeouts.lock is None else _milliseconds(timeouts.lock)
+        cursor.execute(f"PRAGMA busy_timeout={busy}")
+        cursor.close()
+        if timeouts.statement is not None:
+            record.info["deadline"] = math.inf
+            dbapi_conn.set_progress_handler(
+                lambda: time.monotonic() > record.info["deadline"], SQLITE_PROGRESS_STEPS
+            )
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    statement = timeouts.statement
+    if statement is not None:
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _arm(conn: sa.Connection, *args: Any) -> None:
+            conn.connection.info["deadline"] = time.monotonic() + statement
+
+        # Results are fetched lazily, so the deadline holds until the transaction ends;
+        # disarmed before COMMIT so that a commit is never interrupted.
+        for name in ("commit", "rollback"):
+
+            @event.listens_for(engine, name)
+            def _disarm(conn: sa.Connection, *args: Any) -> None:
+                conn.connection.info["deadline"] = math.inf
+
+    return engine
+
+
+def sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:
+    """The ``file:`` URI (without a mode) and the path of the file that
+    ``sqlite3.connect(filename, uri=uri)`` opens; ``None`` for an in-memory database or
+    a URI that sets its own ``mode`` (the URL's author chose it)."""
+    if not uri:
+        if filename in ("", ":memory:"):
+            return None
+        path = Path(filename).absolute()
+        return path.as_uri(), path  # as_uri escapes what a URI would misread (?, #, %)
+    parts = urlsplit(filename)
+    if "mode" in parse_qs(parts.query) or parts.path in ("", ":memory:"):
+        return None
+    return filename, Path(unquote(parts.path))
+
+
+def _error_code(exc: sqlite3.Error) -> int | None:
+    # sqlite_errorcode is the extended code; its low byte is the primary one.
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None
+
+
+def postgresql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
+    # libpq takes whole seconds and treats values below 2 as 2.
+    connect_args: dict[str, Any] = {"connect_timeout": max(2, math.ceil(timeouts.connect))}
+    options = ["-c timezone=UTC"]
+    if timeouts.statement is not None:
+        options.append(f"-c statement_timeout={_milliseconds(timeouts.statement)}")
+    if timeouts.lock is not None:
+        options.append(f"-c lock_timeout={_milliseconds(timeouts.lock)}")
+    connect_args["options"] = " ".join(options)
+    return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+
+
+def mysql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
+    connect_args: dict[str, Any] = {"connect_timeout": _whole_seconds(timeouts.connect)}
+    if timeouts.statement is not None:
+        # The socket timeout is the backstop; give the server a moment to cancel first.
+        socket_timeout = _whole_seconds(timeouts.statement + 1)
+        connect_args["read_timeout"] = socket_timeout
+        connect_args["write_timeout"] = socket_timeout
+    # READ COMMITTED, as PostgreSQL's default: InnoDB's REPEATABLE READ takes gap locks on
+    # index searches, so a boot inserting an instance beside one a delete had locked
+    # waited on the delete, which waited on the boot's host (a deadlock in about one boot
+    # in twenty at six at once). Every transaction here locks what it reads explicitly.
+    engine = sa.create_engine(
+        url,
+        connect_args=connect_args,
+        pool_pre_ping=True,
+        pool_recycle=3600,
+        isolation_level="READ COMMITTED",
+    )
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+        cursor = dbapi_conn.cursor()
+        cursor.execute("SET SESSION time_zone = '+00:00'")
+        if timeouts.statement is not None:
+            if "mariadb" in dbapi_conn.get_server_info().lower():
+                cursor.execute(f"SET SESSION max_statement_time = {timeouts.statement:.3f}")
+            else:
+                limit = _milliseconds(timeouts.statement)
+                cursor.execute(f"SET SESSION max_execution_time = {limit}")
+        if timeouts.lock is not None:
+            wait = _whole_seconds(timeouts.lock)
+            cursor.execute(
+                f"SET SESSION lock_wait_timeout = {wait}, innodb_lock_wait_timeout = {wait}"
+            )
+        cursor.close()
+
+    return engine
