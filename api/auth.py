@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import Request
 
 from cellsight.api.errors import BadRequest, Unauthorized
-from cellsight.settings import ConfigError, Settings
+from cellsight.settings import ConfigError, Settings, check_regular_file
 
 TOKEN_HEADER = "X-Auth-Token"
 ADMIN_ROLE = "admin"
@@ -88,6 +88,7 @@ def dev_principal(token: str) -> Principal:
 
 
 def load_tokens(path: Path) -> dict[str, Principal]:
+    check_regular_file(path, "token file")
     try:
         text = path.read_text(encoding="utf-8")
         raw: Any = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)

@@ -332,17 +332,18 @@ def _service_link(name: str, value: str) -> bool:
     )
 
 
-def _check_config_file(config: Path) -> None:
-    # What is wrong, said as it is: "no such file" for /dev/null or a directory sent the
-    # operator looking for a file that is there. A device or a pipe is refused too: the
-    # TOML reader would read /dev/zero for ever, or block on a FIFO nobody writes.
-    if config.is_file():
+def check_regular_file(path: Path, label: str) -> None:
+    """``path`` is a file to read whole (the ``--config`` TOML, the API's token file).
+    What is wrong, said as it is: "no such file" for /dev/null or a directory sent the
+    operator looking for a file that is there. A device or a pipe is refused too: a
+    reader would read /dev/zero for ever, or block on a FIFO nobody writes."""
+    if path.is_file():
         return
-    if config.is_dir():
-        raise ConfigError(f"--config {config}: is a directory, not a TOML file")
-    if config.exists():
-        raise ConfigError(f"--config {config}: not a regular file (a device, pipe or socket)")
-    raise ConfigError(f"--config {config}: no such file")
+    if path.is_dir():
+        raise ConfigError(f"{label} {path}: is a directory, not a file")
+    if path.exists():
+        raise ConfigError(f"{label} {path}: not a regular file (a device, pipe or socket)")
+    raise ConfigError(f"{label} {path}: no such file")
 
 
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
@@ -352,7 +353,7 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     for line in unknown_variables(os.environ):
         log.warning("%s", line)
     if config is not None:
-        _check_config_file(config)
+        check_regular_file(config, "--config")
     token = _config_file.set(config)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ traceback), or a timedelta could not hold it. Run as the operator runs it."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,19 @@ def test_a_config_that_is_no_toml_file_says_what_it_is(
     result = cellsight(tmp_path / "d", "--config", given, "cells", "list")
     err = assert_one_line_error(result, USAGE, f"--config {given}", says)
     assert "no such file" not in err or says == "no such file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_token_file_that_is_no_file_says_what_it_is(tmp_path: Path, kind: str) -> None:
+    """A FIFO nobody writes blocked `cellsight api` at start-up for ever, and /dev/zero
+    was read until memory ran out: refused as `--config` is, before anything is read."""
+    given = {"fifo": tmp_path / "tokens", "device": Path("/dev/zero"), "directory": tmp_path}
+    if kind == "fifo":
+        os.mkfifo(given["fifo"])
+    says = "is a directory" if kind == "directory" else "not a regular file"
+    env = {"CELLSIGHT_AUTH_MODE": "token", "CELLSIGHT_TOKEN_FILE": str(given[kind])}
+    result = cellsight(tmp_path / "d", "api", "--port", "0", env=env)
+    assert_one_line_error(result, USAGE, f"token file {given[kind]}", says)
 
 
 def test_validate_reads_no_more_than_the_body_limit(tmp_path: Path) -> None:
