@@ -279,6 +279,17 @@ class TextTooLong(CellsError):
         )
 
 
+class BlankText(CellsError):
+    """An empty or blank name where one is required (a boot's, a rename's): Nova's
+    schema wants at least one character."""
+
+    reason = "blank_text"
+
+    def __init__(self, field: str) -> None:
+        super().__init__(f"{field} must not be empty or blank")
+        self.field = field
+
+
 class InvalidText(CellsError):
     """A name or id holding a character Nova's API refuses in names (its
     ``parameter_types.name`` pattern): a control, format, surrogate or unassigned code

@@ -70,7 +70,7 @@ from cellsight.cells.scheduler import (
     release,
 )
 from cellsight.cells.schema import compute_nodes, instances, utcnow
-from cellsight.cells.text_rules import check_length, check_text
+from cellsight.cells.text_rules import check_length, check_name
 from cellsight.notifications.payloads import InstanceActionPayload
 from cellsight.notifications.publisher import Publisher
 
@@ -118,7 +118,7 @@ class Operations:
     # -------------------------------------------------------------- actions
 
     def rename(self, uuid: str, display_name: str, actor: Actor = ADMIN) -> InstanceActionPayload:
-        check_text("name", display_name)
+        check_name("name", display_name)
         return self._act(uuid, RENAME, actor, lambda conn, row: {"display_name": display_name})
 
     def update_metadata(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import unicodedata
 
-from cellsight.cells.errors import InvalidText, TextTooLong
+from cellsight.cells.errors import BlankText, InvalidText, TextTooLong
 from cellsight.notifications.limits import NAME_LENGTH
 
 
@@ -32,6 +32,13 @@ def check_text(field: str, value: str | None) -> None:
         raise TextTooLong(field, value, NAME_LENGTH)
     if (char := unprintable(value)) is not None:
         raise InvalidText(field, value, char)
+
+
+def check_name(field: str, value: str) -> None:
+    """``check_text`` of a name that must be given: ``BlankText`` if it is blank."""
+    if not value.strip():
+        raise BlankText(field)
+    check_text(field, value)
 
 
 def check_length(field: str, value: str) -> None:

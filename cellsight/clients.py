@@ -19,13 +19,18 @@ from kombu.transport import resolve_transport
 
 from cellsight.indexer.engines.http_errors import redact_url, split_url
 from cellsight.notifications import queues
-from cellsight.notifications.bus import Bus, BusError, open_bus
+from cellsight.notifications.bus import REDIS_SCHEMES, Bus, BusError, open_bus
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import ConfigError, Settings
 
 if TYPE_CHECKING:
     from cellsight.indexer.consumer import ConsumerConfig
     from cellsight.indexer.engines.base import SearchEngine
+
+
+# The transports Cellsight is built and tested on: RabbitMQ's AMQP, and Redis (the
+# embedded bus's; redis:// through Cellsight's own transport, see notifications.bus).
+BUS_SCHEMES = frozenset({"amqp", "amqps", "pyamqp", *REDIS_SCHEMES})
 
 
 class BadBusURL(BusError):
@@ -42,18 +47,35 @@ class BusUnavailable(BusError):
         self.why = why
 
 
+def _check_scheme(url: str) -> None:
+    scheme = url.partition("://")[0]
+    base = scheme.partition("+")[0].lower()
+    if base not in BUS_SCHEMES:
+        try:
+            resolve_transport(base or "?")
+        except KeyError:  # kombu's signal for an unknown transport name
+            raise BadBusURL(
+                f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
+            ) from None
+        except ImportError:  # one kombu has, without its client library installed
+            pass
+        # kombu has it, Cellsight does not: memory:// took the outbox relay's notifications
+        # into the relaying process, which then deleted them from the outbox.
+        memory = " (in-process: what is published there is gone with the process)"
+        raise BadBusURL(
+            f"bus URL scheme {scheme!r} is a kombu transport Cellsight does not use"
+            f"{memory if base == 'memory' else ''}; use amqp:// or amqps:// (RabbitMQ), "
+            "or redis://, rediss://, redis+socket://, sentinel://"
+        )
+
+
 def check_bus_url(url: str) -> None:
     """``BadBusURL`` naming what kombu would fail on later, deep inside, as a ValueError:
-    an unknown transport, a host or port that does not parse, a heartbeat that is not a
-    number of seconds. A ``;``-separated failover list is checked URL by URL."""
-    scheme = url.partition("://")[0]
-    try:
-        resolve_transport(scheme.partition("+")[0] or None)
-    except KeyError:  # kombu's signal for an unknown transport name
-        raise BadBusURL(
-            f"bus URL scheme {scheme!r} is not a kombu transport (amqp://, redis://…)"
-        ) from None
+    a transport kombu or Cellsight does not have, a host or port that does not parse, a
+    heartbeat that is not a number of seconds. A ``;``-separated failover list is checked
+    URL by URL."""
     for one in url.split(";"):
+        _check_scheme(one)
         shown = redact_url(one)
         try:
             parts = split_url(one)

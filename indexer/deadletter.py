@@ -75,14 +75,20 @@ class DeadLetterer:
     def send(self, message: Received, reason_code: str, reason: str, event_type: str) -> None:
         """Publish ``message`` to the DLX and return once the bus confirmed it."""
         info = message.delivery_info  # a routed delivery parses it on each read
+        # A message the Redis channel could not read is delivered from its queue: the
+        # route it was published with is the one to replay it by, if known.
+        exchange, key = getattr(message, "original_route", None) or (
+            info.get("exchange"),
+            info.get("routing_key"),
+        )
         headers = _copy_headers(
             message,
             {
                 REASON_HEADER: reason[:REASON_MAX],
                 REASON_CODE_HEADER: reason_code or "unknown",
                 "x-cellsight-event-type": event_type,
-                "x-original-exchange": info.get("exchange") or self.exchange,
-                "x-original-routing-key": info.get("routing_key") or "",
+                "x-original-exchange": exchange or self.exchange,
+                "x-original-routing-key": key or "",
                 "x-dead-lettered-at": datetime.now(UTC).isoformat(),
             },
         )

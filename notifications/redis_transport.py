@@ -73,8 +73,12 @@ class Message(virtual.Message):
         super().__init__(payload, channel=channel, **kwargs)
         mark = payload.get(UNREADABLE_MARK)
         self.unreadable: tuple[str, str] | None = None
-        if isinstance(mark, list) and len(mark) == 2:
+        # The (exchange, routing key) it was published with, as far as it was known.
+        self.original_route: tuple[str, str] | None = None
+        if isinstance(mark, list) and len(mark) in (2, 4):
             self.unreadable = (str(mark[0]), str(mark[1]))
+            route = mark[2:] or ["", ""]  # marked before routes were kept: unknown
+            self.original_route = (str(route[0]), str(route[1]))
 
 
 class Channel(kombu_redis.Channel):

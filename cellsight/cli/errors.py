@@ -55,6 +55,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
 
     from cellsight.cells.errors import (
         BadDatabaseURL,
+        BlankText,
         CellsError,
         DuplicateCell,
         DuplicateInstance,
@@ -93,6 +94,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         UnknownFlavor,
         InstanceNotFound,
         InvalidText,
+        BlankText,
         TextTooLong,
         InvalidTag,
     )

@@ -185,13 +185,27 @@ def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path, 
         "amqps://u:p@[::1]:5671//?ssl=1&heartbeat=30",
         "redis://localhost",
         "redis+socket:///tmp/redis.sock",
-        "memory://",
+        "pyamqp://guest@localhost//",
     ],
 )
 def test_the_bus_urls_kombu_reads_pass_the_check(url: str) -> None:
     """A review found the first check refused failover lists (``urlsplit`` read the
     whole list as one URL, its port "5672;amqp:")."""
     check_bus_url(url)
+
+
+@pytest.mark.parametrize("url", ["memory://", "filesystem://", "sqs://", "qpid://h:5672"])
+def test_a_kombu_transport_cellsight_does_not_use_is_refused(tmp_path: Path, url: str) -> None:
+    """memory:// was taken: ``outbox relay`` published a cell's waiting notifications
+    into its own process, reported them published and deleted them from the outbox
+    (found by a probe); the indexer ran on, consuming nothing."""
+    scheme = url.partition("://")[0]
+    for command in (["outbox", "relay"], ["indexer"], ["dlq", "list"]):
+        result = cellsight(tmp_path / "d", *command, env={"CELLSIGHT_BUS_URL": url})
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        last = result.stderr.strip().splitlines()[-1]
+        assert "CELLSIGHT_BUS_URL" in last and f"{scheme!r}" in last, last
+        assert "does not use" in last, last
 
 
 def test_each_url_of_a_failover_list_is_checked() -> None:

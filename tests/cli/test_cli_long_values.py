@@ -69,6 +69,8 @@ def test_a_value_past_255_characters_is_a_usage_error_naming_it(
     ("args", "needles"),
     [
         (["rename", "{uuid}", LONG], ("name 'nnn", "256 characters long")),
+        (["rename", "{uuid}", ""], ("name must not be empty or blank",)),
+        (["rename", "{uuid}", "   "], ("name must not be empty or blank",)),
         (["meta", "{uuid}", f"{LONG}=v"], ("metadata key 'nnn", "256 characters long")),
         (["meta", "{uuid}", f"k={LONG}"], ("metadata value of 'k' 'nnn", "256 characters")),
         (["tags", "{uuid}", "a/b"], ("invalid tags: 'a/b'",)),
@@ -84,6 +86,14 @@ def test_an_action_with_a_value_nova_refuses_is_a_usage_error_and_changes_nothin
     result = cellsight(data, "ops", *[a.replace("{uuid}", uuid) for a in args])
     assert_one_line_error(result, USAGE, *needles)
     assert cellsight(data, "ops", "show", uuid).stdout == before.stdout
+
+
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_boot_without_a_name_is_a_usage_error(seeded: tuple[Path, str], name: str) -> None:
+    """It was "internal error: ValueError" (exit 1; found by a probe)."""
+    data, _ = seeded
+    result = cellsight(data, *BOOT, "--name", name, "--project", "p", "--user", "u")
+    assert_one_line_error(result, USAGE, "name must not be empty or blank")
 
 
 @pytest.mark.parametrize(

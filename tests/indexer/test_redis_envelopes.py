@@ -27,7 +27,7 @@ from typer.testing import CliRunner
 from cellsight.cli import app
 from cellsight.cli.groups import register
 from cellsight.clients import build_bus
-from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek
+from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek, replay
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
 from cellsight.notifications.limits import MAX_BODY_BYTES
@@ -207,6 +207,34 @@ def test_a_decompression_bomb_is_too_large_on_the_embedded_bus(
     assert f"past {MAX_BODY_BYTES} bytes" in str(letter.reason)
     # The letter's body is the envelope the bomb came in, the compressed bytes inside.
     assert json.loads(letter.body)["headers"]["compression"] == "application/x-bz2"
+
+
+def test_letters_the_channel_could_not_read_are_replayed_by_their_route(
+    settings_: Settings, embedded_index: EmbeddedEngine
+) -> None:
+    """A bomb's letter carried the indexer queue's name as its routing key (the channel
+    delivers what it could not read from that queue), and ``dlq replay`` refused it on
+    every run, with the letters behind it (found by a probe). It now carries the route
+    it was published with; bytes that are no envelope have none, and take replay's."""
+    bomb = bz2.compress(b"0" * (MAX_BODY_BYTES + 1))
+    publish_bodies(settings_, [bomb], headers={"compression": "application/x-bz2"})
+    with embedded_redis(settings_) as client:
+        client.lpush(settings_.indexer_queue, b"\x00 not an envelope")
+    with running_indexer(settings_, embedded_index) as consumer:
+        wait_for(lambda: consumer.acked >= 2, 60, "both messages acked")
+    by_code = {letter.reason_code: letter for letter in letters(settings_)}
+    assert (by_code["too_large"].routing_key, by_code["malformed"].routing_key) == (KEY, "")
+    with build_bus(settings_) as bus, bus.connection() as conn:
+        replayed = replay(
+            conn,
+            exchange_name=settings_.exchange,
+            dlx_name=settings_.dead_letter_exchange,
+            dlq_name=settings_.dead_letter_queue,
+        )
+    assert replayed == (2, 0)
+    assert letters(settings_) == []
+    with embedded_redis(settings_) as client:  # back on the indexer's queue, both
+        assert client.llen(settings_.indexer_queue) == 2
 
 
 def test_a_producers_headers_do_not_make_a_notification_unreadable(
