@@ -151,13 +151,16 @@ def _kombu_reads(codec: Any) -> bool:
     return True
 
 
-def _route(item: bytes) -> tuple[str, str]:
-    """(exchange, routing key) of the delivery info of ``item`` if it parses as an
-    envelope that has them as texts, else ``("", "")``."""
+def _route(item: bytes, why: UnreadableEnvelope) -> tuple[str, str]:
+    """(exchange, routing key) of the delivery info of ``item``, for a body that
+    decompresses too large (its envelope passed every other check), if they are texts;
+    else ``("", "")``: another unreadable envelope may not parse, or not cheaply."""
+    if not isinstance(why, DecompressesTooLarge):
+        return "", ""
     try:
         info = loads(item)["properties"]["delivery_info"]
         route = (info["exchange"], info["routing_key"])
-    except (ValueError, TypeError, KeyError):  # not JSON, or not an envelope with a route
+    except (ValueError, TypeError, KeyError, RecursionError):  # no envelope with a route
         return "", ""
     return route if all(type(part) is str for part in route) else ("", "")
 
@@ -192,9 +195,9 @@ def _why(exc: Exception) -> str:
 def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:
     """An envelope kombu reads, carrying ``item`` whole and why it was unreadable. Its
     delivery info routes it back to ``queue`` (kombu restores it there if its consumer
-    dies); the route it was published with, where ``item`` still tells it (a body that
-    decompresses too large comes in an envelope that parses), goes in the mark, for its
-    dead letter to be replayed by (``("", "")`` when unknown: replay's default)."""
+    dies); the route it was published with, where ``item`` tells it (``_route``), goes in
+    the mark, for its dead letter to be replayed by (``("", "")`` when unknown: replay's
+    default)."""
     reason = f"the bus could not read the message: {why}"
     return dumps(
         {
@@ -202,7 +205,7 @@ def quarantined(item: bytes, queue: str, why: UnreadableEnvelope) -> bytes:
             "content-encoding": "binary",
             "content-type": "application/octet-stream",
             "headers": {UNREADABLE_HEADER: reason, UNREADABLE_CODE_HEADER: why.code},
-            UNREADABLE_MARK: [why.code, reason, *_route(item)],
+            UNREADABLE_MARK: [why.code, reason, *_route(item, why)],
             "properties": {
                 "body_encoding": "base64",
                 "delivery_tag": str(uuid.uuid4()),

@@ -292,6 +292,14 @@ class Channel(kombu_redis.Channel):
                         self.landings.release(client)
                 except (*self.connection_errors, OutOfMemoryError):
                     pass  # the lease runs out and another consumer's sweep puts them back
+            if self._qos is not None:
+                # kombu restores what is unacked after it has disconnected the channel's
+                # pools, on connections it opens then and never closes: the embedded
+                # server, counting them, was never the last one's to stop (``dlq list``
+                # left it running). Restored here, while the pools are open; kombu's own
+                # call then finds nothing left to do.
+                with contextlib.suppress(*self.connection_errors):
+                    self._qos.restore_unacked_once()
         super().close()
 
     def _checked(self, item: bytes, queue: str) -> bytes:

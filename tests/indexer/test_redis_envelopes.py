@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from kombu import Connection, compression
@@ -30,6 +31,7 @@ from cellsight.clients import build_bus
 from cellsight.indexer.dlq import DeadLetter, get_as_stored, peek, replay
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
+from cellsight.notifications.embedded import socket_path
 from cellsight.notifications.limits import MAX_BODY_BYTES
 from cellsight.notifications.redis_envelopes import UnreadableEnvelope, readable
 from cellsight.notifications.unreadable import (
@@ -235,6 +237,26 @@ def test_letters_the_channel_could_not_read_are_replayed_by_their_route(
     assert letters(settings_) == []
     with embedded_redis(settings_) as client:  # back on the indexer's queue, both
         assert client.llen(settings_.indexer_queue) == 2
+
+
+def test_dlq_list_stops_the_embedded_server_it_started(settings_: Settings) -> None:
+    """Reading letters it does not ack, ``dlq list`` left the server running after it
+    exited: kombu restored them on connections it opened after closing its pools, and
+    never closed (found by a probe). The last client out stops the server."""
+    with build_bus(settings_) as bus, bus.connection() as conn:
+        dlq = queues.dead_letter_queue(
+            settings_.dead_letter_queue, queues.dead_letter_exchange(settings_.dead_letter_exchange)
+        )
+        dlq(conn).declare()
+        conn.Producer().publish(b"a letter", exchange=dlq.exchange, routing_key=KEY)
+    socket = str(socket_path(settings_.bus_dir))
+    with pytest.raises(redis.ConnectionError):  # the publisher was the last one out
+        redis.Redis(unix_socket_path=socket).ping()
+    result = CliRunner().invoke(app, ["--data-dir", str(settings_.data_dir), "dlq", "list"])
+    assert result.exit_code == 0 and "1 dead letter(s) shown" in result.output, result.output
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis(unix_socket_path=socket).ping()
+    assert len(letters(settings_)) == 1  # still there: read, not taken
 
 
 def test_a_producers_headers_do_not_make_a_notification_unreadable(
