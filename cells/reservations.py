@@ -43,7 +43,7 @@ from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, r
 from cellsight.cells.rows import InstanceRow, action_payload
 from cellsight.cells.scheduler import HostState, Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
-from cellsight.cells.text_rules import check_texts
+from cellsight.cells.text_rules import check_name, check_texts
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstanceActionPayload
@@ -150,6 +150,8 @@ class Reservations:
     ) -> ReserveResult:
         uuid = reservation_uuid(uuid)
         check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor, host=host)
+        if host is not None:
+            check_name("host", host)  # '' is no host ("no enabled cell" said it was none)
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
         forced: list[Selection] = []  # the named host's, once claimed

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cells.errors import (
+    BlankText,
     CellsError,
     DuplicateInstance,
     InstanceNotFound,
@@ -138,6 +139,14 @@ def test_a_reservation_on_a_named_host_gets_its_selection(world: Any) -> None:
     assert chosen == state.selection(want, zone)
     assert made.payload is not None and made.payload.host == "h2"
     assert res.reserve(host="h1").selections == []  # no flavor: nothing claimed, no pick
+
+
+@pytest.mark.parametrize("host", ["", " "])
+def test_a_blank_host_is_refused_naming_it(world: Any, host: str) -> None:
+    _, _, _, res, publisher = world
+    with pytest.raises(BlankText, match="host must not be empty"):
+        res.reserve(flavor="m1.small", host=host)
+    assert publisher.take() == []
 
 
 def test_a_modify_to_what_it_holds_is_no_change(world: Any) -> None:
