@@ -17,11 +17,11 @@ from kombu import Connection, Exchange, Queue
 from kombu.exceptions import OperationalError
 from kombu.transport import resolve_transport
 
-from cellsight.indexer.engines.http_errors import redact_url, split_url
 from cellsight.notifications import queues
 from cellsight.notifications.bus import REDIS_SCHEMES, Bus, BusError, open_bus
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import ConfigError, Settings
+from cellsight.urls import redact_url, split_url
 
 if TYPE_CHECKING:
     from cellsight.indexer.consumer import ConsumerConfig
@@ -81,6 +81,8 @@ def check_bus_url(url: str) -> None:
             parts = split_url(one)
         except ValueError as exc:
             raise BadBusURL(f"bus URL {shown}: {exc}") from None
+        if parts.port == 0:  # kombu reads it as "the default port"
+            raise BadBusURL(f"bus URL {shown}: port 0 is no port")
         for value in parse_qs(parts.query).get("heartbeat", []):
             try:
                 seconds = float(value)

@@ -20,6 +20,7 @@ from kombu import Connection
 
 from cellsight.notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
 from cellsight.notifications.unreadable import kombu_url
+from cellsight.urls import redact_urls
 
 __all__ = [
     "DEFAULT_VISIBILITY_TIMEOUT",
@@ -98,7 +99,8 @@ class Bus:
         """The URL without its password, for messages and logs."""
         if self.server is not None:
             return f"{self.url} (embedded Redis, pid {self.server.pid})"
-        return str(Connection(self.url).as_uri())
+        # Not kombu's as_uri: it wrote an IPv6 host as %3A%3A1, not the value as set.
+        return redact_urls(self.url)
 
     def close(self) -> None:
         """Release the embedded server; close kombu connections to it first."""

@@ -122,7 +122,7 @@ def _bus_error(exc: BaseException, bus_url: str | None) -> str | None:
     """A broker error that escaped ``cellsight.clients.bus_connection`` (mid-command)."""
     import kombu.exceptions
 
-    from cellsight.indexer.engines.http import redact_url
+    from cellsight.urls import redact_url
 
     kinds: list[type[BaseException]] = [kombu.exceptions.KombuError]
     try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
-from cellsight.indexer.engines.http_errors import redact_url, split_url
+from cellsight.urls import redact_url, split_url
 
 if TYPE_CHECKING:
     from email.message import Message

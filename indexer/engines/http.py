@@ -13,9 +13,9 @@ from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.engines.http_admin import HttpAdmin
 from cellsight.indexer.engines.http_core import MAX_CHUNK_BYTES, BulkAction, BulkItem
 from cellsight.indexer.engines.http_documents import HttpDocuments
-from cellsight.indexer.engines.http_errors import redact_url
 from cellsight.indexer.engines.http_meta import HttpMeta
 from cellsight.indexer.engines.http_search import HttpSearch
+from cellsight.urls import redact_url
 
 __all__ = ["MAX_CHUNK_BYTES", "BulkAction", "BulkItem", "HttpEngine", "redact_url"]
 

@@ -30,7 +30,7 @@ from cellsight.indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
-from cellsight.indexer.engines.http_errors import redact_url
+from cellsight.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from cellsight.indexer.engines.base import (
     EngineConflict,
@@ -87,25 +86,3 @@ def combine(results: Sequence[WriteResult]) -> WriteResult:
     if results and all(r.status is WriteStatus.STALE for r in results):
         return WriteResult(WriteStatus.STALE)
     return WriteResult(WriteStatus.OK)
-
-
-def split_url(url: str) -> SplitResult:
-    """``url`` split, its port read: ``ValueError`` in urllib's words for a host or port
-    that does not parse (an unclosed IPv6 bracket, a port past 65535 or not a number),
-    which ``urlsplit`` alone leaves for the port's first use, deep inside a client."""
-    parts = urlsplit(url)
-    parts.port  # noqa: B018 - parsed on first use
-    return parts
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # an unclosed IPv6 bracket: no parts, so no user info either
-        scheme, sep, rest = url.partition("://")
-        return f"{scheme}{sep}***@{rest.rpartition('@')[2]}" if "@" in rest else url
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.netloc.rpartition('@')[2]}"
-    return urlunsplit(parts._replace(netloc=netloc))

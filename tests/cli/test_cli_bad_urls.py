@@ -19,9 +19,9 @@ from fastapi.testclient import TestClient
 
 from cellsight.api.app import create_app
 from cellsight.api.headers import SKIPPED_CELLS
-from cellsight.cli.errors import USAGE
+from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.clients import BadBusURL, check_bus_url
-from tests.cli.test_cli_errors import SECRET, assert_one_line_error, cellsight
+from tests.cli.test_cli_errors import SECRET, assert_one_line_error, cellsight, closed_port
 from tests.support.api_world import ADMIN, api_settings, build_world
 
 RABBIT = f"amqp://guest:{SECRET}@127.0.0.1"
@@ -206,6 +206,20 @@ def test_a_kombu_transport_cellsight_does_not_use_is_refused(tmp_path: Path, url
         last = result.stderr.strip().splitlines()[-1]
         assert "CELLSIGHT_BUS_URL" in last and f"{scheme!r}" in last, last
         assert "does not use" in last, last
+
+
+def test_port_0_is_refused_not_read_as_the_default_port() -> None:
+    """kombu read port 0 as 5672: a probe's `dlq list` ran against the real broker."""
+    with pytest.raises(BadBusURL, match="port 0 is no port"):
+        check_bus_url("amqp://guest:guest@127.0.0.1:0//")
+
+
+def test_an_unreachable_bus_is_shown_as_it_was_set(tmp_path: Path) -> None:
+    """kombu's as_uri wrote an IPv6 host as %3A%3A1 in the "unavailable" line."""
+    url = f"amqp://guest:{SECRET}@[::1]:{closed_port()}//"
+    result = cellsight(tmp_path / "d", "dlq", "list", env={"CELLSIGHT_BUS_URL": url})
+    shown = url.replace(SECRET, "***")
+    assert_one_line_error(result, RUNTIME, f"message bus {shown} is unavailable")
 
 
 def test_each_url_of_a_failover_list_is_checked() -> None:
