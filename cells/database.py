@@ -26,7 +26,13 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from cellsight.cells.dialects import Timeouts, mysql_engine, postgresql_engine, sqlite_engine
+from cellsight.cells.dialects import (
+    Timeouts,
+    mysql_engine,
+    postgresql_engine,
+    sqlite_engine,
+    sqlite_error_code,
+)
 from cellsight.cells.errors import (
     USERINFO,
     BadDatabaseURL,
@@ -235,8 +241,7 @@ def lock_wait_ran_out(orig: BaseException | None) -> bool:
     if getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
         return True
     if isinstance(orig, sqlite3.Error):
-        code = getattr(orig, "sqlite_errorcode", None)
-        return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_BUSY
+        return sqlite_error_code(orig) == sqlite3.SQLITE_BUSY
     args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] == _MYSQL_LOCK_WAIT
 
@@ -283,6 +288,15 @@ class Engines:
         self.timeouts = Timeouts(connect_timeout, statement_timeout, lock_timeout)
         self._engines: dict[str, sa.Engine] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, timeouts: Timeouts) -> Engines:
+        """Engines with another cache's timeouts (a worker process's, say)."""
+        return cls(
+            connect_timeout=timeouts.connect,
+            statement_timeout=timeouts.statement,
+            lock_timeout=timeouts.lock,
+        )
 
     def get(self, url: str) -> sa.Engine:
         parsed = parse_url(url)

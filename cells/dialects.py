@@ -83,7 +83,7 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
         except sqlite3.OperationalError as exc:
             # CANTOPEN also covers a directory or a denied permission: only a path that
             # is not there is the missing database.
-            if _error_code(exc) == sqlite3.SQLITE_CANTOPEN and not path.exists():
+            if sqlite_error_code(exc) == sqlite3.SQLITE_CANTOPEN and not path.exists():
                 raise DatabaseMissing(url, path) from None
             raise
         return conn
@@ -144,8 +144,8 @@ def sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:
     return filename, Path(unquote(parts.path))
 
 
-def _error_code(exc: sqlite3.Error) -> int | None:
-    # sqlite_errorcode is the extended code; its low byte is the primary one.
+def sqlite_error_code(exc: sqlite3.Error) -> int | None:
+    """The primary result code (``sqlite_errorcode`` is the extended one: its low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)
     return code & 0xFF if isinstance(code, int) else None
 

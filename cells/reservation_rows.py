@@ -26,8 +26,7 @@ def reservation_uuid(value: str | None) -> str:
 
 def host_row(conn: sa.Connection, host: str) -> dict[str, Any] | None:
     c = compute_nodes.c
-    # In id order: a host may have several nodes (Ironic), and every read of it in one
-    # transaction must find the same one (the claim's, then its Selection's).
+    # In id order: a host may have several nodes (Ironic); the same one every time.
     query = sa.select(compute_nodes).where(c.host == host, c.deleted.is_(False)).order_by(c.id)
     row = conn.execute(query).mappings().first()
     return None if row is None else dict(row)

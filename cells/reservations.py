@@ -149,7 +149,7 @@ class Reservations:
         actor: Actor = ADMIN,
     ) -> ReserveResult:
         uuid = reservation_uuid(uuid)
-        check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor, host=host)
+        check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor)
         if host is not None:
             check_name("host", host)  # '' is no host ("no enabled cell" said it was none)
         spec = get_flavor(flavor) if flavor else None
@@ -162,11 +162,9 @@ class Reservations:
 
         def insert() -> tuple[InstanceRow, Nodes]:
             with self.ops.transaction(target) as conn:
-                chosen = self._claim(conn, spec, selections, host)
-                if spec is not None and host is not None and not selections:
+                chosen, node = self._claim(conn, spec, selections, host)
+                if spec is not None and node is not None:
                     # Nova's scheduler answers a forced host with its one Selection.
-                    node = host_row(conn, host)
-                    assert node is not None  # claimed above, in this transaction
                     zone = self.ops.scheduler.default_availability_zone
                     forced.append(
                         HostState(target, node).selection(Resources.of_flavor(spec), zone)
@@ -217,24 +215,26 @@ class Reservations:
         spec: dict[str, Any] | None,
         selections: list[Selection],
         host: str | None,
-    ) -> tuple[str | None, str | None, str | None]:
-        """(host, node, availability zone) of the node that now holds the reservation."""
+    ) -> tuple[tuple[str | None, str | None, str | None], dict[str, Any] | None]:
+        """(host, node, availability zone) of the node that now holds the reservation,
+        and that node's row when it was named by its host (not a scheduler's pick)."""
         if selections:
             want = Resources.of_flavor(spec or {})
             # A claim that finds a node full still holds its row: lock them in id order first.
             lock_nodes(conn, (s.compute_node_uuid for s in selections))
             for s in selections:
                 if claim(conn, s.compute_node_uuid, want):
-                    return s.service_host, s.nodename, s.availability_zone
+                    return (s.service_host, s.nodename, s.availability_zone), None
             raise NoValidHost("every host picked for the reservation filled up meanwhile")
         if host is None:
-            return None, None, None
+            return (None, None, None), None
         node = host_row(conn, host)
         if node is None:
             raise NoValidHost(f"{host!r} is not a compute host of this cell")
         if spec is not None and not claim(conn, node["uuid"], Resources.of_flavor(spec)):
             raise NoValidHost(f"host {host!r} has no room for {spec['name']}")
-        return node["host"], node["hypervisor_hostname"], self.ops.scheduler.zone_of(node)
+        zone = self.ops.scheduler.zone_of(node)
+        return (node["host"], node["hypervisor_hostname"], zone), node
 
     # ------------------------------------------------------------ modify/rename
 
@@ -273,7 +273,7 @@ class Reservations:
             lock_hosts(conn, (row["host"], new_host))
             release(conn, row["host"], row["node"], Resources.of_flavor(row["flavor"] or {}))
             count_on_node(conn, row["host"], row["node"], -1)
-            chosen = self._claim(conn, new_spec, [], new_host)
+            chosen, _ = self._claim(conn, new_spec, [], new_host)
             count_on_node(conn, chosen[0], chosen[1], 1)
             out.update(host=chosen[0], node=chosen[1], availability_zone=chosen[2])
             out.update(flavor_fields(new_spec))

@@ -180,11 +180,7 @@ def _process_worker(job: LoadJob, tasks: Any, out: Any, stop: Any, token: Any, p
     gc.freeze()  # what the imports made: collections then only walk the batch
     assert job.reopen is not None
     engine = job.reopen()
-    engines = Engines(
-        connect_timeout=job.timeouts.connect,
-        statement_timeout=job.timeouts.statement,
-        lock_timeout=job.timeouts.lock,
-    )
+    engines = Engines.of(job.timeouts)
     try:
 
         def stopped() -> bool:
