@@ -110,10 +110,17 @@ def check_urls(settings: Settings) -> None:
     for name, url, check in checks:
         if url is None:
             continue
+        setting = f"invalid setting {name} (CELLSIGHT_{name.upper()})"
+        try:
+            url.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            # Bytes that were not UTF-8 in the environment: the drivers' host encoding
+            # failed on them as "internal error: UnicodeError".
+            raise ConfigError(f"{setting}: is not valid UTF-8 (at character {exc.start})") from None
         try:
             check(url)
         except (BadBusURL, UnsupportedEngineURL, BadDatabaseURL) as exc:
-            raise ConfigError(f"invalid setting {name} (CELLSIGHT_{name.upper()}): {exc}") from None
+            raise ConfigError(f"{setting}: {exc}") from None
     # The API database is created on first use, its directory not: a typo there would be
     # a new, empty registry ("no cells registered") rather than an error.
     if settings.api_db_url is not None and (parent := missing_directory(settings.api_db_url)):

@@ -208,6 +208,23 @@ def test_a_kombu_transport_cellsight_does_not_use_is_refused(tmp_path: Path, url
         assert "does not use" in last, last
 
 
+@pytest.mark.parametrize(
+    ("setting", "url"),
+    [
+        ("CELLSIGHT_BUS_URL", "amqp://h\udcff//"),
+        ("CELLSIGHT_API_DB_URL", "postgresql://h\udcff/x"),
+        ("CELLSIGHT_SEARCH_URL", "http://h\udcff:9200"),
+    ],
+)
+def test_a_url_setting_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, setting: str, url: str
+) -> None:
+    """A byte that is not UTF-8 in the environment (here 0xff) reached the drivers,
+    whose host encoding failed: "internal error: UnicodeError" (found on a reread)."""
+    result = cellsight(tmp_path / "d", "cells", "list", env={setting: url})
+    assert_one_line_error(result, USAGE, setting, "is not valid UTF-8")
+
+
 def test_port_0_is_refused_not_read_as_the_default_port() -> None:
     """kombu read port 0 as 5672: a probe's `dlq list` ran against the real broker."""
     with pytest.raises(BadBusURL, match="port 0 is no port"):
