@@ -18,7 +18,7 @@ from kombu.exceptions import OperationalError
 from kombu.transport import resolve_transport
 
 from cellsight.notifications import queues
-from cellsight.notifications.bus import REDIS_SCHEMES, Bus, BusError, open_bus
+from cellsight.notifications.bus import REDIS_SCHEMES, Bus, BusError, open_bus, refused
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import ConfigError, Settings
 from cellsight.urls import redact_url, split_url
@@ -39,12 +39,21 @@ class BadBusURL(BusError):
 
 
 class BusUnavailable(BusError):
-    """The broker cannot be reached or refused the login; the URL is shown masked."""
+    """The broker cannot be reached; the URL is shown masked."""
+
+    STATE = "is unavailable"
 
     def __init__(self, shown_url: str, why: str) -> None:
-        super().__init__(f"message bus {shown_url} is unavailable: {why}")
+        super().__init__(f"message bus {shown_url} {self.STATE}: {why}")
         self.url = shown_url
         self.why = why
+
+
+class BusRefused(BusUnavailable):
+    """The broker turned the client away (``bus.refused``): its credentials or its
+    virtual host; waiting does not help."""
+
+    STATE = "refused the connection"
 
 
 def _check_scheme(url: str) -> None:
@@ -155,7 +164,10 @@ def bus_connection(settings: Settings) -> Iterator[Connection]:
             # a refused login (AMQP 403) is one of the transport's channel errors
             *connection.channel_errors,
         ) as exc:
-            raise BusUnavailable(bus.display_url, f"{type(exc).__name__}: {exc}") from exc
+            why = f"{type(exc).__name__}: {exc}"
+            if refused(exc, consumed=False):
+                raise BusRefused(bus.display_url, why) from exc
+            raise BusUnavailable(bus.display_url, why) from exc
         yield connection
 
 

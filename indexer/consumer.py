@@ -36,6 +36,7 @@ from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_fl
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
 from cellsight.notifications import queues
+from cellsight.notifications.bus import refused
 from cellsight.settings import MAX_PREFETCH
 
 log = logging.getLogger(__name__)
@@ -173,6 +174,8 @@ class IndexerConsumer:
                     self._consume(max_batches)
                     return
                 except self.connection.connection_errors as exc:
+                    if refused(exc, consumed=self._ever_consumed):
+                        raise  # a configuration to fix: retrying would hide it
                     backoff = self._backoff(backoff)
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
                     self._lost(f"{what} ({exc})", backoff)

@@ -31,6 +31,7 @@ __all__ = [
     "EmbeddedRedis",
     "open_bus",
     "redis_transport_options",
+    "refused",
     "socket_path",
 ]
 
@@ -61,6 +62,22 @@ def redis_transport_options(
         # moved in a transaction watching the record), so a short bound costs nothing.
         "unacked_mutex_expire": RESTORE_LOCK_SECONDS,
     }
+
+
+def refused(exc: BaseException, *, consumed: bool) -> bool:
+    """Whether ``exc`` is the broker turning this client away, which waiting does not
+    change, rather than failing to answer. Credentials refused (AMQP 403, Redis's
+    ``WRONGPASS``) are, at any time. A virtual host refused (AMQP 530 ``NOT_ALLOWED``: one
+    that does not exist, or that the user may not enter) is, before the first consume:
+    later the same code also means a vhost restarting on its node or its connection
+    limit reached, which pass. Classified by type: both buses' client libraries name
+    these errors."""
+    import amqp.exceptions
+    import redis.exceptions
+
+    if isinstance(exc, amqp.exceptions.AccessRefused | redis.exceptions.AuthenticationError):
+        return True
+    return not consumed and isinstance(exc, amqp.exceptions.NotAllowed)
 
 
 class Bus:

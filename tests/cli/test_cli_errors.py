@@ -77,6 +77,49 @@ def test_dlq_with_a_wrong_password_says_refused(
     assert_one_line_error(result, RUNTIME, "ACCESS_REFUSED", f"{url.host}:{url.port}")
 
 
+def _refusing_urls(rabbitmq_url: str, redis_url: str) -> dict[str, tuple[str, str]]:
+    """Bus URLs a reachable broker turns away, and what its refusal names."""
+    amqp = sa.make_url(rabbitmq_url.replace("amqp://", "mysql://"))  # parse user/host only
+    redis = sa.make_url(redis_url.replace("redis://", "mysql://"))
+    where = f"{amqp.username}:{amqp.password}@{amqp.host}:{amqp.port}"
+    return {
+        "unknown vhost": (f"amqp://{where}/cellsight-no-such-vhost", "NOT_ALLOWED"),
+        "redis user": (
+            f"redis://cellsight-no-such-user:{SECRET}@{redis.host}:{redis.port}/0",
+            "AuthenticationError",
+        ),
+    }
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("case", ["unknown vhost", "redis user"])
+def test_an_indexer_the_broker_turns_away_exits_with_one_line(
+    tmp_path: Path, rabbitmq_url: str, redis_url: str, case: str
+) -> None:
+    """A vhost that does not exist, or credentials refused, is a configuration to fix:
+    the indexer stops at once instead of reconnecting forever (as a refused AMQP login
+    already did)."""
+    url, needle = _refusing_urls(rabbitmq_url, redis_url)[case]
+    result = cellsight(tmp_path / "d", "indexer", env={"CELLSIGHT_BUS_URL": url})
+    assert result.returncode == RUNTIME, (result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert "Traceback" not in err
+    assert "reconnecting" not in err
+    last = err.splitlines()[-1]
+    assert last.startswith("error: message bus ") and needle in last, err
+    assert SECRET not in err
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("case", ["unknown vhost", "redis user"])
+def test_dlq_list_the_broker_turns_away_says_refused(
+    tmp_path: Path, rabbitmq_url: str, redis_url: str, case: str
+) -> None:
+    url, needle = _refusing_urls(rabbitmq_url, redis_url)[case]
+    result = cellsight(tmp_path / "d", "dlq", "list", env={"CELLSIGHT_BUS_URL": url})
+    assert_one_line_error(result, RUNTIME, "refused the connection", needle)
+
+
 @pytest.mark.parametrize("command", [["dlq", "list"], ["dlq", "replay"]])
 def test_dlq_with_an_unknown_transport_is_a_usage_error(tmp_path: Path, command: list[str]) -> None:
     result = cellsight(tmp_path / "d", *command, env={"CELLSIGHT_BUS_URL": "carrier-pigeon://x"})
