@@ -11,7 +11,7 @@ from typing import Any
 
 from cellsight.cells.errors import InvalidTag
 from cellsight.cells.rows import InstanceRow, payload_to_row
-from cellsight.cells.text_rules import check_name, check_texts
+from cellsight.cells.text_rules import check_given
 from cellsight.notifications import limits
 from cellsight.notifications.errors import clip
 from cellsight.notifications.forms import TAG_FORBIDDEN, tag_problem
@@ -80,13 +80,14 @@ class BootRequest:
         check_tags(self.tags)
         if self.count < 1:
             raise ValueError(f"count must be at least 1, got {self.count}")
-        check_name("name", self.display_name)
-        check_texts(
+        check_given(
+            name=self.display_name,
             project_id=self.project_id,
             user_id=self.user_id,
             key_name=self.key_name,
             availability_zone=self.availability_zone,
             image=self.image_ref,
+            cell=self.cell,
         )
         if self.uuids is None:
             return [str(uuidlib.uuid4()) for _ in range(self.count)]

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import CellsError, NoValidHost
 from cellsight.cells.schema import compute_nodes, utcnow
-from cellsight.cells.text_rules import check_texts
+from cellsight.cells.text_rules import check_given
 
 
 class DuplicateHost(CellsError):
@@ -39,9 +39,7 @@ def add_compute_node(
 ) -> dict[str, Any]:
     """Register one compute node with nothing used yet; returns its row.
     ``in_transaction(conn, row)`` runs in the insert's transaction (the outbox)."""
-    if not host:
-        raise ValueError("a compute node needs a host name")
-    check_texts(
+    check_given(
         host=host, hypervisor_hostname=hypervisor_hostname, availability_zone=availability_zone
     )
     if min(vcpus, memory_mb, local_gb) < 0:

@@ -43,7 +43,7 @@ from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, r
 from cellsight.cells.rows import InstanceRow, action_payload
 from cellsight.cells.scheduler import HostState, Resources, claim, read_answering, release
 from cellsight.cells.schema import compute_nodes, instance_mappings, instances
-from cellsight.cells.text_rules import check_name, check_texts
+from cellsight.cells.text_rules import check_given
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
 from cellsight.notifications.payloads import InstanceActionPayload
@@ -149,9 +149,9 @@ class Reservations:
         actor: Actor = ADMIN,
     ) -> ReserveResult:
         uuid = reservation_uuid(uuid)
-        check_texts(name=name, project_id=project_id, user_id=user_id, flavor=flavor)
-        if host is not None:
-            check_name("host", host)  # '' is no host ("no enabled cell" said it was none)
+        check_given(
+            name=name, project_id=project_id, user_id=user_id, flavor=flavor, cell=cell, host=host
+        )
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
         forced: list[Selection] = []  # the named host's, once claimed
@@ -239,7 +239,7 @@ class Reservations:
     # ------------------------------------------------------------ modify/rename
 
     def rename(self, uuid: str, name: str | None, actor: Actor = ADMIN) -> InstanceActionPayload:
-        check_texts(name=name)
+        check_given(name=name)
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:
             return {"display_name": name, **_host_name(row, name)}
@@ -258,7 +258,7 @@ class Reservations:
         actor: Actor = ADMIN,
     ) -> InstanceActionPayload:
         """Change any attribute; a new flavor or host moves the claim, or fails whole."""
-        check_texts(flavor=flavor, name=name, project_id=project_id, user_id=user_id, host=host)
+        check_given(flavor=flavor, name=name, project_id=project_id, user_id=user_id, host=host)
         plain = {"display_name": name, "project_id": project_id, "user_id": user_id}
 
         def change(conn: sa.Connection, row: InstanceRow) -> dict[str, Any]:

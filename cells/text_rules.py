@@ -41,15 +41,16 @@ def check_name(field: str, value: str) -> None:
     check_text(field, value)
 
 
+def check_given(**values: object) -> None:
+    """``check_name`` for each string of ``values``, in order: a value given must not be
+    blank (``''`` never means "the default" or "none"; an omitted one, None or a
+    caller's "not given" marker, is not a name and passes)."""
+    for field, value in values.items():
+        if isinstance(value, str):
+            check_name(field, value)
+
+
 def check_length(field: str, value: str) -> None:
     """``TextTooLong`` only: for values that may hold any character (metadata)."""
     if len(value) > NAME_LENGTH:
         raise TextTooLong(field, value, NAME_LENGTH)
-
-
-def check_texts(**values: object) -> None:
-    """``check_text`` for each string of ``values``, in order; other values (None, a
-    caller's "not given" marker) are not names and pass."""
-    for field, value in values.items():
-        if isinstance(value, str):
-            check_text(field, value)

@@ -62,7 +62,7 @@ def boot(
     """Schedule and build instances; prints each one and the scheduler's selections."""
     from cellsight.cells.instances import BootRequest
 
-    optional = {"image_ref": image} if image else {}
+    optional = {"image_ref": image} if image is not None else {}
     request = BootRequest(
         display_name=name,
         flavor=flavor,

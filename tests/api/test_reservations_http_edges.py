@@ -125,6 +125,27 @@ def test_nul_characters_and_non_uuid_paths_are_4xx(client: TestClient) -> None:
     assert upper.status_code == 200 and upper.json()["reservation"]["name"] == "u"
 
 
+@pytest.mark.services
+def test_blank_attributes_are_a_400_naming_them(client: TestClient) -> None:
+    """``null`` clears or omits an attribute; a blank string is a bad value, not a way to
+    say the same (a cell '' picked one, a name '' was kept)."""
+    for field in ("name", "project_id", "user_id", "host", "cell", "flavor"):
+        for blank in ("", "  "):
+            body = {"reservation": {"flavor": "m1.small", field: blank}}
+            got = client.post("/v2.1/reservations", json=body, headers=ADMIN)
+            assert got.status_code == 400, (field, got.text)
+            assert f"{field} must not be empty" in got.json()["badRequest"]["message"]
+    made = client.post("/v2.1/reservations", json={"reservation": {}}, headers=ADMIN)
+    assert made.status_code == 201, made.text
+    uuid = made.json()["reservation"]["uuid"]
+    for field in ("name", "project_id", "user_id", "host", "flavor"):
+        got = client.put(
+            f"/v2.1/reservations/{uuid}", json={"reservation": {field: ""}}, headers=ADMIN
+        )
+        assert got.status_code == 400, (field, got.text)
+        assert f"{field} must not be empty" in got.json()["badRequest"]["message"]
+
+
 def test_the_node_cache_sees_a_claim_whose_notifications_were_not_published(
     stack: Stack,
 ) -> None:

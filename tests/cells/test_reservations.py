@@ -141,11 +141,36 @@ def test_a_reservation_on_a_named_host_gets_its_selection(world: Any) -> None:
     assert res.reserve(host="h1").selections == []  # no flavor: nothing claimed, no pick
 
 
-@pytest.mark.parametrize("host", ["", " "])
-def test_a_blank_host_is_refused_naming_it(world: Any, host: str) -> None:
-    _, _, _, res, publisher = world
-    with pytest.raises(BlankText, match="host must not be empty"):
-        res.reserve(flavor="m1.small", host=host)
+@pytest.mark.parametrize("blank", ["", " "])
+@pytest.mark.parametrize("field", ["name", "project_id", "user_id", "flavor", "cell", "host"])
+def test_a_blank_attribute_is_refused_naming_it(world: Any, field: str, blank: str) -> None:
+    """Given, an attribute is a value: '' never means "none" or "the default" (a host ''
+    said "no enabled cell", a cell '' picked one, a name '' was kept)."""
+    registry, cell, _, res, publisher = world
+    with pytest.raises(BlankText, match=f"^{field} must not be empty"):
+        res.reserve(**{"flavor": "m1.small", field: blank})
+    made = res.reserve(name="web", project_id="p", user_id="u", flavor="m1.small", host="h1")
+    publisher.take()
+    before = row(registry, cell, made.uuid)
+    if field != "cell":  # a reservation's cell is not modified
+        with pytest.raises(BlankText, match=f"^{field} must not be empty"):
+            res.modify(made.uuid, **{field: blank})
+    if field == "name":
+        with pytest.raises(BlankText, match=r"^name must not be empty"):
+            res.rename(made.uuid, blank)
+    assert row(registry, cell, made.uuid) == before
+    assert publisher.take() == []
+
+
+@pytest.mark.parametrize(
+    "field", ["display_name", "project_id", "user_id", "image_ref", "cell", "availability_zone",
+              "key_name"],
+)  # fmt: skip
+def test_a_boot_with_a_blank_attribute_is_refused_naming_it(world: Any, field: str) -> None:
+    _, _, ops, _, publisher = world
+    given = {"display_name": "web", "flavor": "m1.small", "project_id": "p", "user_id": "u"}
+    with pytest.raises(BlankText, match=" must not be empty"):
+        ops.boot(BootRequest(**{**given, field: " "}))  # type: ignore[arg-type]
     assert publisher.take() == []
 
 
