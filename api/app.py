@@ -13,6 +13,7 @@ from fastapi_offline import FastAPIOffline
 
 from cellsight.api import errors, openapi
 from cellsight.api.auth import Authenticator
+from cellsight.api.encoded_slashes import KeepEncodedSlashes
 from cellsight.api.fanout import FanOut
 from cellsight.api.index_probe import DeferredEngine, IndexProber
 from cellsight.api.metrics import ApiMetrics, RequestTimer
@@ -113,6 +114,7 @@ def create_app(
     app.state.prober = prober
     app.state.metrics = metrics
     app.add_middleware(RequestTimer, metrics=metrics)
+    app.add_middleware(KeepEncodedSlashes)
     errors.install(app)
     openapi.install(app)
 

@@ -398,11 +398,13 @@ def _scope(params: dict[str, list[str]], principal: Principal) -> str | None:
         return principal.project_id
     for param in ("project_id", "tenant_id"):
         if param in params:
-            value = _one(param, params[param]).strip()
+            # Exact, as ``user_id`` and as Nova's exact-match filters: a project id with
+            # spaces around it names another project (none), not this one.
+            value = _one(param, params[param])
             if not value:
                 raise invalid_parameter(param, value, f"{param} must not be empty.")
             other = "tenant_id" if param == "project_id" else "project_id"
-            if other in params and _one(other, params[other]).strip() != value:
+            if other in params and _one(other, params[other]) != value:
                 raise invalid_parameter(
                     param, value, "project_id and tenant_id name different projects."
                 )

@@ -115,3 +115,18 @@ def test_limit_and_sort_values_as_novas_schema_reads_them(
         assert response.status_code == status, response.text
         if status == 200 and "limit" in query:
             assert len(response.json()["servers"]) == 5
+
+
+@pytest.mark.parametrize("param", ["project_id", "tenant_id", "user_id"])
+def test_owner_filters_match_exactly_on_both_paths(pair: Pair, param: str) -> None:
+    """Nova compares ``project_id`` and ``user_id`` exactly (its exact-match filters);
+    the project was stripped first, so ``project_id=%20p1`` listed p1's servers while
+    ``user_id=%20u1`` listed nothing."""
+    field = "user_id" if param == "user_id" else "tenant_id"
+    for client in pair.both():
+        detail = client.get("/v2.1/servers/detail?all_tenants=1&limit=1000", headers=ADMIN)
+        owner = detail.json()["servers"][0][field]
+        exact = _get(client, **{param: owner})
+        assert exact, owner
+        for padded in (f" {owner}", f"{owner} ", f"\t{owner}"):
+            assert _get(client, **{param: padded}) == set(), padded
