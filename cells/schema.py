@@ -268,6 +268,17 @@ outbox_lease = sa.Table(
     **TABLE_OPTIONS,
 )
 
+# Which cell a database was registered as (key ``cell_uuid``): two URLs can name one
+# database (``localhost`` and ``127.0.0.1``, a port written out or not, another user),
+# and two cells on one database list each of its instances twice.
+cell_meta = sa.Table(
+    "cell_meta",
+    cell_metadata,
+    sa.Column("key", Str(64), primary_key=True),
+    sa.Column("value", Str(255), nullable=False),
+    **TABLE_OPTIONS,
+)
+
 
 def create_api_schema(engine: sa.Engine) -> None:
     api_metadata.create_all(engine)

@@ -1,0 +1,66 @@
+"""One database, one cell, whatever URL names it (``cells.identity``): the URL check
+alone let a second URL of the same database register it again (another query option, a
+SQLite file named by a ``file:`` URI), and every instance in it was then listed twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from cellsight.cells.cell_removal import remove_cell
+from cellsight.cells.errors import DuplicateCell, safe_url
+from cellsight.cells.identity import registered_as
+from cellsight.cells.mappings import CellRegistry
+from tests.support.services import DIALECTS, DatabaseFactory
+
+
+def _alias(url: str) -> str:
+    """Another URL of the same database."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return f"sqlite:///file:{parsed.database}?uri=true"  # a URI: its path is not resolved
+    return parsed.update_query_dict({"connect_timeout": "9"}).render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_a_database_registered_under_another_url_is_refused(
+    dialect: str, make_database: DatabaseFactory, tmp_path: Path
+) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    url = make_database(dialect)
+    east = registry.add_cell("east", url)
+    alias = _alias(url)
+    assert safe_url(alias) != east.database_url  # the URL check alone would pass it
+    with pytest.raises(DuplicateCell, match="is already registered") as refused:
+        registry.add_cell("west", alias)
+    assert refused.value.value == safe_url(east.database_url)  # names the cell's own URL
+    assert [c.name for c in registry.list_cells()] == ["east"]
+    assert registered_as(registry.engines.get(east.database_url)) == east.uuid
+    # A cell removed leaves its database as it is, mark included: registered again
+    # under the other URL, it is marked as the new cell.
+    registry.set_disabled(east.name, True)
+    remove_cell(registry, east.name)
+    west = registry.add_cell("west", alias)
+    assert registered_as(registry.engines.get(west.database_url)) == west.uuid
+    assert [c.name for c in registry.list_cells()] == ["west"]
+    registry.close()
+
+
+def test_a_database_registered_before_the_mark_existed_is_marked_when_added(
+    tmp_path: Path,
+) -> None:
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    cell = registry.add_cell("east", f"sqlite:///{tmp_path / 'east.db'}")
+    engine = registry.engines.get(cell.database_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE cell_meta"))
+    assert registered_as(engine) is None  # as a database registered by an older version
+    registry.set_disabled(cell.name, True)
+    remove_cell(registry, cell.name)
+    again = registry.add_cell("east", cell.database_url)
+    assert registered_as(registry.engines.get(again.database_url)) == again.uuid
+    registry.close()
