@@ -31,7 +31,7 @@ from cellsight.cells.errors import (
     UnknownCell,
     safe_url,
 )
-from cellsight.cells.identity import mark, registered_as
+from cellsight.cells.identity import holder, mark
 from cellsight.cells.schema import (
     api_meta,
     cell_mappings,
@@ -142,9 +142,9 @@ class CellRegistry:
             pass
         if create_schema:
             create_cell_schema(engine)
-        owner = registered_as(engine)
+        taken_by = holder(engine, self.api_engine, self.engines.get)
         with write_transaction(self.api_engine) as conn:
-            _refuse_taken(conn, name, cell_uuid, url, owner)
+            _refuse_taken(conn, name, cell_uuid, url, taken_by)
             now = utcnow()
             conn.execute(
                 cell_mappings.insert().values(
@@ -338,17 +338,13 @@ class CellRegistry:
 
 
 def _refuse_taken(
-    conn: sa.Connection, name: str, cell_uuid: str, url: str, owner: str | None = None
+    conn: sa.Connection, name: str, cell_uuid: str, url: str, taken_by: str | None = None
 ) -> None:
     # The database too, as Nova's ``create_cell`` refuses a taken database connection:
     # two cells on one database list each of its instances twice. By its URL, and by the
-    # cell its own mark names (``cells.identity``) when another URL reaches it.
-    if owner is not None:
-        row = conn.execute(
-            sa.select(cell_mappings.c.database_connection).where(cell_mappings.c.uuid == owner)
-        ).first()
-        if row is not None:
-            raise DuplicateCell("database", safe_url(row.database_connection))
+    # registered cell another URL of it belongs to (``cells.identity.holder``).
+    if taken_by is not None:
+        raise DuplicateCell("database", safe_url(taken_by))
     for field, value, shown in (
         ("name", name, name),
         ("uuid", cell_uuid, cell_uuid),

@@ -4,6 +4,7 @@ SQLite file named by a ``file:`` URI), and every instance in it was then listed 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -63,4 +64,23 @@ def test_a_database_registered_before_the_mark_existed_is_marked_when_added(
     remove_cell(registry, cell.name)
     again = registry.add_cell("east", cell.database_url)
     assert registered_as(registry.engines.get(again.database_url)) == again.uuid
+    registry.close()
+
+
+def test_a_copy_of_a_registered_database_is_another_database(tmp_path: Path) -> None:
+    """A restored backup carries the mark of the cell it was copied from, but a token
+    written through its URL is not read through that cell's: it may be registered."""
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    east = registry.add_cell("east", f"sqlite:///{tmp_path / 'east.db'}")
+    registry.engines.dispose()  # the last connection closed: the WAL is in the file
+    shutil.copy(tmp_path / "east.db", tmp_path / "copy.db")
+    assert registered_as(registry.engines.get(f"sqlite:///{tmp_path / 'copy.db'}")) == east.uuid
+    copy = registry.add_cell("copy", f"sqlite:///{tmp_path / 'copy.db'}")
+    assert registered_as(registry.engines.get(copy.database_url)) == copy.uuid
+    assert registered_as(registry.engines.get(east.database_url)) == east.uuid
+    for cell in (east, copy):  # the probe's token is gone from both
+        with registry.engines.get(cell.database_url).connect() as conn:
+            keys = conn.execute(sa.text("SELECT key FROM cell_meta")).scalars().all()
+        assert keys == ["cell_uuid"]
     registry.close()
