@@ -21,6 +21,7 @@ from cellsight.api.microversion import Version
 from cellsight.api.options import PAGING, TAG_FILTERS, UNSUPPORTED, applicable
 from cellsight.api.sort_params import parse_order
 from cellsight.query.regex import validate as validate_regex
+from cellsight.query.regex_syntax import MAX_LENGTH as MAX_REGEX_LENGTH
 from cellsight.query.tree import (
     Compare,
     Contains,
@@ -35,7 +36,6 @@ from cellsight.query.tree import (
     disjunction,
 )
 
-MAX_REGEX_LENGTH = 255
 MAX_VALUE_LENGTH = 255
 
 REGEX_FILTERS = {  # parameter → document field; Nova matches these as regexes

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAX_LENGTH = 256
+MAX_LENGTH = 255  # as the server list's regex filters (api.params): one bound for both APIs
 MAX_COUNT = 16
 MAX_CHOICES = 256 * 256
 UNBOUNDED_CHOICES = 256

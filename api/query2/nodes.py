@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from starlette.datastructures import State
@@ -22,6 +22,7 @@ from starlette.datastructures import State
 from cellsight.api.fanout import FanOut
 from cellsight.api.query2.evaluate import evaluate
 from cellsight.api.query2.node_cache import CellLoad, NodeCache, NodeSnapshot
+from cellsight.api.query2.rows import NODE_LIVE
 from cellsight.api.safe_connect import SafeConnect
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.reads import list_compute_nodes
@@ -155,6 +156,20 @@ def _from_cells(cells: list[CellMapping], fanout: FanOut) -> CellLoad:
 MEMO_LIMIT = 256  # distinct filters remembered per snapshot
 
 
+def vouched(snapshot: NodeSnapshot, doc: Mapping[str, Any]) -> Collection[str] | None:
+    """The fields whose values an answer shows for ``doc`` (None: all of them). A node of
+    a cell that did not answer (status 2) or an offline one (status 4) shows no live
+    figures, so no filter selects it by them: a condition on one is unknown, as for the
+    instances of a skipped cell."""
+    if doc.get("offline") or snapshot.stale(doc):
+        return doc.keys() - NODE_LIVE
+    return None
+
+
+def _matches(snapshot: NodeSnapshot, tree: Node, doc: Mapping[str, Any]) -> bool:
+    return evaluate(tree, doc, vouched(snapshot, doc)) is True
+
+
 def select(snapshot: NodeSnapshot, tree: Node) -> list[dict[str, Any]]:
     """The cached node documents ``tree`` matches, in uuid order.
 
@@ -164,9 +179,9 @@ def select(snapshot: NodeSnapshot, tree: Node) -> list[dict[str, Any]]:
     try:
         chosen = memo.get(tree)
     except TypeError:  # a tree holding an unhashable value: evaluate, do not remember
-        return [dict(d) for d in snapshot.documents if evaluate(tree, d) is True]
+        return [dict(d) for d in snapshot.documents if _matches(snapshot, tree, d)]
     if chosen is None:
-        chosen = [d for d in snapshot.documents if evaluate(tree, d) is True]
+        chosen = [d for d in snapshot.documents if _matches(snapshot, tree, d)]
         if len(memo) < MEMO_LIMIT:
             memo[tree] = chosen
     return [dict(d) for d in chosen]

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cellsight.api.query2.sexpr import MAX_DEPTH, MAX_TERMS, FilterError, ParsedFilter, parse
-from cellsight.query.regex_syntax import MAX_CHOICES, UNBOUNDED_CHOICES
+from cellsight.query.regex_syntax import MAX_CHOICES, MAX_LENGTH, UNBOUNDED_CHOICES
 
 MAX_TEXT = 64 * 1024  # a filter is typed by a person; longer is a mistake or an attack
 MAX_NESTING = 4 * MAX_DEPTH  # parentheses and "not" before the tree's own depth check
@@ -291,6 +291,15 @@ def _glob(parser: _Parser, start: int, name: str, pattern: str) -> list[Any]:
         "[^.]*" if c == "*" else "[^.]" if c == "?" else "\\" + c if c in _GLOB_SPECIAL else c
         for c in pattern
     )
+    # Said of the glob as typed: the regexes it becomes are no text the user wrote.
+    if not pattern:
+        raise parser.error(f'glob for field {name!r} is empty: compare with == "" instead', start)
+    if len(body) + 3 > MAX_LENGTH:  # "^", "$" or "\\." around it
+        raise parser.error(
+            f"glob {pattern[:60]!r} for field {name!r} is too long: its regex would be "
+            f"{len(body) + 3} characters, at most {MAX_LENGTH}",
+            start,
+        )
     whole = parser.node(start, "=~", name, f"^{body}$")
     # Unanchored at its end: what follows the dot is anything, with no quantifier.
     dotted = parser.node(start, "=~", name, f"^{body}\\.")

@@ -194,7 +194,7 @@ def _nodes(state: State, tree: Node, bypass: bool) -> tuple[list[Item], str, lis
     snapshot = nodes.node_cache(state).get(bypass=bypass)
     items = [
         # A node of a cell that did not answer: its last known identity, no live data.
-        Item(doc, known=set(doc) - NODE_LIVE)
+        Item(doc, known=doc.keys() - NODE_LIVE)
         if snapshot.stale(doc)
         else Item(doc, offline=NODE_LIVE if doc.get("offline") else frozenset())
         for doc in nodes.select(snapshot, tree)

@@ -208,3 +208,18 @@ def test_derived_node_fields_on_both_paths(pair: Pair, world: World) -> None:
     want = sorted(u for u, d in docs.items() if free[u] > middle)
     assert "data" in chosen, chosen
     assert want and [row[0][1] for row in chosen["data"]] == want
+
+
+def test_one_regex_bound_for_both_apis(pair: Pair) -> None:
+    """Query v2 took 256 characters where the server list (and the README) say 255."""
+    from cellsight.api.params import MAX_REGEX_LENGTH
+    from tests.support.api_world import ADMIN
+
+    for client in pair.both():
+        for length, code in ((MAX_REGEX_LENGTH, 200), (MAX_REGEX_LENGTH + 1, 400)):
+            pattern = "x" * length
+            body = {"fields": ["uuid"], "filter": ["=~", "name", pattern]}
+            got = query(client, "instance", body)
+            listed = client.get(f"/v2.1/servers?all_tenants=1&name={pattern}", headers=ADMIN)
+            assert (got.status_code, listed.status_code) == (code, code), (got.text, listed.text)
+    assert MAX_REGEX_LENGTH == 255

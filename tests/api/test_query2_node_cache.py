@@ -379,3 +379,33 @@ def test_a_node_that_moved_cells_is_listed_once() -> None:
     where.update(a=[], b=[{"uuid": "n1", "cell_uuid": "b", "version": 2}])
     cache.invalidate_node("n1", "b")  # only cell b is read again
     assert [(d["uuid"], d["cell_uuid"]) for d in cache.get().documents] == [("n1", "b")]
+
+
+def test_a_filter_never_selects_a_node_by_a_figure_its_answer_withholds(rig: Rig) -> None:
+    """A node of a cell that did not answer shows its live figures as status 2 and an
+    offline one as status 4; a filter on those figures selected them by the old values
+    all the same (an adversarial probe: ``memory_mb_free == <its old value>`` returned
+    the node with ``[2, null]``). Identity fields still select them."""
+    from cellsight.api.fanout import SkippedCell
+    from cellsight.api.query2.nodes import select
+    from cellsight.api.query2.sexpr import parse_filter
+
+    set_node_state(rig.ops, "cell2", "cell2-b", offline=True)
+    fresh = rig.cache.get()
+    cell1 = rig.cells[0]
+    gone = NodeSnapshot.of(
+        fresh.documents, fresh.source, (SkippedCell(cell1.uuid, cell1.name, "error"),)
+    )
+    free = {d["host"]: d["memory_mb_free"] for d in fresh.documents}
+    assert len(set(free.values())) == 1  # every node alike: one value selects them all
+
+    def hosts(snapshot: NodeSnapshot, *tree: Any) -> list[str]:
+        return sorted(d["host"] for d in select(snapshot, parse_filter("node", list(tree))))
+
+    equal = ["==", "memory_mb_free", free["cell1-a"]]
+    answering = ["cell1-a", "cell1-b", "cell1-c", "cell2-a", "cell2-c"]
+    assert hosts(fresh, *equal) == answering  # all but the offline one
+    assert hosts(gone, *equal) == ["cell2-a", "cell2-c"]
+    assert hosts(gone, "!", equal) == []  # unknown is neither true nor false
+    assert hosts(gone, "==", "cell", "cell1") == ["cell1-a", "cell1-b", "cell1-c"]
+    assert hosts(gone, "?", "offline") == ["cell2-b"]

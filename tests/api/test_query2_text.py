@@ -95,6 +95,20 @@ def test_a_glob_takes_two_stars_and_names_a_third() -> None:
         parse_text("instance", 'name =* "*-*-*"')
 
 
+def test_an_empty_or_overlong_glob_is_named_as_typed() -> None:
+    """The errors quoted the regex a glob became (``regex '^$' is empty``), a text the
+    user never wrote (a probe)."""
+    with pytest.raises(TextFilterError, match="glob for field 'name' is empty") as empty:
+        parse_text("instance", 'name =* ""')
+    assert "^$" not in str(empty.value)
+    long = "a." * 90  # its regex escapes every dot: longer than the glob
+    assert len(long) < 255
+    with pytest.raises(TextFilterError, match="is too long: its regex would be 273") as err:
+        parse_text("instance", f'name =* "{long}"')
+    assert "glob 'a.a.a" in str(err.value)
+    assert parse_text("instance", f'name =* "{"a." * 84}"').tree is not None  # 255: fits
+
+
 _resource_and_filter = st.sampled_from(["instance", "node"]).flatmap(
     lambda r: st.tuples(st.just(r), generated(r))
 )

@@ -34,7 +34,7 @@ from cellsight.query.tree import Regex
     [
         ("", "empty"),
         ("^$", "empty"),
-        ("a" * 257, "at most 256"),
+        ("a" * 256, "at most 255"),
         ("(a+)+", "nested quantifiers"),
         ("(a*b?)*", "nested quantifiers"),
         ("(a|ab)*", "different characters"),
