@@ -131,8 +131,7 @@ def indexer_chunk(
     that only the indexer's side of a ratio pays."""
     prepublish(args.amqp, topo, bodies)
     gc.collect()
-    # The planning step (decode + map) is clocked with a writer process too: two clock
-    # readings a batch, nothing a message.
+    # Planning (decode + map) is clocked with a writer process too: twice a batch.
     with engine.stages.on_writer():
         consumer, seconds, cpu, writer_cpu = run_indexer(
             args.amqp,
@@ -380,8 +379,7 @@ def throughput(
         },
         "indexer_write_process": {
             **tallies["indexer_wp"].summary("notifications"),
-            # Decode + map in the consumer's process, as the CLI runs it: its plans are
-            # held until the batch is sent to the writer process, not until it is written.
+            # Decode + map as the CLI runs it: plans held until sent, not until written.
             "decode_map_us_per_notification": round(
                 wp_stages.stages.cpu.get("plan", 0.0) / max(1, tallies["indexer_wp"].count) * 1e6,
                 1,

@@ -95,7 +95,13 @@ def test_the_indexer_brings_a_killed_bus_back_and_indexes_everything(
         wait_for(lambda: index_matches(registry, engine), 60, "index == cells before the kill")
         dead = _kill_the_bus(tmp_path)
         uuids += _changes(ops, "after")
-        wait_for(lambda: index_matches(registry, engine), 60, "index == cells after the kill")
+        try:
+            wait_for(lambda: index_matches(registry, engine), 60, "index == cells after the kill")
+        except AssertionError as exc:
+            # What the indexer said is the only account of why (one CI run timed out here).
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"{exc}\nindexer exit {proc.returncode}:\n{out}\n{err}") from exc
         # Every worker revived (each lost its connection): one server came of it.
         servers = embedded_redis_servers(tmp_path)
         assert len(servers) == 1 and servers != [dead]
