@@ -13,6 +13,7 @@ receive, with the message already off the list.
 from __future__ import annotations
 
 import bz2
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from kombu import Connection, compression
+from kombu import Connection, Consumer, compression
 from typer.testing import CliRunner
 
 from cellsight.cli import app
@@ -48,7 +49,7 @@ from tests.support.indexing import (
     running_indexer,
     wait_for,
 )
-from tests.support.services import kill_embedded_redis_servers
+from tests.support.services import embedded_redis_servers, kill_embedded_redis_servers
 
 KEY = "versioned_notifications.info"
 register(app)
@@ -487,3 +488,27 @@ def test_kombu_url_takes_only_redis_schemes() -> None:
     assert kombu_url("REDIS://h:6379/0") == "cellsight-redis://h:6379/0"
     for url in ("amqp://guest@h//", "rediss://h:6380/0", "sentinel://h:26379", "memory://"):
         assert kombu_url(url) == url
+
+
+def test_a_channel_holding_unacked_messages_closes_cleanly_when_its_server_died(
+    settings_: Settings,
+) -> None:
+    """Cellsight's channel restores what is unacked before kombu does; when the server
+    had died, that failed and left kombu's record marked restored with the messages still
+    in it, so kombu's own restore failed its assert: the indexer whose bus was killed
+    exited with ``internal error: AssertionError`` instead of reconnecting (twice in CI,
+    ``test_bus_revival``). Closing is now an outage like any other: a connection error."""
+    with build_bus(settings_) as bus, bus.connection() as conn:
+        queue = queues.indexer_queue(settings_.indexer_queue, settings_.exchange)
+        channel = conn.channel()
+        queue(channel).declare()
+        conn.Producer(channel).publish(b"{}", exchange=queue.exchange, routing_key=KEY)
+        got: list[Any] = []
+        with Consumer(channel, queues=[queue], callbacks=[lambda b, m: got.append(m)]):
+            conn.drain_events(timeout=10)
+            assert len(got) == 1  # delivered, not acked: kombu's record holds it
+            kill_embedded_redis_servers(settings_.data_dir.parent)
+            wait_for(lambda: not embedded_redis_servers(settings_.data_dir.parent), 10, "gone")
+            # The server is gone: a connection error, which the indexer reconnects from.
+            with contextlib.suppress(*conn.connection_errors):
+                channel.close()
