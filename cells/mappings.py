@@ -40,7 +40,7 @@ from cellsight.cells.schema import (
     instance_mappings,
     utcnow,
 )
-from cellsight.cells.text_rules import check_text
+from cellsight.cells.text_rules import check_name
 
 if TYPE_CHECKING:
     from cellsight.settings import Settings
@@ -126,9 +126,7 @@ class CellRegistry:
     ) -> CellMapping:
         """Register a cell; its database is checked (and, with ``create_schema``, a
         missing SQLite file and its tables created) first."""
-        if not name or not name.strip():
-            raise ValueError("a cell needs a non-empty name")
-        check_text("cell name", name)
+        check_name("cell name", name)
         parsed = parse_url(database_url)
         url = parsed.render_as_string(hide_password=False)
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())

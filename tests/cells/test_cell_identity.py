@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cells.cell_removal import remove_cell
-from cellsight.cells.errors import DuplicateCell, safe_url
+from cellsight.cells.errors import BlankText, DuplicateCell, safe_url
 from cellsight.cells.identity import registered_as
 from cellsight.cells.mappings import CellRegistry
 from tests.support.services import DIALECTS, DatabaseFactory
@@ -83,4 +83,17 @@ def test_a_copy_of_a_registered_database_is_another_database(tmp_path: Path) -> 
         with registry.engines.get(cell.database_url).connect() as conn:
             keys = conn.execute(sa.text("SELECT key FROM cell_meta")).scalars().all()
         assert keys == ["cell_uuid"]
+    registry.close()
+
+
+@pytest.mark.parametrize("name", ["", "   "])
+def test_a_blank_cell_name_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    """The registry's own check, as every other name's (``check_name``): the CLI refuses
+    it first, a library caller got a bare ValueError."""
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}")
+    registry.create_schema()
+    with pytest.raises(BlankText, match=r"^cell name must not be empty"):
+        registry.add_cell(name, f"sqlite:///{tmp_path / 'east.db'}")
+    assert registry.list_cells() == []
+    assert not (tmp_path / "east.db").exists()  # refused before any database is made
     registry.close()
