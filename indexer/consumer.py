@@ -102,6 +102,7 @@ class IndexerConsumer:
         write_process: WriterFactory | None = None,
         collect_between_batches: bool = False,
         revive_bus: Callable[[], object] | None = None,
+        pipeline: Pipeline | None = None,
     ) -> None:
         """With ``write_process`` (a factory of the engine and cell resolver, called in a
         child process) the engine's reads and writes run in that child; decoding stays
@@ -110,7 +111,8 @@ class IndexerConsumer:
         workers are) Python's cycle collector runs between batches while this consumer
         runs (``collector``). ``revive_bus`` is called before each reconnect after a lost
         connection, to bring the bus's server back if it died (``Bus.reviver``: the
-        embedded bus's; a broker has none)."""
+        embedded bus's; a broker has none). ``pipeline`` stands in for the writes
+        altogether: a benchmark's limit (``scripts/bench/bus_floor.py``)."""
         self.connection = connection
         self._revive_bus = revive_bus
         self.config = config
@@ -138,7 +140,9 @@ class IndexerConsumer:
         self._oldest = 0.0
         self._ready: Any = None  # the pipeline's prepared batch, not yet launched
         self._flights: Pipeline = (
-            Flights(self.writer, self.in_flight)
+            pipeline
+            if pipeline is not None
+            else Flights(self.writer, self.in_flight)
             if write_process is None
             else WriteProcess(write_process, self.in_flight, self.writer)
         )

@@ -60,6 +60,7 @@ from bench.bus import RABBITMQ
 from bench.corpus import KINDS, Corpus
 from bench.drains import whole_drains
 from bench.lag import phase_lag
+from bench.limits import bus_floor_limit, machine_limit
 from bench.measure import say
 from bench.phases import throughput
 from bench.sites import EmbeddedSite, EngineSite, NullBulkSite, OsmemSite
@@ -149,6 +150,7 @@ def bench_engine(
         ),
         "ceiling_docs_per_s": ceil["docs_per_s"],
         "floor_docs_per_s": tp["floor"].get("docs_per_s"),
+        "bus_floor_per_s": tp["bus_floor"].get("notifications_per_s"),
         "ratio_to_ceiling": round(rate / ceil["docs_per_s"], 3),
         "one_by_one_per_s": one_rate,
         "ratio_to_one_by_one": round(rate / one_rate, 1) if one_rate else None,
@@ -187,7 +189,12 @@ def bench_engine(
         slower = min((bus, "plain consumer"), (ceil["docs_per_s"], "null endpoint ceiling"))
         checks.append(target("notifications_per_s", rate, TARGET_NULLBULK_PER_S, limit=slower))
     checks.append(
-        target("ratio_to_plain_consumer", result["ratio_to_plain_consumer"], TARGET_RATIO_TO_PLAIN)
+        target(
+            "ratio_to_plain_consumer",
+            result["ratio_to_plain_consumer"],
+            TARGET_RATIO_TO_PLAIN,
+            limit=bus_floor_limit(tp["bus_floor"], plain),
+        )
     )
     stages = ind["cpu_us_per_notification_by_stage"]  # Stages.breakdown: every stage, always
     in_pipeline = round(stages["decode"] + stages["map"], 1)
@@ -199,6 +206,7 @@ def bench_engine(
                 "ratio_to_plain_consumer_whole_drains",
                 drains["ratio_to_plain_consumer"],
                 TARGET_RATIO_TO_PLAIN,
+                limit=bus_floor_limit(drains["bus_floor"], drains["plain_consumer"]),
             )
         )
     if one:
@@ -231,31 +239,16 @@ def bench_engine(
         problems.append(f"ceiling engine holds {ceil['documents_after']} documents")
     if tp["floor"] and tp["floor"]["documents_after"] != count:
         problems.append(f"the floor's index holds {tp['floor']['documents_after']} documents")
+    if tp["bus_floor"] and tp["bus_floor"]["documents_after"] != count:
+        problems.append(f"the bus + floor index holds {tp['bus_floor']['documents_after']} rows")
+    if drains and any(n != count for n in drains["bus_floor"].get("documents_after_each", [])):
+        problems.append("a whole drain's bus + floor index does not hold every row")
     if lag and (lag["missing"] or lag["indexed"] != lag["published"]):
         problems.append(f"lag: {lag['missing']} published notifications never written")
     if workers and any(workers[f"workers_{n}"]["exit_code"] != 0 for n in (1, 2)):
         problems.append("a --workers run did not exit 0 on SIGTERM")
     result["problems"] = problems
     return result
-
-
-def machine_limit(wp: dict[str, Any], plain: dict[str, Any]) -> dict[str, Any] | None:
-    """The CPU each notification costs on this machine, the broker's share included, and
-    the rate that cost allows if every core did nothing else: the limit the box sets
-    (the benchmark's publisher is idle while these phases are timed)."""
-    if "broker_cpu_us_per_notification" not in wp:
-        return None
-    cpus = os.cpu_count() or 1
-    indexer = wp["cpu_us_per_notification"] + wp["broker_cpu_us_per_notification"]
-    bus = plain["cpu_us_per_message"] + plain["broker_cpu_us_per_message"]
-    return {
-        "cpus": cpus,
-        "indexer_and_broker_cpu_us_per_notification": round(indexer, 1),
-        "indexer_machine_busy_share": wp["machine_busy_share"],
-        "indexer_rate_with_every_core_busy": round(cpus * 1e6 / indexer),
-        "plain_consumer_and_broker_cpu_us_per_message": round(bus, 1),
-        "plain_consumer_machine_busy_share": plain["machine_busy_share"],
-    }
 
 
 def notes(out: dict[str, Any]) -> list[str]:

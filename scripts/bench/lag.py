@@ -18,8 +18,8 @@ from typing import Any
 from kombu import Connection
 
 from bench.bus import Topology, steady_publisher
+from bench.indexer_run import run_indexer
 from bench.measure import Instrumented, quantile, say
-from bench.phases import run_indexer
 from bench.sites import EngineSite
 from cellsight.indexer import metrics, write_process
 from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer

@@ -9,6 +9,9 @@
 * **ceiling**: ``engine.bulk`` of the same documents, mapped before the clock starts.
 * **floor** (embedded engine): the same documents' rows, built before the clock starts,
   through the same SQL with nothing else (``bench/floor.py``): what the ceiling cannot beat.
+* **bus_floor** (embedded engine): the indexer's consumer receiving and acking as the CLI
+  does, with the floor's SQL in a writer process behind it and nothing decoded
+  (``bench/bus_floor.py``): what the ratio to the plain consumer cannot beat.
 * **one_by_one**: decode, write one document, ack, message by message.
 """
 
@@ -18,99 +21,26 @@ import argparse
 import contextlib
 import gc
 import socket
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kombu import Connection, Consumer
 
 from bench.bus import Topology, prepublish
+from bench.bus_floor import FloorPipeline, bus_floor_chunk
 from bench.ceiling import ceiling_chunk, taken
 from bench.floor import FloorWriter
-from bench.measure import MACHINE, Instrumented, Stages, Tally, cpu_seconds, documents_in, say
+from bench.indexer_run import run_indexer
+from bench.measure import MACHINE, Instrumented, Stages, Tally, documents_in, say
+from bench.one_by_one import one_by_one_chunk
 from bench.sites import EmbeddedSite, EngineSite
-from cellsight.indexer.consumer import ConsumerConfig, IndexerConsumer
-from cellsight.indexer.engines.base import SearchEngine, WriteOp, WriteStatus
+from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.write_process import WriterFactory, reopened
-from cellsight.indexer.writer import plan
 from cellsight.notifications import queues
 
 PLAIN_ACK_EVERY = 500
-
-
-def run_indexer(
-    url: str,
-    engine: Any,
-    config: ConsumerConfig,
-    until: Callable[[IndexerConsumer], bool],
-    timeout: float,
-    stages: Stages | None = None,
-    profile: Path | None = None,
-    write_process: WriterFactory | None = None,
-) -> tuple[IndexerConsumer, float, float, float]:
-    """Run an IndexerConsumer on a thread until ``until(consumer)``; returns it, the
-    seconds from its basic.consume to that moment, the CPU seconds of this process (the bus
-    thread and the writer threads) and of its writer process meanwhile, and of the
-    writer process alone (0 without one)."""
-    conn = Connection(url)
-    # As ``cellsight indexer`` runs it: the cycle collector between batches.
-    consumer = IndexerConsumer(
-        conn, engine, config, write_process=write_process, collect_between_batches=True
-    )
-    child = getattr(consumer._flights, "pid", None)  # the writer process, if any
-    if stages is not None:
-        stages.on_consumer(consumer)
-    prof: Any = None
-
-    def target() -> None:
-        nonlocal prof
-        if profile is not None:
-            import cProfile
-
-            prof = cProfile.Profile()
-            prof.enable()
-        try:
-            consumer.run()
-        finally:
-            if prof is not None:
-                prof.disable()
-
-    thread = threading.Thread(target=target, name="indexer", daemon=True)
-    with MACHINE.section():  # the broker's and the machine's CPU meanwhile: MACHINE.last
-        started = time.monotonic()
-        proc0, child0 = time.process_time(), cpu_seconds(child)
-        thread.start()
-        deadline = time.monotonic() + timeout
-        consuming: float | None = None
-        while not until(consumer):
-            if consuming is None and consumer._consuming_since is not None:
-                # The clocks start when it consumes, as the plain consumer's do at its
-                # basic.consume: connecting and declaring are no part of a drain.
-                consuming = consumer._consuming_since
-                proc0, child0 = time.process_time(), cpu_seconds(child)
-            if not thread.is_alive():
-                raise RuntimeError("the indexer thread died")
-            if time.monotonic() > deadline:
-                consumer.stop.set()
-                raise RuntimeError(f"indexer timed out after {timeout}s at {consumer.acked} acked")
-            time.sleep(0.005)
-        elapsed = time.monotonic() - (consuming or started)
-        if consuming is not None and consumer._consuming_since != consuming:
-            consumer.stop.set()
-            raise RuntimeError(
-                "the indexer reconnected during the drain: its time is not one drain"
-            )
-        child1 = cpu_seconds(child)  # one reading: the two figures split the same total
-        writer_cpu = child1 - child0
-        cpu = time.process_time() - proc0 + writer_cpu
-    consumer.stop.set()
-    thread.join(60)
-    conn.release()
-    if prof is not None and profile is not None:
-        prof.dump_stats(str(profile))
-    return consumer, elapsed, cpu, writer_cpu
 
 
 def indexer_chunk(
@@ -183,72 +113,6 @@ def plain_chunk(
         tally.add(done, seconds, cpu, MACHINE.last)
 
 
-def single_writer(engine: SearchEngine) -> Callable[[WriteOp], bool]:
-    """One request (or transaction) per document; True when it was taken or stale.
-
-    The embedded engine: ``bulk`` with a single op, one transaction. An HTTP engine's
-    ``bulk`` also resolves the write alias first (one more request, amortised over a
-    batch by the indexer), so here it is one versioned index request to the write
-    alias, as a one-write-per-notification consumer would send it."""
-    client = getattr(engine, "client", None)
-    if client is None:
-
-        def bulk_one(op: WriteOp) -> bool:
-            status = engine.bulk([op])[0].status
-            return status in (WriteStatus.OK, WriteStatus.STALE)
-
-        return bulk_one
-    from opensearchpy.exceptions import ConflictError
-
-    def index_one(op: WriteOp) -> bool:
-        with contextlib.suppress(ConflictError):  # stale: a newer version is stored
-            client.index(
-                index=engine.write_alias(op.resource),
-                id=op.id,
-                body=op.document,
-                version=op.version,
-                version_type="external",
-            )
-        return True
-
-    return index_one
-
-
-def one_by_one_chunk(
-    args: argparse.Namespace,
-    engine: SearchEngine,
-    topo: Topology,
-    bodies: Sequence[bytes],
-    prefetch: int,
-    tally: Tally,
-) -> int:
-    """The previous generation: decode, write one document, ack; message by message.
-    Returns how many writes failed."""
-    prepublish(args.amqp, topo, bodies)
-    write_one = single_writer(engine)
-    done = failed = 0
-
-    def on_message(message: Any) -> None:
-        nonlocal done, failed
-        _, planned = plan([message.body])
-        for p in planned:
-            failed += not write_one(p.op)
-        message.ack()
-        done += 1
-
-    gc.collect()
-    with Connection(args.amqp) as conn, conn.channel() as ch:
-        queue = queues.indexer_queue(topo.queue, topo.exchange)
-        ch.basic_qos(0, prefetch, False)
-        started, cpu0 = time.perf_counter(), time.thread_time()
-        with Consumer(ch, queues=[queue], on_message=on_message, prefetch_count=prefetch):
-            while done < len(bodies):
-                with contextlib.suppress(TimeoutError, socket.timeout):
-                    conn.drain_events(timeout=5.0)
-        tally.add(done, time.perf_counter() - started, time.thread_time() - cpu0)
-    return failed
-
-
 def _slice(items: Sequence[bytes], r: int, rounds: int) -> Sequence[bytes]:
     return items[r * len(items) // rounds : (r + 1) * len(items) // rounds]
 
@@ -269,14 +133,19 @@ def throughput(
     ceiling_engine = site.fresh("ceiling")
     # The embedded engine's floor: the same rows through the same SQL, nothing else.
     floor = FloorWriter(site.root / "floor.db") if isinstance(site, EmbeddedSite) else None
+    # The ratio target's limit: the indexer's consumer, the floor's SQL behind it.
+    bus_floor = FloorPipeline(site.root / "bus_floor.db") if floor is not None else None
     indexer_engine = site.fresh("indexer")
     wp_engine = site.fresh("indexer_wp")
     stages = Stages()
     instrumented = Instrumented(indexer_engine, stages)
     wp_stages = Instrumented(wp_engine, Stages())  # the child's stages are not seen here
-    topos = {p: Topology.fresh(p) for p in ("indexer", "indexer_wp", "onebyone", "plain")}
+    queued = ["indexer", "indexer_wp", "onebyone", "plain"] + (
+        ["bus_floor"] if bus_floor is not None else []
+    )
+    topos = {p: Topology.fresh(p) for p in queued}
     names = ["ceiling", "indexer", "indexer_wp", "one_by_one", "plain"]
-    names += ["floor"] if floor is not None else []
+    names += ["floor", "bus_floor"] if floor is not None else []
     tallies = {name: Tally() for name in names}
     totals: dict[str, int] = {}
     wp_totals: dict[str, int] = {}
@@ -322,7 +191,11 @@ def throughput(
                     )
                 elif phase == "plain":
                     plain_chunk(args, topos["plain"], chunk, prefetch, tallies[phase])
-                elif ones:
+                elif phase == "bus_floor" and bus_floor is not None:
+                    bus_floor_chunk(
+                        args, bus_floor, wp_engine, topos[phase], config, chunk, tallies[phase]
+                    )
+                elif phase == "one_by_one" and ones:
                     failed += one_by_one_chunk(
                         args,
                         indexer_engine,
@@ -342,12 +215,15 @@ def throughput(
             wp_dead = topos["indexer_wp"].dead_letters(conn)
         ceiling_docs = documents_in(ceiling_engine)
         floor_docs = documents_in(floor.engine) if floor is not None else 0
+        bus_floor_docs = bus_floor.documents() if bus_floor is not None else 0
         indexer_docs = documents_in(indexer_engine)
         wp_docs = documents_in(wp_engine)
     finally:
         site.release(ceiling_engine)
         if floor is not None:
             site.release(floor.engine)  # closes it and removes its files
+        if bus_floor is not None:
+            bus_floor.shutdown()
         site.release(indexer_engine)
         site.release(wp_engine)
         for topo in topos.values():
@@ -364,6 +240,12 @@ def throughput(
         "floor": (
             {**tallies["floor"].summary("docs"), "written": floored, "documents_after": floor_docs}
             if floor is not None
+            else {}
+        ),
+        # Indexer-shaped (receive, batch, ack) with no decode, map or engine Python.
+        "bus_floor": (
+            {**tallies["bus_floor"].summary("notifications"), "documents_after": bus_floor_docs}
+            if bus_floor is not None
             else {}
         ),
         "indexer": {
