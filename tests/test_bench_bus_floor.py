@@ -70,7 +70,8 @@ def test_the_bus_floor_refuses_bodies_that_are_not_one_write_each(
 ) -> None:
     pipeline = bench.bus_floor.FloorPipeline(tmp_path / "bus_floor.db")
     try:
-        with pytest.raises(RuntimeError, match="failed: RuntimeError: 1 writes planned for 2 bodies"):
+        planned = "failed: RuntimeError: 1 writes planned for 2 bodies"
+        with pytest.raises(RuntimeError, match=planned):
             pipeline.load([novagen.body(novagen.notification(seed=1)), b"not json"])
     finally:
         pipeline.shutdown()
