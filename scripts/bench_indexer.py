@@ -20,14 +20,18 @@ JSON on stdout, progress on stderr. Per engine, in one run (``scripts/bench/``):
 * **floor** (the embedded engine): the same documents' rows, also built before the
   clock, through the same SQL with nothing else (``bench/floor.py``): the ceiling
   target's limit.
+* **bus + floor** (the embedded engine): the indexer's own consumer, batches and acks,
+  with a writer process that writes the same rows, built before the clock, through the
+  floor's SQL, and nothing decoded (``bench/bus_floor.py``): the ratio targets' limit.
 * **one by one** (how the previous generation worked): decode, write one document, ack.
-* These five (six with the floor) are interleaved in ``--rounds`` rounds (rotated order)
-  so that on a busy machine they see the same load; ratios come from the totals.
+* These five (seven with the floor and the bus + floor) are interleaved in ``--rounds``
+  rounds (rotated order) so that on a busy machine they see the same load; ratios come
+  from the totals.
 * Every target is reported with its value, threshold and ``status``
   (``bench/targets.py``): ``met``, ``beyond_limit`` or ``missed``.
-* **whole drains**: the indexer (writer process) and the plain consumer each drain all
-  ``--count`` in one go, ``--drains`` times alternating (``bench/drains.py``): the same
-  ratio over 20 batches instead of the rounds' four.
+* **whole drains**: the indexer (writer process), the plain consumer and the bus +
+  floor consumer each drain all ``--count`` in one go, ``--drains`` times alternating
+  (``bench/drains.py``): the same ratio over 20 batches instead of the rounds' four.
 * **lag**: a separate process publishes at ``--lag-rate`` for ``--lag-seconds`` while
   the indexer runs (``--lag-pipeline``); lag = when ``engine.bulk`` returned for a
   document minus its notification's timestamp.
