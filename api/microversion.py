@@ -2,7 +2,8 @@
 
 The client names a version in ``OpenStack-API-Version: compute X.Y`` (or the legacy
 ``X-OpenStack-Nova-API-Version: X.Y``); none means the minimum, 2.1, as in Nova;
-``latest`` means ``MAX``. A version outside ``MIN..MAX`` is a 406, Nova's answer.
+``latest`` (so spelt) means ``MAX``. A version outside ``MIN..MAX`` is a 406, Nova's
+answer.
 """
 
 from __future__ import annotations
@@ -58,22 +59,30 @@ MAX = Version(2, 96)
 
 
 def requested(request: Request) -> Version:
-    raw: str | None = None
-    header = request.headers.get(HEADER)
+    """The version as Nova reads it (``microversion_parse.get_version``): the header's
+    lines joined with commas, its last ``compute X`` entry (an entry without a version
+    is passed over), else the legacy header's last comma-separated part; ``latest``
+    exactly as spelt; what then does not read as ``X.Y`` is a 400."""
+    values: dict[str, str] = {}
     for name in (HEADER, LEGACY_HEADER):
-        if len(request.headers.get(name, "")) > MAX_HEADER_LENGTH:
-            raise BadRequest(f"The {name} header is longer than {MAX_HEADER_LENGTH} characters.")
-    if header:
-        # "compute 2.60" (several services may be listed, comma-separated).
-        for part in header.split(","):
-            service, _, value = part.strip().partition(" ")
-            if service.lower() == "compute":
-                raw = value.strip()
+        lines = request.headers.getlist(name)
+        if lines:
+            values[name] = ",".join(lines)
+            if len(values[name]) > MAX_HEADER_LENGTH:
+                raise BadRequest(
+                    f"The {name} header is longer than {MAX_HEADER_LENGTH} characters."
+                )
+    raw: str | None = None
+    for entry in reversed(values.get(HEADER, "").split(",")):
+        words = entry.split(None, 1)
+        if len(words) == 2 and words[0].lower() == "compute":
+            raw = words[1].strip()
+            break
+    if raw is None and LEGACY_HEADER in values:
+        raw = values[LEGACY_HEADER].split(",")[-1].strip()
     if raw is None:
-        raw = request.headers.get(LEGACY_HEADER)
-    if not raw:
         return MIN
-    if raw.lower() == "latest":
+    if raw == "latest":
         return MAX
     version = parse(raw)
     if not MIN <= version <= MAX:

@@ -16,13 +16,8 @@ from cellsight.api import status as st
 from cellsight.api.change_times import MAX_DATE_LENGTH
 from cellsight.api.errors import FAULT_NAMES
 from cellsight.api.options import TAG_FILTERS, UNSUPPORTED
-from cellsight.api.params import (
-    ALIASES,
-    EXACT_FILTERS,
-    MAX_ANY_VALUE_LENGTH,
-    MAX_REGEX_LENGTH,
-    REGEX_FILTERS,
-)
+from cellsight.api.param_values import MAX_REGEX_LENGTH, REGEX_FILTERS
+from cellsight.api.params import ALIASES, EXACT_FILTERS, IGNORED, MAX_ANY_VALUE_LENGTH
 from cellsight.api.sort_params import IGNORED_SORT_KEYS, SORT_KEYS
 
 SECURITY = "XAuthToken"
@@ -92,12 +87,12 @@ def list_parameters() -> list[dict[str, Any]]:
             _array({"type": "string", "enum": statuses}),
             "Repeatable. DELETED is administrator-only (403).",
         ),
-        _query("vm_state", _array(_STRING), "Repeatable. Members: from 2.83."),
-        _query("task_state", _array(_STRING), "Repeatable. Members: from 2.83."),
+        _query("vm_state", _array(_STRING), "The last value counts. Members: from 2.83."),
+        _query("task_state", _array(_STRING), "The last value counts. Members: from 2.83."),
         _query(
             "power_state",
             _array({"type": "string", "maxLength": 16}),
-            "Repeatable; a number (0-7) or a name. Members: from 2.83.",
+            "A number (0-7) or a name; the last value counts. Members: from 2.83.",
         ),
         _query(
             "changes-since",
@@ -123,8 +118,8 @@ def list_parameters() -> list[dict[str, Any]]:
             "All projects; 403 for members when true.",
         ),
         _query("locked", _BOOL, "2.73+."),
-        _query("project_id", _STRING, "Administrators; implies all projects."),
-        _query("tenant_id", _STRING, "Alias of project_id."),
+        _query("project_id", _STRING, "Administrators, with all_tenants (else ignored)."),
+        _query("tenant_id", _STRING, "Alias of project_id; of the two, the later one counts."),
         _query("image", _STRING, "Image id or URL."),
     ]
     for name in REGEX_FILTERS:
@@ -151,6 +146,8 @@ def list_parameters() -> list[dict[str, Any]]:
         )
     for name in sorted(UNSUPPORTED):
         out.append(_query(name, _STRING, "In Nova's schema; no data to filter by: a 400."))
+    for name in sorted(IGNORED):
+        out.append(_query(name, _STRING, "In Nova's schema; no filter there either: ignored."))
     return out
 
 

@@ -37,6 +37,7 @@ from urllib.parse import urlencode
 from cellsight.api import status as st
 from cellsight.api.merge_order import parse_date
 from cellsight.api.microversion import Version
+from cellsight.api.options import known
 from cellsight.notifications.forms import address_version
 
 
@@ -92,12 +93,16 @@ class LinkContext:
         ]
 
     def next_link(self, collection: str, params: Sequence[tuple[str, str]], marker: str) -> str:
-        # Nova sorts the parameters and replaces the marker. Repeated parameters
-        # (sort_key, sort_dir, status) are all kept, which Nova's own link drops, and
-        # keep their relative order (a stable sort by name only): it is the sort order.
-        kept = sorted(((k, v) for k, v in params if k != "marker"), key=lambda kv: kv[0])
-        query = urlencode([*kept, ("marker", marker)])
-        return f"{self._join('v2.1', self.project or '', collection)}?{query}"
+        # Nova's: the parameters its schema kept (it strips unknown ones below 2.75),
+        # sorted by name, the marker replaced where it stands or added last. Repeated
+        # parameters (sort_key, sort_dir, status) are all kept, which Nova's own link
+        # drops, and keep their relative order (a stable sort by name only): it is the
+        # sort order.
+        kept = sorted(((k, v) for k, v in params if known(k, self.version)), key=lambda kv: kv[0])
+        pairs = [(k, v) for k, v in kept if k != "marker"]
+        at = next((i for i, (k, _) in enumerate(kept) if k == "marker"), len(pairs))
+        pairs.insert(at, ("marker", marker))
+        return f"{self._join('v2.1', self.project or '', collection)}?{urlencode(pairs)}"
 
 
 @dataclass(frozen=True)

@@ -80,11 +80,11 @@ ADMIN_SORT_KEYS = frozenset({"host", "node"})
 def parse_order(
     keys: list[str], dirs: list[str], principal: Principal, version: Version
 ) -> tuple[SortKey, ...]:
-    """Nova's ``get_sort_params``, ``remove_invalid_sort_keys`` and its instance lists'
-    default order, then ``uuid`` ascending."""
+    """Nova's ``get_sort_params``, ``remove_invalid_sort_keys``, ``process_sort_params``
+    and its instance lists' default order, then ``uuid`` ascending."""
     # Keys as given (Nova's schema compares them with its enum before they are stripped),
-    # directions stripped (its ``get_sort_params``, then ``process_sort_params``).
-    dirs = [value.strip() for value in dirs]
+    # directions stripped (its ``get_sort_params``).
+    dirs = [value.strip() for value in dirs] or ["desc"]
     ignored = IGNORED_SORT_KEYS - {"locked"} if version.at_least("2.73") else IGNORED_SORT_KEYS
     valid = SORT_KEYS.keys() - ignored if version.at_least("2.75") else SORT_KEYS.keys() | ignored
     for key in keys:
@@ -92,8 +92,7 @@ def parse_order(
             raise invalid_parameter(
                 "sort_key", key, f"sort_key must be one of: {', '.join(sorted(valid))}."
             )
-    keys = list(keys)
-    given = bool(keys)
+    keys = list(keys) or ["created_at"]
     for key in list(keys):
         if key in ignored:
             # Dropped with the sort_dir at its place, which shifts the ones after it.
@@ -103,16 +102,18 @@ def parse_order(
             keys.pop(at)
         elif key in ADMIN_SORT_KEYS and not principal.is_admin:
             raise Forbidden(f"Only administrators can sort servers by {key}")
-    if given and not keys:
-        # Every key was ignored: Nova's default order, whatever the sort_dirs said.
-        return total_order((SortKey("created_at", Direction.DESC),))
+    # What is left, checked as Nova's listing checks it (``process_sort_params``): every
+    # direction, then no more directions than keys, ignored ones gone (a 400 either way).
     for value in dirs:
         if value not in ("asc", "desc"):
             raise invalid_parameter("sort_dir", value, "sort_dir must be 'asc' or 'desc'.")
-    if len(dirs) > len(keys) and keys:
+    if len(dirs) > len(keys):
         raise invalid_parameter(
             "sort_dir", ",".join(dirs), "Sort direction size exceeds sort key size."
         )
+    if not keys:
+        # Every key was ignored, and its direction with it: Nova's default order.
+        return total_order((SortKey("created_at", Direction.DESC),))
     default_dir = dirs[0] if dirs else "desc"
     order: list[SortKey] = []
     for i, key in enumerate(keys):

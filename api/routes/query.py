@@ -39,7 +39,7 @@ from cellsight.api.auth import Principal, current_principal
 from cellsight.api.encoding import FastJSONResponse
 from cellsight.api.errors import BadRequest, Forbidden, NotFound
 from cellsight.api.fanout import SkippedCell
-from cellsight.api.params import parse_bool
+from cellsight.api.param_values import parse_bool
 from cellsight.api.query2 import nodes
 from cellsight.api.query2.fields import REGISTRY, RESOURCES, definitions
 from cellsight.api.query2.instances import MAPPING_FIELDS, query_instances

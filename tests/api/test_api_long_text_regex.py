@@ -44,7 +44,7 @@ def test_a_regex_over_long_descriptions_answers_alike_on_both_paths(
 
     engine = EmbeddedEngine(tmp_path / "index.db", prefix="long")
     load_index(engine, world)
-    url = f"/v2.1/servers?all_tenants=1&limit=1000&description={quote(pattern, safe='')}"
+    url = f"/v2.1/servers?all_tenants=1&limit=1000&display_description={quote(pattern, safe='')}"
     bodies = {}
     for name, client in (
         ("index", make_client(tmp_path / "i", world, engine)),

@@ -155,7 +155,7 @@ def test_detail_keys_by_role_and_version() -> None:
     assert "OS-EXT-SRV-ATTR:host" not in recent_member
 
 
-def test_next_link_keeps_repeated_parameters_in_order() -> None:
+def test_next_link_keeps_repeated_parameters_in_order_and_the_marker_where_it_stood() -> None:
     link = ctx().next_link(
         "servers/detail",
         [
@@ -166,8 +166,20 @@ def test_next_link_keeps_repeated_parameters_in_order() -> None:
         ],
         "new",
     )
+    # Nova's link: sorted by name, the marker replaced in its place.
     assert link == (
-        "http://api:8774/v2.1/servers/detail?limit=2&sort_key=display_name&sort_key=created_at&marker=new"
+        "http://api:8774/v2.1/servers/detail?limit=2&marker=new&sort_key=display_name&sort_key=created_at"
+    )
+
+
+def test_next_link_leaves_out_what_novas_schema_strips_for_the_version() -> None:
+    params = [("bogus", "1"), ("changes-before", "2000-01-01"), ("limit", "2"), ("locked", "1")]
+    # Below 2.66 Nova's schema knows neither changes-before nor locked (2.73): stripped.
+    assert ctx("2.1").next_link("servers", params, "m").endswith("/v2.1/servers?limit=2&marker=m")
+    assert (
+        ctx("2.73")
+        .next_link("servers", params, "m")
+        .endswith("/v2.1/servers?changes-before=2000-01-01&limit=2&locked=1&marker=m")
     )
 
 

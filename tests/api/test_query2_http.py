@@ -212,7 +212,7 @@ def test_derived_node_fields_on_both_paths(pair: Pair, world: World) -> None:
 
 def test_one_regex_bound_for_both_apis(pair: Pair) -> None:
     """Query v2 took 256 characters where the server list (and the README) say 255."""
-    from cellsight.api.params import MAX_REGEX_LENGTH
+    from cellsight.api.param_values import MAX_REGEX_LENGTH
     from tests.support.api_world import ADMIN
 
     for client in pair.both():
