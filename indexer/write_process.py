@@ -68,6 +68,20 @@ PUMP_EVERY = 0.001  # seconds
 ALIVE_EVERY = 1.0  # seconds between an idle consumer's checks that the child lives
 
 
+class PumpThrottle:
+    """Says when a pipe is due a look: at most every ``PUMP_EVERY`` seconds."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now - self._last < PUMP_EVERY:
+            return False
+        self._last = now
+        return True
+
+
 class WriterProcessFailed(RuntimeError):
     """The writer process died, could not start, or its write raised an error that is not
     transient; nothing it had not reported is acked."""
@@ -114,7 +128,7 @@ class WriteProcess(Ordered):
         self._done: dict[int, list[tuple[int, WireOutcome]] | WriterProcessFailed] = {}
         self._seq = 0
         self._forgotten = 0  # verdicts of batches up to this one are dropped
-        self._pumped = 0.0
+        self._throttle = PumpThrottle()
         self._checked_alive = 0.0
         self._closed = False
         try:
@@ -187,11 +201,7 @@ class WriteProcess(Ordered):
                 if not self._proc.is_alive():
                     raise self._gone()
             return False
-        if self._queue[0].seq not in self._done:
-            now = time.monotonic()
-            if now - self._pumped < PUMP_EVERY:
-                return False
-            self._pumped = now
+        if self._queue[0].seq not in self._done and self._throttle.due():
             self._pump()
         return self._queue[0].seq in self._done
 

@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.bus import Topology, prepublish
-from bench.indexer_run import run_indexer
+from bench.indexer_run import drain
 from bench.measure import MACHINE, Tally
 from cellsight.indexer.amqp_deliveries import Received
 from cellsight.indexer.consumer import ConsumerConfig
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.outcomes import Outcome, Verdict
+from cellsight.indexer.write_process import PumpThrottle
 
 INDEXED = Outcome(Verdict.INDEXED)
-PUMP_EVERY = 0.001  # seconds, as ``write_process`` looks at its pipe
 STARTUP_TIMEOUT = 60.0
 
 
@@ -95,7 +95,7 @@ class FloorPipeline:
         self._queue: deque[FloorBatch] = deque()
         self._done: set[int] = set()
         self._seq = 0
-        self._pumped = 0.0
+        self._throttle = PumpThrottle()  # as the CLI's pipeline looks at its pipe
         if not self._conn.poll(STARTUP_TIMEOUT) or self._conn.recv() != ("ready",):
             self.shutdown()
             raise RuntimeError("the floor's writer process did not start")
@@ -146,11 +146,7 @@ class FloorPipeline:
     def any_settled(self) -> bool:
         if not self._queue:
             return False
-        if self._queue[0].seq not in self._done:
-            now = time.monotonic()
-            if now - self._pumped < PUMP_EVERY:
-                return False
-            self._pumped = now
+        if self._queue[0].seq not in self._done and self._throttle.due():
             self._pump()
         return self._queue[0].seq in self._done
 
@@ -213,14 +209,8 @@ def bus_floor_chunk(
     prepublish(args.amqp, topo, bodies)
     pipeline.load(bodies)
     gc.collect()
-    consumer, seconds, cpu, writer_cpu = run_indexer(
-        args.amqp,
-        engine,
-        topo.config(config),
-        lambda c: c.acked >= len(bodies),
-        timeout=max(600.0, len(bodies) / 100),
-        pipeline=pipeline,
+    count = len(bodies)
+    _, seconds, cpu, writer_cpu = drain(
+        args.amqp, engine, topo.config(config), count, pipeline=pipeline
     )
-    if consumer.acked != len(bodies):
-        raise RuntimeError(f"the bus + floor consumer acked {consumer.acked} of {len(bodies)}")
     tally.add(len(bodies), seconds, cpu, MACHINE.last, writer_cpu)

@@ -94,3 +94,15 @@ def run_indexer(
     if prof is not None and profile is not None:
         prof.dump_stats(str(profile))
     return consumer, elapsed, cpu, writer_cpu
+
+
+def drain(
+    url: str, engine: Any, config: ConsumerConfig, count: int, **kwargs: Any
+) -> tuple[IndexerConsumer, float, float, float]:
+    """``run_indexer`` until exactly ``count`` messages are acked (more is an error)."""
+    out = run_indexer(
+        url, engine, config, lambda c: c.acked >= count, max(600.0, count / 100), **kwargs
+    )
+    if out[0].acked != count:
+        raise RuntimeError(f"the consumer acked {out[0].acked} of {count}")
+    return out

@@ -32,7 +32,7 @@ from bench.bus import Topology, prepublish
 from bench.bus_floor import FloorPipeline, bus_floor_chunk
 from bench.ceiling import ceiling_chunk, taken
 from bench.floor import FloorWriter
-from bench.indexer_run import run_indexer
+from bench.indexer_run import drain
 from bench.measure import MACHINE, Instrumented, Stages, Tally, documents_in, say
 from bench.one_by_one import one_by_one_chunk
 from bench.sites import EmbeddedSite, EngineSite
@@ -63,18 +63,15 @@ def indexer_chunk(
     gc.collect()
     # Planning (decode + map) is clocked with a writer process too: twice a batch.
     with engine.stages.on_writer():
-        consumer, seconds, cpu, writer_cpu = run_indexer(
+        consumer, seconds, cpu, writer_cpu = drain(
             args.amqp,
             engine,
             topo.config(config),
-            lambda c: c.acked >= len(bodies),
-            timeout=max(600.0, len(bodies) / 100),
+            len(bodies),
             stages=engine.stages if write_process is None else None,
             profile=profile,
             write_process=write_process,
         )
-    if consumer.acked != len(bodies):
-        raise RuntimeError(f"the indexer acked {consumer.acked} of {len(bodies)}")
     for verdict, n in consumer.totals.items():
         totals[verdict] = totals.get(verdict, 0) + n
     tally.add(len(bodies), seconds, cpu, MACHINE.last, writer_cpu)
