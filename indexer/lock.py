@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 TTL = 60.0  # seconds without a heartbeat after which a lock is stale
 HEARTBEAT = 10.0
+# How long the engine's word that the lock is ours stands: far below any expiry, and a
+# process paused for longer asks again when it resumes (the monotonic clock runs on).
+CONFIRMED_FOR = 1.0
 
 
 class LockHeld(Exception):
@@ -113,6 +116,7 @@ class MaintenanceLock:
         self._guard = threading.Lock()  # renewals and release never interleave
         self._stop = threading.Event()
         self._lost = threading.Event()
+        self._confirmed = -CONFIRMED_FOR  # when the engine last said the lock is ours
         self._thread: threading.Thread | None = None
 
     def _stamp(self, now: datetime) -> dict[str, Any]:
@@ -164,26 +168,66 @@ class MaintenanceLock:
             with self._guard:
                 if self._stop.is_set() or self._value is None:
                     return
-                renewed = self._stamp(datetime.now(UTC))
-                try:
-                    ok = self.engine.swap_meta(self.key, self._value, renewed)
-                except EngineError as exc:
-                    # Busy or unreachable: keep trying. Only finding another owner's lock
-                    # means it is lost. (The embedded engine is busy while this sync's
-                    # own index build holds SQLite's write lock, which also keeps any
-                    # other process from taking the lock over meanwhile.)
-                    log.info("could not renew the %s lock yet: %s", self.resource, exc)
-                    continue
-                if not ok:
-                    self._lost.set()
+                if self._renew() is False:
                     return
-                self._value = renewed
 
-    def check(self) -> None:
-        if self._lost.is_set():
+    def _renew(self) -> bool | None:
+        """One renewal (the caller holds ``_guard``): True when renewed, False when the
+        lock is someone else's now (then it is lost), None when the engine could not say."""
+        if self._value is None or self._lost.is_set():
+            return False
+        renewed = self._stamp(datetime.now(UTC))
+        try:
+            ok = self.engine.swap_meta(self.key, self._value, renewed)
+        except EngineError as exc:
+            # Busy or unreachable: keep trying. Only finding another owner's lock means
+            # it is lost. (The embedded engine is busy while this sync's own index build
+            # holds SQLite's write lock, which also keeps any other process from taking
+            # the lock over meanwhile.)
+            log.info("could not renew the %s lock yet: %s", self.resource, exc)
+            return None
+        if not ok:
+            self._lost.set()
+            return False
+        self._value = renewed
+        return True
+
+    def holds(self, *, fresh: bool = False) -> bool:
+        """Whether this process still holds the lock, asked of the engine: a process
+        paused past the expiry resumes before its heartbeat notices. Ours and close to
+        its expiry, it is renewed first (no one may take it over before the expiry).
+        ``fresh``: asked now, whatever the engine said a moment ago (before a step that
+        changes what serves)."""
+        with self._guard:
+            if self._lost.is_set() or self._value is None:
+                return False
+            if not fresh and time.monotonic() - self._confirmed < CONFIRMED_FOR:
+                return True  # a sync checks between batches: not a read each time
+            try:
+                current = self.engine.get_meta(self.key)
+            except EngineError:
+                current = self._value  # the engine cannot say: ours until it expires
+            if current is None or current.get("owner") != self.owner or current.get("released"):
+                self._lost.set()
+                return False
+            expires = datetime.fromisoformat(str(current["expires_at"]))
+            if (expires - datetime.now(UTC)).total_seconds() > self.heartbeat:
+                self._confirmed = time.monotonic()
+                return True
+            renewed = self._renew()
+            return renewed is True or (renewed is None and datetime.now(UTC) < expires)
+
+    def check(self, *, fresh: bool = False) -> None:
+        """``LockLost`` once the lock is not this process's: before each step of a sync,
+        verify or purge that writes (``fresh``: as ``holds``)."""
+        if not self.holds(fresh=fresh):
+            try:
+                holder = describe(self.engine.get_meta(self.key))
+            except EngineError as exc:
+                holder = f"the engine could not say ({exc})"
             raise LockLost(
                 f"the {self.resource} lock was lost (not renewed within {self.ttl:.0f}s and "
-                f"taken over: {describe(self.engine.get_meta(self.key))})"
+                f"taken over: {holder})"
             )
 
     def release(self) -> None:

@@ -124,9 +124,9 @@ class _Run:
         self.lock: MaintenanceLock | None = None
         self.report = SyncReport(self.resource, "cells" if options.cells else "full")
 
-    def check(self) -> None:
+    def check(self, *, fresh: bool = False) -> None:
         if self.lock is not None:
-            self.lock.check()
+            self.lock.check(fresh=fresh)
 
     def _retrying(self, fn: Callable[[], T], what: str) -> T:
         """``fn`` retried like the load's writes: a step after the load must not throw
@@ -253,7 +253,7 @@ class _Run:
             self.check()
             self.progress.phase("comparing document counts with the cells")
             self._check_counts(scope, cells, new, tallies)
-            self.check()
+            self.check(fresh=True)  # the swap changes what serves
             # set_aliases changes what differs from the aliases it reads: run twice (the
             # first attempt applied, its answer lost) it changes nothing the second time.
             self._retrying(
@@ -261,10 +261,17 @@ class _Run:
                 f"swapping the aliases to {new}",
             )
         except BaseException as exc:
-            # With the lock lost, another sync owns the aliases now: only drop ours.
-            aliases = (old_read, old_write) if not isinstance(exc, LockLost) else None
-            problems = restore(engine, resource, new, aliases)
-            raise self._failure(exc, new, old_read, problems) from exc
+            # With the lock lost, another sync owns the aliases now: only drop ours. A
+            # sync paused past its lock's expiry may fail otherwise (its index dropped
+            # by the sync that took over): the lock is asked, not the error.
+            held = not isinstance(exc, LockLost) and (
+                self.lock is None or self.lock.holds(fresh=True)
+            )
+            why: BaseException = exc
+            if not held and not isinstance(exc, LockLost):
+                why = LockLost(f"the {resource} lock was lost, then: {_said(exc)}")
+            problems = restore(engine, resource, new, (old_read, old_write) if held else None)
+            raise self._failure(why, new, old_read, problems) from exc
         report.cells = [t.as_dict() for t in tallies.values()]
         try:
             report.documents = engine.count(resource, index=new)

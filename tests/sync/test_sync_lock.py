@@ -16,7 +16,7 @@ import pytest
 
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.lock import LockHeld, LockLost, MaintenanceLock, lock_key
-from cellsight.indexer.sync import SyncOptions, run_sync
+from cellsight.indexer.sync import SyncFailed, SyncOptions, run_sync
 from tests.support.sync_world import make_engine
 from tests.support.waiting import wait_for
 
@@ -126,3 +126,54 @@ def test_a_lock_released_by_the_one_that_took_it_over_is_described(engine: Searc
     assert released is not None and released["released"]
     me = f"{socket.gethostname()}:{os.getpid()}"
     assert describe(released) == f"a verify by {me}, which released it at {released['at']}"
+
+
+def test_a_holder_paused_past_a_takeover_finds_its_lock_lost_at_once(
+    engine: SearchEngine,
+) -> None:
+    """An adversarial probe: a sync stopped (SIGSTOP) past its lock's expiry resumed
+    before its heartbeat noticed the takeover, and went on changing aliases. Its checks
+    now ask the engine, not only the heartbeat's flag."""
+    lock = MaintenanceLock(engine, "instance", "sync", heartbeat=600)  # never beats here
+    lock.acquire()
+    _foreign(engine, pid=os.getppid(), expires_in=600)  # taken over while it was stopped
+    assert not lock.holds()
+    with pytest.raises(LockLost, match="taken over: a sync by"):
+        lock.check()
+    lock.release()
+    assert engine.get_meta(lock_key("instance"))["owner"] == "someone"  # type: ignore[index]
+
+
+def test_a_sync_failing_after_its_lock_was_taken_over_leaves_the_aliases_alone(
+    make_world: Any, engine_kind: str
+) -> None:
+    """An adversarial probe: a full sync paused past its lock's expiry while a second
+    one took the lock over and dropped its index; resumed, it failed on the missing
+    index and put back the aliases it had started from, cutting the second sync's index
+    out of the write alias mid-load (or, later, undoing its swap)."""
+    from cellsight.indexer.engines.base import EngineRejected
+    from cellsight.indexer.index_roles import layout
+
+    world = make_world("sqlite", engine_kind)
+    engine = world.engine
+    run_sync(engine, world.registry, SyncOptions(keep_old=0))
+    serving = layout(engine, "instance").serving
+    assert serving is not None
+    theirs = f"{engine.prefix}-instance-29991231235959000000"
+    finish = engine.finish_bulk_load
+
+    def taken_over_then_failing(index: str) -> None:
+        # The other sync: the lock, its own index beside the serving one, A's gone.
+        _foreign(engine, pid=os.getppid(), expires_in=600)
+        engine.create_index("instance", theirs, bulk_load=True)
+        engine.set_aliases("instance", read=serving.name, write=[serving.name, theirs])
+        engine.drop_index(index)
+        raise EngineRejected(f"index {index} does not exist")
+
+    engine.finish_bulk_load = taken_over_then_failing  # type: ignore[method-assign]
+    with pytest.raises(SyncFailed, match="lock was lost"):
+        run_sync(engine, world.registry, SyncOptions())
+    engine.finish_bulk_load = finish  # type: ignore[method-assign]
+    after = layout(engine, "instance")
+    assert after.serving is not None and after.serving.name == serving.name
+    assert sorted(after.writers) == sorted([serving.name, theirs])  # as the other left them
