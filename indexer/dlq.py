@@ -154,6 +154,10 @@ def replay(
     DLQ) only after the bus confirmed its republish reached a queue. Returns (replayed,
     left in the queue with another reason).
 
+    Only the letters in the queue when it starts are read: a replayed letter that is
+    still bad comes back at the queue's tail (the running indexer dead-letters it again),
+    and reading on would replay it again and again, for ever.
+
     Raises ``ReplayRefused`` at the first letter the bus does not take (nothing bound to
     its routing key, a nack): that letter and all after it stay in the DLQ.
     """
@@ -164,9 +168,10 @@ def replay(
     with connection.channel() as channel, confirming_connection(connection) as publishing:
         bound = dlq(channel)
         bound.declare()
+        _, waiting, _ = channel.queue_declare(queue=dlq_name, passive=True)
         producer = ConfirmingProducer(publishing.channel())
         try:
-            while limit is None or replayed < limit:
+            while (limit is None or replayed < limit) and replayed + skipped < waiting:
                 message = get_as_stored(bound)
                 if message is None:
                     break

@@ -1,0 +1,54 @@
+"""``dlq replay`` while the indexer runs and the letters are still bad: each letter is
+replayed once and the replay ends. An adversarial probe found it read the queue until
+empty, so the letters the running indexer dead-lettered again were replayed again, for
+ever (``--limit N`` counted the same letters several times)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cellsight.clients import build_bus
+from cellsight.indexer.dlq import peek, replay
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.support.indexing import bus_settings, publish_bodies, running_indexer, wait_for
+
+LETTERS = 30
+
+
+@pytest.mark.parametrize("bus", ["rabbitmq", "embedded"])
+def test_a_replay_beside_the_indexer_replays_each_letter_once_and_ends(
+    bus: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if bus == "rabbitmq":
+        request.getfixturevalue("rabbitmq_url")  # skipped, or failed, without RabbitMQ
+    settings = bus_settings(tmp_path / "data", bus)
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    publish_bodies(settings, [f"not json {i}".encode() for i in range(LETTERS)])
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == LETTERS, 60, "the first dead letters")
+        with build_bus(settings) as b, b.connection() as conn:
+            replayed, skipped = replay(
+                conn,
+                exchange_name=settings.exchange,
+                dlx_name=settings.dead_letter_exchange,
+                dlq_name=settings.dead_letter_queue,
+            )
+            assert (replayed, skipped) == (LETTERS, 0)
+            # Replayed, still bad: dead-lettered once more each, and the queue holds them.
+            wait_for(lambda: consumer.totals["dead"] == 2 * LETTERS, 60, "the letters again")
+            letters = peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 100)
+            assert sorted(letter.body for letter in letters) == sorted(
+                f"not json {i}".encode() for i in range(LETTERS)
+            )
+            limited, _ = replay(
+                conn,
+                exchange_name=settings.exchange,
+                dlx_name=settings.dead_letter_exchange,
+                dlq_name=settings.dead_letter_queue,
+                limit=10 * LETTERS,
+            )
+            assert limited == LETTERS  # at most the letters there were, each once
+    engine.close()
