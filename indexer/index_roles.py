@@ -129,6 +129,14 @@ def retire(engine: SearchEngine, resource: str, keep: int) -> tuple[list[str], l
     return dropped, [i.name for i in retired[:keep]]
 
 
+ALIASES_NOT_RESTORED = "could not restore the aliases"
+
+
+def restored_failed(problems: Sequence[str]) -> bool:
+    """Whether ``restore`` could not put the aliases back (one of its ``problems``)."""
+    return any(p.startswith(ALIASES_NOT_RESTORED) for p in problems)
+
+
 def restore(
     engine: SearchEngine,
     resource: str,
@@ -143,7 +151,7 @@ def restore(
         try:
             engine.set_aliases(resource, read=read, write=list(write))
         except Exception as exc:
-            problems.append(f"could not restore the aliases ({exc})")
+            problems.append(f"{ALIASES_NOT_RESTORED} ({exc})")
     try:
         engine.drop_index(new)
     except IndexMissing:

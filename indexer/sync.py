@@ -49,6 +49,7 @@ from cellsight.indexer.index_roles import (
     marker_key,
     new_index_name,
     restore,
+    restored_failed,
     retire,
 )
 from cellsight.indexer.lock import TTL, LockHeld, LockLost, MaintenanceLock
@@ -127,6 +128,9 @@ class _Run:
     def check(self, *, fresh: bool = False) -> None:
         if self.lock is not None:
             self.lock.check(fresh=fresh)
+
+    def _holds(self) -> bool:
+        return self.lock is None or self.lock.holds(fresh=True)
 
     def _retrying(self, fn: Callable[[], T], what: str) -> T:
         """``fn`` retried like the load's writes: a step after the load must not throw
@@ -261,15 +265,10 @@ class _Run:
                 f"swapping the aliases to {new}",
             )
         except BaseException as exc:
-            # With the lock lost, another sync owns the aliases now: only drop ours. A
-            # sync paused past its lock's expiry may fail otherwise (its index dropped
-            # by the sync that took over): the lock is asked, not the error.
-            held = not isinstance(exc, LockLost) and (
-                self.lock is None or self.lock.holds(fresh=True)
-            )
-            why: BaseException = exc
-            if not held and not isinstance(exc, LockLost):
-                why = LockLost(f"the {resource} lock was lost, then: {_said(exc)}")
+            # With the lock lost, another sync owns the aliases now: only drop ours. The
+            # lock is asked, not the error: a sync paused past its expiry fails otherwise.
+            why = exc if isinstance(exc, LockLost) or self._holds() else LockLost(_said(exc))
+            held = not isinstance(why, LockLost)
             problems = restore(engine, resource, new, (old_read, old_write) if held else None)
             raise self._failure(why, new, old_read, problems) from exc
         report.cells = [t.as_dict() for t in tallies.values()]
@@ -302,10 +301,11 @@ class _Run:
     ) -> SyncFailed:
         what = "was interrupted" if _interrupted(exc) else f"failed: {_said(exc)}"
         if isinstance(exc, LockLost):  # whoever took the lock over owns the aliases now
-            serving = "the aliases are as the process that took the lock over left them"
+            serving = "its lock was lost: the aliases are as the one that took it over left them"
             left = f"{serving}; {'; '.join(problems) or f'{new} was deleted'}"
         elif problems:
-            left = f"{old_read} still serves; {'; '.join(problems)} (the next sync cleans up)"
+            serves = [] if restored_failed(problems) else [f"{old_read} still serves"]
+            left = f"{'; '.join([*serves, *problems])} (the next sync cleans up)"
         else:
             left = f"{old_read} still serves and {new} was deleted"
         message = f"{self.resource} sync {what}. {left}"

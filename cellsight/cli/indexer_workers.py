@@ -168,6 +168,14 @@ def _worker_main(
         sys.exit(RUNTIME)
 
 
+def _killed(exitcode: int) -> str:
+    try:
+        name = signal.Signals(-exitcode).name
+    except ValueError:
+        name = f"signal {-exitcode}"
+    return f"worker process killed by {name}"
+
+
 def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
     """Run ``workers`` consumer processes until a signal (then 0 if all stopped cleanly)
     or until one of them exits on its own (then non-zero, after stopping the others)."""
@@ -211,6 +219,10 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
         if not stopping.is_set() and any(p.exitcode is not None for p in procs):
             dead = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode is not None]
             console.print(f"indexer: {', '.join(dead)} stopped on its own; stopping the others")
+            for i, proc in enumerate(procs):
+                if proc.exitcode is not None and proc.exitcode < 0:
+                    # Killed: it said nothing itself, as a worker that fails does.
+                    error_line(f"indexer[{i}]: {_killed(proc.exitcode)}")
             stopping.set()
         if stopping.is_set() and not forwarded:
             for proc in procs:

@@ -47,3 +47,33 @@ def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
     assert line.startswith("error: indexer["), line
     assert line.endswith("]: writer process exited (code -9)"), line
     assert "stopped on its own; stopping the others" in out  # the supervisor, as before
+
+
+def test_a_killed_worker_is_one_line_naming_it(tmp_path: Path) -> None:
+    """An adversarial probe: a worker killed with SIGKILL left the indexer exiting 1
+    with nothing on stderr (a worker that fails says why itself; a killed one cannot)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
+    data = str(tmp_path / "data")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cellsight", "--data-dir", data, "indexer", "--workers", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: len(writers(proc.pid)) == 2, 90, "both workers' writer processes")
+        workers = spawned(proc.pid)
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert proc.returncode == RUNTIME, (proc.returncode, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: indexer["), lines[0]
+    assert lines[0].endswith("]: worker process killed by SIGKILL"), lines[0]

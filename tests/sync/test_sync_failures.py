@@ -381,3 +381,30 @@ def test_text_that_is_not_utf8_fails_the_sync_naming_row_and_column(make_world: 
         run_sync(world.engine, world.registry, SyncOptions(batch_size=7))
     assert f"instance row {victim!r} does not read as an instance" in str(failed.value)
     assert "column display_name:" in str(failed.value)
+
+
+def test_a_failure_that_cannot_put_the_aliases_back_does_not_say_what_serves(
+    make_world: Any,
+) -> None:
+    """An adversarial probe removed the index files under a sync: it said the old index
+    "still serves; could not restore the aliases (index ... does not exist)"."""
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions(keep_old=0))
+    undo_load = _break(world.engine, "load", EngineRejected("injected at load"))
+    set_aliases, calls = world.engine.set_aliases, [0]
+
+    def only_once(*args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] > 1:  # the first writes to both indexes; putting them back fails
+            raise EngineRejected("injected: the aliases cannot be set")
+        return set_aliases(*args, **kwargs)
+
+    world.engine.set_aliases = only_once  # type: ignore[method-assign]
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(world.engine, world.registry, SyncOptions(batch_size=3))
+    world.engine.set_aliases = set_aliases  # type: ignore[method-assign]
+    undo_load()
+    message = str(failed.value)
+    assert "could not restore the aliases" in message and "still serves" not in message
+    run_sync(world.engine, world.registry, SyncOptions())  # the next sync cleans up
+    world.assert_index_equals_cells()
