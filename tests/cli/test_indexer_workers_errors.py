@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from cellsight.cli.errors import RUNTIME
@@ -19,7 +20,10 @@ def writers(supervisor: int) -> list[int]:
     return [writer for worker in spawned(supervisor) for writer in spawned(worker)]
 
 
-def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
+def _stopped_after(tmp_path: Path, kill: Callable[[int], int]) -> tuple[int, str, str]:
+    """``cellsight indexer --workers 2`` on its own data directory; once both workers'
+    writers run, ``kill(supervisor pid)`` picks a process to SIGKILL; returns the
+    indexer's exit code, stdout and stderr."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
     data = str(tmp_path / "data")
     proc = subprocess.Popen(
@@ -33,13 +37,18 @@ def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
     )
     try:
         wait_for(lambda: len(writers(proc.pid)) == 2, 90, "both workers' writer processes")
-        os.kill(writers(proc.pid)[0], signal.SIGKILL)
+        os.kill(kill(proc.pid), signal.SIGKILL)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    assert proc.returncode == RUNTIME, (proc.returncode, out, err)
+    return proc.returncode, out, err
+
+
+def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
+    code, out, err = _stopped_after(tmp_path, lambda supervisor: writers(supervisor)[0])
+    assert code == RUNTIME, (code, out, err)
     assert "Traceback" not in err and "Traceback" not in out, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -52,27 +61,8 @@ def test_a_dead_writer_is_one_line_naming_its_worker(tmp_path: Path) -> None:
 def test_a_killed_worker_is_one_line_naming_it(tmp_path: Path) -> None:
     """An adversarial probe: a worker killed with SIGKILL left the indexer exiting 1
     with nothing on stderr (a worker that fails says why itself; a killed one cannot)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
-    data = str(tmp_path / "data")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cellsight", "--data-dir", data, "indexer", "--workers", "2"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean,
-        cwd=tmp_path,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: len(writers(proc.pid)) == 2, 90, "both workers' writer processes")
-        workers = spawned(proc.pid)
-        os.kill(workers[0], signal.SIGKILL)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
-    assert proc.returncode == RUNTIME, (proc.returncode, out, err)
+    code, out, err = _stopped_after(tmp_path, lambda supervisor: spawned(supervisor)[0])
+    assert code == RUNTIME, (code, out, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     assert lines[0].startswith("error: indexer["), lines[0]
