@@ -140,6 +140,16 @@ class ReplayRefused(Exception):
         self.replayed = replayed
 
 
+class ReplayInterrupted(Exception):
+    """Ctrl-C (or SIGTERM) during a replay: what was replayed is replayed, the letter
+    being republished stays in the DLQ (at worst it is then on the bus twice), the rest
+    stay."""
+
+    def __init__(self, replayed: int) -> None:
+        super().__init__(f"interrupted after replaying {replayed} letter(s); the rest stay")
+        self.replayed = replayed
+
+
 def replay(
     connection: Connection,
     *,
@@ -202,6 +212,8 @@ def replay(
                     ) from exc
                 message.ack()
                 replayed += 1
+        except KeyboardInterrupt as exc:
+            raise ReplayInterrupted(replayed) from exc
         finally:
             for message in held:
                 message.requeue()

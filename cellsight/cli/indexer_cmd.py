@@ -13,6 +13,7 @@ from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_LETTERS, MAX_WORKERS
 from cellsight.cli.context import State, console, fail, open_registry, settings_of
+from cellsight.cli.errors import INTERRUPTED
 
 dlq_app = typer.Typer(
     help="Inspect and re-drive dead-lettered notifications.", no_args_is_help=True
@@ -111,14 +112,15 @@ def dlq_replay(
     reason: Annotated[str | None, typer.Option(help="Only letters with this reason code")] = None,
 ) -> None:
     """Republish dead letters to the notifications exchange (after a fix)."""
+    from cellsight.cli.interrupts import terminate_as_interrupt
     from cellsight.clients import bus_connection
-    from cellsight.indexer.dlq import REASON_CODES, ReplayRefused, replay
+    from cellsight.indexer.dlq import REASON_CODES, ReplayInterrupted, ReplayRefused, replay
 
     if reason is not None and reason not in REASON_CODES:
         # A typo would replay nothing and say so as if all were well.
         fail(f"--reason {reason!r}: not a reason code (known: {', '.join(REASON_CODES)})")
     settings = settings_of(ctx)
-    with bus_connection(settings) as connection:
+    with bus_connection(settings) as connection, terminate_as_interrupt():
         try:
             done, skipped = replay(
                 connection,
@@ -130,6 +132,8 @@ def dlq_replay(
             )
         except ReplayRefused as exc:
             fail(f"{exc} ({exc.replayed} replayed before it)", code=1)
+        except ReplayInterrupted as exc:
+            fail(f"{exc} in {settings.dead_letter_queue!r}", code=INTERRUPTED)
     console.print(f"replayed {done}, left {skipped} with another reason")
 
 

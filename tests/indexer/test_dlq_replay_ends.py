@@ -52,3 +52,43 @@ def test_a_replay_beside_the_indexer_replays_each_letter_once_and_ends(
             )
             assert limited == LETTERS  # at most the letters there were, each once
     engine.close()
+
+
+def test_an_interrupted_replay_says_how_many_it_replayed_and_keeps_the_rest(
+    rabbitmq_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM, which the command turns into one) between two republishes:
+    the command said only ``interrupted``; the letter being republished and the rest stay
+    in the DLQ."""
+    from cellsight.indexer import dlq
+
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    publish_bodies(settings, [f"not json {i}".encode() for i in range(LETTERS)])
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == LETTERS, 60, "the dead letters")
+    engine.close()
+    publish, calls = dlq.publish_confirmed, [0]
+
+    def interrupted_at_the_sixth(*args: object, **kwargs: object) -> None:
+        calls[0] += 1
+        if calls[0] == 6:
+            raise KeyboardInterrupt
+        publish(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(dlq, "publish_confirmed", interrupted_at_the_sixth)
+    with (
+        build_bus(settings) as b,
+        b.connection() as conn,
+        pytest.raises(dlq.ReplayInterrupted, match="after replaying 5 letter"),
+    ):
+        replay(
+            conn,
+            exchange_name=settings.exchange,
+            dlx_name=settings.dead_letter_exchange,
+            dlq_name=settings.dead_letter_queue,
+        )
+    with build_bus(settings) as b, b.connection() as conn:
+        left = list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 100))
+    assert len(left) == LETTERS - 5
