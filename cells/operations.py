@@ -44,6 +44,7 @@ from cellsight.cells.actions import (
 from cellsight.cells.boots import BootResult
 from cellsight.cells.database import retry_conflicts, write_transaction
 from cellsight.cells.errors import (
+    BlankText,
     CellUnavailable,
     ConcurrentUpdate,
     DatabaseUnavailable,
@@ -226,6 +227,12 @@ class Operations:
     def lock(
         self, uuid: str, reason: str | None = None, actor: Actor = ADMIN
     ) -> InstanceActionPayload:
+        if reason is not None:
+            # Nova's lock schema: 1 to 255 characters, any of them (a reason, not a name);
+            # longer, every cell database but SQLite refused it as a database error.
+            if not reason:
+                raise BlankText("reason")
+            check_length("reason", reason)
         return self._act(uuid, LOCK, actor, lambda c, r: {"locked": True, "locked_reason": reason})
 
     def unlock(self, uuid: str, actor: Actor = ADMIN) -> InstanceActionPayload:

@@ -75,6 +75,10 @@ def test_a_value_past_255_characters_is_a_usage_error_naming_it(
         (["meta", "{uuid}", f"k={LONG}"], ("metadata value of 'k' 'nnn", "256 characters")),
         (["tags", "{uuid}", "a/b"], ("invalid tags: 'a/b'",)),
         (["tags", "{uuid}", "t" * 61], ("invalid tags:", "1 to 60 characters")),
+        # Nova's lock schema: 1 to 255 characters. Longer, a probe saw SQLite cells take
+        # it and PostgreSQL and MariaDB cells fail it as a database error (exit 1).
+        (["lock", "{uuid}", "--reason", LONG], ("reason 'nnn", "256 characters long")),
+        (["lock", "{uuid}", "--reason", ""], ("reason must not be empty",)),
     ],
 )
 def test_an_action_with_a_value_nova_refuses_is_a_usage_error_and_changes_nothing(
