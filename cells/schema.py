@@ -316,3 +316,18 @@ def _create_indexes(conn: sa.Connection) -> None:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _memoize_type_keys(*metadatas: sa.MetaData) -> None:
+    """SQLAlchemy memoizes a column type's cache key on the type the first time a
+    statement naming it is compiled; two threads doing that at once for one type crashed
+    the process (SIGSEGV inside its cache-key code: a demo's sync, whose reader threads
+    read two cells at once, in CI and in about 1 run in 50 here). Computed once, here, at
+    import, in one thread. A SQLAlchemy without the attribute skips it."""
+    for metadata in metadatas:
+        for table in metadata.tables.values():
+            for column in table.columns:
+                getattr(column.type, "_static_cache_key", None)
+
+
+_memoize_type_keys(api_metadata, cell_metadata)
