@@ -103,16 +103,12 @@ def regex_filter(param: str, field: str, pattern: str) -> Node:
     return Regex(field, check_regex(param, pattern))
 
 
-def last(param: str, values: list[str]) -> list[str]:
-    """The last value alone, every value checked."""
-    for value in values:
+def last(param: str, values: list[str]) -> str:
+    """The last value, stripped, every value checked: Nova's schema checks each value of
+    a repeated parameter and its ``search_opts`` keep webob's last."""
+    for value in values[:-1]:
         checked(param, value)
-    return values[-1:]
-
-
-def each(param: str, values: list[str]) -> tuple[str, ...]:
-    """Every value of a repeated (multi-valued) parameter, stripped, each checked."""
-    return tuple(dict.fromkeys(checked(param, v).strip() for v in values))
+    return checked(param, values[-1]).strip()
 
 
 def checked(param: str, value: str) -> str:
@@ -150,21 +146,21 @@ def parse_limit(values: list[str] | None, max_limit: int) -> int:
 
 
 def power_states(values: list[str]) -> Node:
-    names: list[str] = []
-    for value in values:
-        text = value.strip().lower()
-        if text.isdigit() and text.isascii():
-            digits = text.lstrip("0") or "0"
-            name = st.POWER_STATES.get(int(digits)) if len(digits) < 4 else None
-            if name is not None:
-                names.append(name)
-        elif text in st.POWER_STATE_NUMBERS:
-            names.append(text)
-        else:
-            raise invalid_parameter(
-                "power_state", value, "Expected a power state number (0-7) or name."
-            )
-    return In("power_state", tuple(dict.fromkeys(names))) if names else MatchNone()
+    """The last value's power state (Nova's ``search_opts`` keep the last of a repeated
+    parameter), every value checked as its schema checks each."""
+    name = [_power_state(value) for value in values][-1]
+    return In("power_state", (name,)) if name is not None else MatchNone()
+
+
+def _power_state(value: str) -> str | None:
+    """A number (0-7) or a name; a number no state has is None (nothing matches it)."""
+    text = value.strip().lower()
+    if text.isdigit() and text.isascii():
+        digits = text.lstrip("0") or "0"
+        return st.POWER_STATES.get(int(digits)) if len(digits) < 4 else None
+    if text in st.POWER_STATE_NUMBERS:
+        return text
+    raise invalid_parameter("power_state", value, "Expected a power state number (0-7) or name.")
 
 
 def tag_clauses(params: dict[str, list[str]]) -> list[Node]:

@@ -18,7 +18,6 @@ from cellsight.api.microversion import Version
 from cellsight.api.options import PAGING, TAG_FILTERS, UNSUPPORTED, applicable
 from cellsight.api.param_values import (
     REGEX_FILTERS,
-    each,
     last,
     last_time,
     one,
@@ -192,13 +191,11 @@ def parse_list_query(
         # string there), so vm_state=deleted alone lists nothing, for anyone.
         # Repeated, the last value is the filter (webob's, through ``search_opts``);
         # only ``status`` is read with ``getall``.
-        clauses.append(In("state", each("vm_state", last("vm_state", params["vm_state"]))))
+        clauses.append(In("state", (last("vm_state", params["vm_state"]),)))
     if "task_state" in params:
-        states = each("task_state", last("task_state", params["task_state"]))
-        clauses.append(In("task_state", states))
+        clauses.append(In("task_state", (last("task_state", params["task_state"]),)))
     if "power_state" in params:
-        power_states(params["power_state"])  # every value checked, as Nova's schema does
-        clauses.append(power_states(params["power_state"][-1:]))
+        clauses.append(power_states(params["power_state"]))
     if "locked" in params:
         locked = parse_bool("locked", one("locked", params["locked"]))
         clauses.append(Compare("locked", Op.EQ, locked))

@@ -166,9 +166,7 @@ class MaintenanceLock:
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
             with self._guard:
-                if self._stop.is_set() or self._value is None:
-                    return
-                if self._renew() is False:
+                if self._stop.is_set() or self._renew() is False:
                     return
 
     def _renew(self) -> bool | None:
@@ -190,6 +188,7 @@ class MaintenanceLock:
             self._lost.set()
             return False
         self._value = renewed
+        self._confirmed = time.monotonic()  # a renewal is the engine's word too
         return True
 
     def holds(self, *, fresh: bool = False) -> bool:
