@@ -13,11 +13,11 @@ from fastapi_offline import FastAPIOffline
 
 from cellsight.api import errors, openapi
 from cellsight.api.auth import Authenticator
-from cellsight.api.encoded_slashes import KeepEncodedSlashes
 from cellsight.api.fanout import FanOut
 from cellsight.api.index_probe import DeferredEngine, IndexProber
 from cellsight.api.metrics import ApiMetrics, RequestTimer
 from cellsight.api.paths import InstanceSearch
+from cellsight.api.raw_paths import PathSegmentsAsData
 from cellsight.api.routes import health, nodes, query, reservations, servers, versions
 from cellsight.api.safe_connect import SafeConnect
 from cellsight.cells.database import Engines
@@ -114,7 +114,7 @@ def create_app(
     app.state.prober = prober
     app.state.metrics = metrics
     app.add_middleware(RequestTimer, metrics=metrics)
-    app.add_middleware(KeepEncodedSlashes)
+    app.add_middleware(PathSegmentsAsData)
     errors.install(app)
     openapi.install(app)
 

@@ -195,3 +195,28 @@ def test_junk_never_gets_a_500(
 def test_junk_server_ids_are_404(client: TestClient, server_id: str) -> None:
     response = client.get(f"/v2.1/servers/{quote(server_id, safe='')}", headers=ADMIN)
     assert response.status_code == 404, response.text
+
+
+@pytest.mark.parametrize(
+    ("path", "named"),
+    [
+        ("/v2.1/servers/%ff", "Instance %ff could not be found."),
+        ("/v2.1/servers/%FE%ff", "Instance %FE%ff could not be found."),
+        ("/v2.1/servers/a%c3", "Instance a%c3 could not be found."),
+        ("/v2.1/query/%ff/fields", "Unknown query resource '%ff'"),
+        ("/v2.1/query/%ff?fields=uuid", "Unknown query resource '%ff'"),
+    ],
+)
+def test_path_segments_not_utf8_are_named_as_sent(
+    client: TestClient, path: str, named: str
+) -> None:
+    # The server decoded each bad byte as U+FFFD, so every such id got one message.
+    response = client.get(path, headers=ADMIN)
+    assert response.status_code == 404, response.text
+    assert named in response.json()["itemNotFound"]["message"]
+
+
+def test_path_segment_utf8_and_encoded_slash_still_decode(client: TestClient) -> None:
+    response = client.get("/v2.1/servers/%C3%A9%2Fx", headers=ADMIN)
+    assert response.status_code == 404
+    assert response.json()["itemNotFound"]["message"] == "Instance é%2Fx could not be found."
