@@ -113,6 +113,14 @@ def test_reserve_modify_rename_commit(stack: Stack) -> None:
     renamed = call(api, "PUT", f"/v2.1/reservations/{uuid}", {"reservation": {"name": "web"}})
     assert renamed.json()["reservation"]["name"] == "web"
     assert stack.agree()[uuid]["name"] == "web"
+    for client in (stack.index, stack.fanout):
+        # A show by id answers a reservation as the forthcoming listing renders it.
+        shown = client.get(f"/v2.1/servers/{uuid}", headers=ADMIN).json()["server"]
+        assert (shown["name"], shown["status"]) == ("web", "BUILD")
+        listed = client.get(
+            "/v2.1/servers/detail?forthcoming=true&all_tenants=1", headers=ADMIN
+        ).json()["servers"]
+        assert [s for s in listed if s["id"] == uuid] == [shown]
     built = call(stack.index, "POST", f"/v2.1/reservations/{uuid}/commit")
     assert built.status_code == 200, built.text
     assert (built.json()["reservation"]["state"], built.json()["reservation"]["forthcoming"]) == (
