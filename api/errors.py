@@ -108,7 +108,19 @@ def unavailable(what: str, exc: BaseException) -> ServiceUnavailable:
 
 
 def fault_body(status: int, message: str) -> dict[str, Any]:
-    return {FAULT_NAMES.get(status, "computeFault"): {"code": status, "message": message}}
+    fault = {"code": status, "message": printable(message)}
+    return {FAULT_NAMES.get(status, "computeFault"): fault}
+
+
+def printable(message: str) -> str:
+    """``message`` as UTF-8 can carry it: a lone surrogate a client sent (a JSON key
+    ``"\\ud800"``, named by the error) is written as its escape, where encoding the
+    fault failed and the 400 became a 500."""
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError:
+        return message.encode("utf-8", "backslashreplace").decode("utf-8")
+    return message
 
 
 def fault_response(

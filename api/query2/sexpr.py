@@ -278,12 +278,13 @@ def _value(field: FieldDef, op: str, value: Any) -> Scalar:
     if isinstance(value, float) and not math.isfinite(value):
         raise WrongValueKind(field.name, op, value, "a number")
     if kind is Kind.LONG:
+        if not LONG_MIN <= value <= LONG_MAX:
+            # Named as sent: 1e308, not the int it would have become.
+            raise WrongValueKind(field.name, op, value, "a 64-bit integer")
         if isinstance(value, float):
             if not value.is_integer():
                 raise WrongValueKind(field.name, op, value, "an integer")
-            value = int(value)
-        if not LONG_MIN <= value <= LONG_MAX:
-            raise WrongValueKind(field.name, op, value, "a 64-bit integer")
+            return int(value)
         return value
     try:
         return float(value)

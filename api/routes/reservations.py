@@ -182,8 +182,15 @@ def _parse(model: type[M], raw: bytes) -> M:
         raise BadRequest("The request body is not valid JSON", parameter="body") from None
     if not isinstance(body, dict) or set(body) != {"reservation"}:
         raise BadRequest('The body must be {"reservation": {...}}', parameter="body")
+    inner = body["reservation"]
+    if isinstance(inner, dict) and (extra := sorted(set(inner) - set(model.model_fields))):
+        # Named here: a key pydantic cannot read as a string (a lone surrogate) came back
+        # without a location, as "reservation.reservation".
+        raise BadRequest(
+            f"reservation.{extra[0][:40]}: Extra inputs are not permitted", parameter=extra[0]
+        )
     try:
-        return model.model_validate(body["reservation"])
+        return model.model_validate(inner)
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "reservation"

@@ -20,6 +20,7 @@ from tests.support.query2_world import (
 
 ALL = list(REGISTRY["instance"])
 NODE_ALL = list(REGISTRY["node"])
+MEMBER = {"X-Auth-Token": "someone:some-project"}
 
 
 # The fields call -----------------------------------------------------------------------
@@ -62,6 +63,9 @@ def test_fields_call_errors(pair: Pair) -> None:
         (["~", "name", "x"], "'~'"),
         (["==", "name", "a\u0000b"], "name"),
         (["==", "metadata", "x"], "metadata"),
+        # Named as sent, not as the integer a float past 64 bits would have become.
+        (["==", "flavor_vcpus", 1e308], "takes a 64-bit integer, not 1e+308"),
+        (["==", "flavor_vcpus", 2.0**63], "takes a 64-bit integer, not 9.223372036854776e+18"),
         (5, "list"),
         ("nmae == 1", "column 1: unknown instance field 'nmae'"),  # the text form
     ],
@@ -96,13 +100,19 @@ def test_too_deep_filter_is_400(pair: Pair) -> None:
         (b'{"fields": [1]}', "'fields' must be a list"),
         (b'{"filter": null}', "'fields' must be a list"),
         (b'{"fields": [], "sort": "x"}', "Unknown key(s) in the request body: sort"),
+        # A lone surrogate named in the fault could not be encoded: the 400 became a 500.
+        (b'{"fields": ["uuid"], "\\ud800": 1}', "Unknown key(s) in the request body: \\ud800"),
     ],
 )
-def test_bad_bodies_are_400(pair: Pair, content: bytes, says: str) -> None:
+@pytest.mark.parametrize("resource", ["instance", "node"])
+@pytest.mark.parametrize("token", [ADMIN, MEMBER])
+def test_bad_bodies_are_400(
+    pair: Pair, content: bytes, says: str, resource: str, token: dict[str, str]
+) -> None:
     response = pair.index.post(
-        "/v2.1/query/instance",
+        f"/v2.1/query/{resource}",
         content=content,
-        headers={**ADMIN, "Content-Type": "application/json"},
+        headers={**token, "Content-Type": "application/json"},
     )
     assert response.status_code == 400, response.text
     assert says in response.json()["badRequest"]["message"]

@@ -76,6 +76,9 @@ def test_forthcoming_status_3_unknown_fields_and_strict(cli: Invoke, data: Path)
     strict = cli("query", "instance", "uuid,bogus", "--strict")
     assert strict.exit_code == 1
     assert cli("query", "instance", "uuid", "--strict").exit_code == 0
+    # (unavail) is an answer (the item has no such value), not missing data.
+    unavail = cli("query", "instance", "uuid,name", "--filter", "forthcoming", "--strict")
+    assert "(unavail)" in unavail.output and unavail.exit_code == 0
 
 
 def test_errors_are_one_line_naming_the_column(cli: Invoke, data: Path) -> None:

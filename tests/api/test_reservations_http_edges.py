@@ -98,6 +98,15 @@ def test_nul_characters_and_non_uuid_paths_are_4xx(client: TestClient) -> None:
             assert got.status_code == 400, (field, got.text)
             message = got.json()["badRequest"]["message"]
             assert f"reservation.{field}" in message and f"U+{ord(bad):04X}" in message
+    # An unknown key is named, a lone surrogate as its escape (it was
+    # "reservation.reservation: Input should be a valid string").
+    for key, named in (("colour", "colour"), ("\ud800", "\\ud800")):
+        body = json.dumps({"reservation": {key: 1}})
+        got = client.post("/v2.1/reservations", content=body, headers=ADMIN)
+        assert got.status_code == 400, got.text
+        assert got.json()["badRequest"]["message"] == (
+            f"reservation.{named}: Extra inputs are not permitted"
+        )
     made = client.post("/v2.1/reservations", json={"reservation": {}}, headers=ADMIN)
     uuid = made.json()["reservation"]["uuid"]
     changed = client.put(
