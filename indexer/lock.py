@@ -176,7 +176,7 @@ class MaintenanceLock:
             return False
         renewed = self._stamp(datetime.now(UTC))
         try:
-            ok = self.engine.swap_meta(self.key, self._value, renewed)
+            ok = self._swap_own(renewed)
         except EngineError as exc:
             # Busy or unreachable: keep trying. Only finding another owner's lock means
             # it is lost. (The embedded engine is busy while this sync's own index build
@@ -190,6 +190,20 @@ class MaintenanceLock:
         self._value = renewed
         self._confirmed = time.monotonic()  # a renewal is the engine's word too
         return True
+
+    def _swap_own(self, new: dict[str, Any]) -> bool:
+        """Replace this process's lock with ``new``: False when it is someone else's.
+        A write whose answer was lost (a renewal timed out on the way back) may have
+        been applied, so the stored value can be this owner's without being the one
+        last known: it is still ours (no one else writes this owner), and is replaced
+        as it stands. Comparing with the last known value alone found "someone else's"
+        lock there, and a sync gave up its work to itself."""
+        if self.engine.swap_meta(self.key, self._value, new):
+            return True
+        current = self.engine.get_meta(self.key)
+        if current is None or current.get("owner") != self.owner or current.get("released"):
+            return False
+        return self.engine.swap_meta(self.key, current, new)
 
     def holds(self, *, fresh: bool = False) -> bool:
         """Whether this process still holds the lock, asked of the engine: a process
@@ -245,7 +259,7 @@ class MaintenanceLock:
                 "at": datetime.now(UTC).isoformat(),
             }
             try:
-                self.engine.swap_meta(self.key, self._value, released)
+                self._swap_own(released)
             except EngineError as exc:  # it goes stale on its own
                 log.warning("could not release the %s lock: %s", self.resource, exc)
             self._value = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from cellsight.indexer.engines.base import SearchEngine
+from cellsight.indexer.engines.base import EngineUnavailable, SearchEngine
 from cellsight.indexer.lock import LockHeld, LockLost, MaintenanceLock, lock_key
 from cellsight.indexer.sync import SyncFailed, SyncOptions, run_sync
 from tests.support.sync_world import make_engine
@@ -177,3 +177,59 @@ def test_a_sync_failing_after_its_lock_was_taken_over_leaves_the_aliases_alone(
     after = layout(engine, "instance")
     assert after.serving is not None and after.serving.name == serving.name
     assert sorted(after.writers) == sorted([serving.name, theirs])  # as the other left them
+
+
+class AnswerLost:
+    """The engine, but the answer to one ``swap_meta`` never arrives: the write is
+    applied and the call fails as a timed-out request does (an adversarial probe held
+    a renewal's reply past ``search_timeout`` with a proxy in front of OpenSearch)."""
+
+    def __init__(self, engine: SearchEngine) -> None:
+        self._engine = engine
+        self.lose_next = threading.Event()
+        self.lost = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def swap_meta(self, key: str, expected: Any, new: Any) -> bool:
+        done = self._engine.swap_meta(key, expected, new)
+        if self.lose_next.is_set():
+            self.lose_next.clear()
+            self.lost.set()
+            raise EngineUnavailable("the request timed out (its answer was lost)")
+        return done
+
+
+def test_a_renewal_whose_answer_was_lost_keeps_the_lock(engine: SearchEngine) -> None:
+    """The renewal after it compared with the value known before it, found the stored
+    one different, and the sync declared its lock "taken over" by itself."""
+    lossy = AnswerLost(engine)
+    lock = MaintenanceLock(lossy, "instance", "sync", ttl=30, heartbeat=0.05)  # type: ignore[arg-type]
+    lock.acquire()
+    lossy.lose_next.set()
+    wait_for(lossy.lost.is_set, timeout=10, what="a renewal whose answer is lost")
+    applied = engine.get_meta(lock_key("instance"))
+    assert applied is not None
+    wait_for(
+        lambda: engine.get_meta(lock_key("instance"))["heartbeat_at"] > applied["heartbeat_at"],  # type: ignore[index]
+        timeout=10,
+        what="a renewal after the lost answer",
+    )
+    lock.check(fresh=True)
+    lock.release()
+    released = engine.get_meta(lock_key("instance"))
+    assert released is not None and released["released"] and released["owner"] == lock.owner
+
+
+def test_a_release_after_a_lost_answer_releases(engine: SearchEngine) -> None:
+    lossy = AnswerLost(engine)
+    lock = MaintenanceLock(lossy, "instance", "verify", heartbeat=0.05)  # type: ignore[arg-type]
+    lock.acquire()
+    lossy.lose_next.set()
+    wait_for(lossy.lost.is_set, timeout=10, what="a renewal whose answer is lost")
+    lock.release()  # before any renewal learnt what the engine holds
+    released = engine.get_meta(lock_key("instance"))
+    assert released is not None and released["released"], released
+    with MaintenanceLock(engine, "instance", "sync"):  # free at once, not after the expiry
+        pass
