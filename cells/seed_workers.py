@@ -5,12 +5,15 @@ whole process group) and end at their next chunk once the parent sets the shared
 event, or once the parent itself is gone. The parent awaits them before it undoes what
 the seed made, so no worker writes into a cell being removed. Before, a Ctrl-C sent to
 the parent alone let every worker load its whole cell first (the Ctrl-C of a large seed
-took as long as the seed), and a killed parent left them loading for nobody.
+took as long as the seed), and a killed parent left them loading for nobody (and, idle,
+waiting for a job forever).
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import queue as queuelib
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -41,9 +44,29 @@ _stop: Event | None = None
 def _init_worker(progress_queue: ProcessQueue[int], stop: Event) -> None:
     global _progress_queue, _stop
     _progress_queue, _stop = progress_queue, stop
+    _die_with_parent()
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)  # also drops one that came while blocked
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """A parent killed outright (SIGKILL) cannot stop its workers, and an idle worker,
+    blocked reading the pool's queue, never reached ``_check_stop``: two of them (70 MB
+    each) and the resource tracker were found alive minutes later. On Linux the kernel
+    kills the worker when its parent dies; elsewhere ``_check_stop`` still stops a
+    loading one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)  # the parent died before the request took effect
 
 
 def _check_stop() -> None:

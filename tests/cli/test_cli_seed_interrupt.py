@@ -17,12 +17,13 @@ from typing import Any
 
 from cellsight.cli.errors import INTERRUPTED, RUNTIME, USAGE
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
+from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def interrupted(
-    data: Path, *args: str, signal: str, after: int, to_group: bool = False
+    data: Path, *args: str, signal: str, after: int, to_group: bool = False, cpus: int = 0
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """Run ``cellsight --data-dir DATA ARGS``, sending ``signal`` after ``after`` rows."""
     report = data.parent / "undo.json"
@@ -33,6 +34,7 @@ def interrupted(
         "SEED_AFTER": str(after),
         "SEED_TO_GROUP": "1" if to_group else "0",
         "SEED_REPORT": str(report),
+        **({"SEED_CPUS": str(cpus)} if cpus else {}),
     }
     result = subprocess.run(
         [sys.executable, "-m", "tests.support.seed_interrupt", "--data-dir", str(data), *args],
@@ -116,3 +118,25 @@ def test_a_seed_whose_second_url_fails_registers_no_cell(tmp_path: Path) -> None
     assert_one_line_error(unreachable, RUNTIME, "unavailable")
     assert registered(data) == (0, 0)
     assert not first.exists()
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no process, or a zombie left to a parent that does not reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] == "Z"
+
+
+def test_a_seed_killed_outright_takes_its_workers_with_it(tmp_path: Path) -> None:
+    """An adversarial probe: after a SIGKILL of ``cells seed``, a worker waiting for its
+    next job (its cell done) blocked on the pool's queue for good, 70 MB each."""
+    data = tmp_path / "data"
+    # Three cells on two workers: by the third cell's rows, one worker has no job left.
+    seed = ("cells", "seed", "--cells", "3", "--instances", "20000", "--chunk-size", "500")
+    result, found = interrupted(data, *seed, signal="KILL", after=45_000, cpus=2)
+    assert result.returncode == -9, (result.returncode, result.stderr)
+    assert len(found["workers"]) == 2
+    wait_for(lambda: all(_gone(pid) for pid in found["workers"]), timeout=30,
+             what="the workers to exit with their parent")  # fmt: skip

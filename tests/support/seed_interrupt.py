@@ -3,12 +3,14 @@ point, so an interrupted seed is tested the same way every run (no sleeps):
 
     python -m tests.support.seed_interrupt --data-dir D cells seed …
 
-``SEED_SIGNAL`` (``INT`` or ``TERM``) is sent once ``SEED_AFTER`` rows were reported
+``SEED_SIGNAL`` (``INT``, ``TERM`` or ``KILL``) is sent once ``SEED_AFTER`` rows were reported
 on the progress bar: to this process alone, or with ``SEED_TO_GROUP=1`` to its process
 group, as a terminal's Ctrl-C is (start it in a session of its own). When the seed's
 undo starts, what it finds is written as JSON to ``SEED_REPORT``: the seed's worker
 processes still alive and each SQLite file's instance rows, which say whether the
-workers stopped (and stopped writing) before the clean-up.
+workers stopped (and stopped writing) before the clean-up; before a ``KILL``, the
+worker processes' pids are written there instead. ``SEED_CPUS`` sets the CPU count
+the seed sees, which sets its number of workers.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ def _rows(path: Path) -> int | None:
 
 
 def _install() -> None:
+    if cpus := os.environ.get("SEED_CPUS"):  # the seed's default worker count
+        os.cpu_count = lambda: int(cpus)
     sig = getattr(signal, f"SIG{os.environ['SEED_SIGNAL']}")
     after = int(os.environ["SEED_AFTER"])
     to_group = os.environ.get("SEED_TO_GROUP") == "1"
@@ -46,6 +50,10 @@ def _install() -> None:
         before = reported[0]
         reported[0] += int(advance_by)
         if before < after <= reported[0]:
+            if sig == signal.SIGKILL:  # nothing runs after it: say who the workers are first
+                Path(os.environ["SEED_REPORT"]).write_text(
+                    json.dumps({"workers": spawned(os.getpid())})
+                )
             if to_group:
                 os.killpg(os.getpgid(0), sig)
             else:
