@@ -150,6 +150,8 @@ def create_engine(url: str | sa.URL, timeouts: Timeouts = Timeouts()) -> sa.Engi
         return mysql_engine(parsed, timeouts)
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
         raise BadDatabaseURL(str(url), f"its driver is not installed ({exc})") from None
+    except (TypeError, ValueError) as exc:  # the dialect reads some parameters itself
+        raise BadDatabaseURL(str(url), f"a query parameter does not parse ({exc})") from None
 
 
 @event.listens_for(sa.Engine, "handle_error")

@@ -29,7 +29,8 @@ from sqlalchemy import event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from cellsight.cells.errors import DatabaseMissing, DatabaseUnavailable
+from cellsight.cells.errors import BadDatabaseURL, DatabaseMissing, DatabaseUnavailable
+from cellsight.sqlite_pragmas import apply_pragma
 
 SQLITE_BUSY_MS = 10_000  # without a lock timeout
 # The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
@@ -93,11 +94,12 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
         # Take transaction control from the sqlite3 module so that BEGIN is ours
         # (IMMEDIATE for writes, see write_transaction).
         dbapi_conn.isolation_level = None
+        busy = SQLITE_BUSY_MS if timeouts.lock is None else _milliseconds(timeouts.lock)
+        # Commands opening a new file at once: SQLite does not wait for this one's lock.
+        apply_pragma(dbapi_conn, "PRAGMA journal_mode=WAL", busy / 1000)
         cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        busy = SQLITE_BUSY_MS if timeouts.lock is None else _milliseconds(timeouts.lock)
         cursor.execute(f"PRAGMA busy_timeout={busy}")
         cursor.close()
         if timeouts.statement is not None:
@@ -150,6 +152,33 @@ def sqlite_error_code(exc: sqlite3.Error) -> int | None:
     return code & 0xFF if isinstance(code, int) else None
 
 
+def _driver_arguments_named(engine: sa.Engine) -> sa.Engine:
+    """A URL's query parameters reach the driver's ``connect`` as keywords; one it does
+    not take (``?bogus=1``: a TypeError) or a file it names that is not there
+    (``?ssl_ca=/nope``) ended a command as an internal error, or as a bare "No such
+    file or directory", naming neither the URL nor the parameter."""
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(
+        dialect: sa.Dialect, record: ConnectionPoolEntry, cargs: list[Any], cparams: dict[str, Any]
+    ) -> DBAPIConnection:
+        try:
+            return dialect.connect(*cargs, **cparams)
+        except TypeError as exc:
+            raise BadDatabaseURL(
+                engine.url.render_as_string(hide_password=False),
+                f"a query parameter is not one its driver takes ({exc})",
+            ) from None
+        except FileNotFoundError as exc:
+            raise BadDatabaseURL(
+                engine.url.render_as_string(hide_password=False),
+                "a file a query parameter names does not exist"
+                + (f" ({exc.filename})" if exc.filename else ""),
+            ) from None
+
+    return engine
+
+
 def postgresql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
     # libpq takes whole seconds and treats values below 2 as 2.
     connect_args: dict[str, Any] = {"connect_timeout": max(2, math.ceil(timeouts.connect))}
@@ -159,7 +188,9 @@ def postgresql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
     if timeouts.lock is not None:
         options.append(f"-c lock_timeout={_milliseconds(timeouts.lock)}")
     connect_args["options"] = " ".join(options)
-    return sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    return _driver_arguments_named(
+        sa.create_engine(url, connect_args=connect_args, pool_pre_ping=True)
+    )
 
 
 def mysql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
@@ -173,12 +204,14 @@ def mysql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
     # index searches, so a boot inserting an instance beside one a delete had locked
     # waited on the delete, which waited on the boot's host (a deadlock in about one boot
     # in twenty at six at once). Every transaction here locks what it reads explicitly.
-    engine = sa.create_engine(
-        url,
-        connect_args=connect_args,
-        pool_pre_ping=True,
-        pool_recycle=3600,
-        isolation_level="READ COMMITTED",
+    engine = _driver_arguments_named(
+        sa.create_engine(
+            url,
+            connect_args=connect_args,
+            pool_pre_ping=True,
+            pool_recycle=3600,
+            isolation_level="READ COMMITTED",
+        )
     )
 
     @event.listens_for(engine, "connect")

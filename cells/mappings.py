@@ -343,9 +343,13 @@ def _refuse_taken(
     # registered cell another URL of it belongs to (``cells.identity.holder``).
     if taken_by is not None:
         raise DuplicateCell("database", safe_url(taken_by))
+    # A cell is named by its name or its uuid (``get_cell``): a name that is another
+    # cell's uuid, or a uuid that is another's name, would make one of them unreachable.
     for field, value, shown in (
         ("name", name, name),
+        ("uuid", name.lower(), name),
         ("uuid", cell_uuid, cell_uuid),
+        ("name", cell_uuid, cell_uuid),
         ("database_connection", url, safe_url(url)),
     ):
         taken = conn.execute(

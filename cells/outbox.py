@@ -139,7 +139,7 @@ def undelivered(error: str, notifications: Sequence[Notification]) -> str:
 @dataclass
 class RelayReport:
     published: int = 0
-    left: int = 0
+    left: int | None = 0  # None: not counted (the cell could not be reached)
     busy: bool = False  # another relay holds the lease
     more: bool = False  # stopped at its time budget: rows may be waiting still
     error: str | None = None
@@ -334,11 +334,11 @@ def relay_cells(
             ensure_tables(engine)
             reports[cell.name] = relay.relay(engine)
         except CellsError as exc:
-            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {exc.message}")
+            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {exc.message}")
         except sa.exc.SQLAlchemyError as exc:
             # The driver's own line, without SQLAlchemy's statement and link.
             line = first_line(getattr(exc, "orig", None) or exc)
-            reports[cell.name] = RelayReport(error=f"cell {cell.name}: {line[:300]}")
+            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {line[:300]}")
     return reports
 
 

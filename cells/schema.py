@@ -29,6 +29,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 
+from cellsight.cells.database import write_transaction
+
 MYSQL_NAMES = ("mysql", "mariadb")
 
 
@@ -281,15 +283,19 @@ cell_meta = sa.Table(
 
 
 def create_api_schema(engine: sa.Engine) -> None:
-    api_metadata.create_all(engine)
+    # In one write transaction (on SQLite, the write lock taken up front): commands run
+    # at once on a new data directory each looked for the tables and then created them,
+    # and SQLite failed the later ones at once ("database is locked") rather than wait.
+    with write_transaction(engine) as conn:
+        api_metadata.create_all(conn)
 
 
 def create_cell_schema(engine: sa.Engine, *, indexes: bool = True) -> None:
     """Create the cell tables; ``indexes=False`` defers the indexes for a bulk load."""
-    if indexes:
-        cell_metadata.create_all(engine)
-        return
-    with engine.begin() as conn:
+    with write_transaction(engine) as conn:
+        if indexes:
+            cell_metadata.create_all(conn)
+            return
         for table in cell_metadata.sorted_tables:
             if not sa.inspect(conn).has_table(table.name):
                 conn.execute(sa.schema.CreateTable(table))

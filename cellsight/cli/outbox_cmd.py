@@ -93,7 +93,12 @@ def relay(
         if as_json:
             print(json.dumps({"cell": name, **report.as_dict()}))
         else:
-            state = "busy (another relay holds it)" if report.busy else f"{report.left} left"
+            if report.busy:
+                state = "busy (another relay holds it)"
+            elif report.left is None:  # the cell could not be reached to count them
+                state = "left unknown"
+            else:
+                state = f"{report.left} left"
             console.print(
                 f"{name}: published {report.published}, {state}"
                 + (f": {report.error}" if report.error else ""),

@@ -33,6 +33,7 @@ from tenacity import (
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_checkpoint import Checkpointer
+from cellsight.sqlite_pragmas import RETRY_EVERY, apply_pragma
 
 log = logging.getLogger(__name__)
 FileIdentity = tuple[int, int] | None  # (st_dev, st_ino); None: no file at the path
@@ -48,8 +49,6 @@ _TRANSIENT = {
     15: "lock protocol",
 }
 SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
-PRAGMA_RETRY = 0.005  # seconds between tries of a pragma that found the file locked
 
 # The sqlite3 module binds an exact int, float, str or bytearray directly, but runs its
 # adaptation protocol for anything else, None and bool included: a registry miss, then a
@@ -66,11 +65,6 @@ sqlite3.register_adapter(bool, int)
 def _io_error(exc: BaseException) -> bool:
     code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
     return isinstance(exc, sqlite3.OperationalError) and code == sqlite3.SQLITE_IOERR
-
-
-def _busy(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return isinstance(exc, sqlite3.OperationalError) and code in BUSY
 
 
 def translate(exc: sqlite3.Error) -> EngineError:
@@ -124,7 +118,7 @@ class Connections:
             for attempt in Retrying(
                 retry=retry_if_exception(_io_error),
                 stop=stop_after_delay(self.timeout),
-                wait=wait_fixed(PRAGMA_RETRY),
+                wait=wait_fixed(RETRY_EVERY),
                 reraise=True,
             ):
                 with attempt:
@@ -191,17 +185,7 @@ class Connections:
         self._local.conn = None
 
     def _apply(self, conn: sqlite3.Connection, pragma: str) -> None:
-        """A journal mode change needs a lock that SQLite does not wait for (the busy
-        timeout is not consulted): connections opening a new file at once get "database
-        is locked" at ``journal_mode=WAL``. Busy is retried here up to the timeout."""
-        for attempt in Retrying(
-            retry=retry_if_exception(_busy),
-            stop=stop_after_delay(self.timeout),
-            wait=wait_fixed(PRAGMA_RETRY),
-            reraise=True,
-        ):
-            with attempt:
-                conn.execute(pragma)
+        apply_pragma(conn, pragma, self.timeout)
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Catalog]:

@@ -65,6 +65,18 @@ def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
     listed = cli("cells", "list").output
     assert "west" not in listed and "east" in listed
     assert (tmp_path / "east.db").is_file()  # the failed seed left the cell's file be
+    # A cell is named by its name or its uuid: neither may be another cell's other one
+    # (a cell named with east's uuid was taken, and "cells disable UUID" disabled east).
+    registry = CellRegistry.from_settings(load_settings(data_dir=tmp_path / "data"))
+    east = registry.get_cell("east")
+    registry.close()
+    for args, said in (
+        (("--name", east.uuid.upper()), east.uuid.upper()),
+        (("--name", "x", "--uuid", east.uuid), east.uuid),
+    ):
+        taken = cli("cells", "add", *args, "--db-url", f"sqlite:///{tmp_path / 'n.db'}")
+        assert taken.exit_code == 2, taken.output
+        assert f"uuid '{said}' is already registered" in one_line(taken.output)
     unknown = cli("cells", "add-host", "--cell", "west", "--host", "h1")
     assert unknown.exit_code == 2
     assert "unknown cell 'west' (known cells: east)" in one_line(unknown.output)

@@ -242,3 +242,22 @@ def test_an_unreachable_bus_is_shown_as_it_was_set(tmp_path: Path) -> None:
 def test_each_url_of_a_failover_list_is_checked() -> None:
     with pytest.raises(BadBusURL, match="h2:abc"):
         check_bus_url("amqp://h1:5672;amqp://h2:abc")
+
+
+@pytest.mark.parametrize(
+    ("query", "why"),
+    [
+        ("bogus=1", "a query parameter is not one its driver takes"),
+        ("connect_timeout=abc", "a query parameter does not parse"),
+        ("ssl_ca=/nonexistent/ca.pem", "a file a query parameter names does not exist"),
+    ],
+)
+def test_a_db_url_query_parameter_the_driver_refuses_is_a_usage_error(
+    tmp_path: Path, query: str, why: str
+) -> None:
+    """An adversarial probe: these were "internal error: TypeError: ...", exit 1, or a bare
+    "No such file or directory", naming neither the URL nor the parameter."""
+    url = f"mysql+pymysql://root:hunter2@127.0.0.1:3306/cellsight_never?{query}"
+    add = cellsight(tmp_path / "d", "cells", "add", "--name", "newc", "--db-url", url)
+    err = assert_one_line_error(add, USAGE, "database URL 'mysql+pymysql://root:***@", why)
+    assert "hunter2" not in err and "internal error" not in err

@@ -48,6 +48,16 @@ def test_outbox_status_names_the_unavailable_cell_and_lists_the_others(gone_cell
     assert "missing table" not in result.stdout + result.stderr
 
 
+def test_outbox_relay_does_not_count_what_it_could_not_reach(gone_cell: Path) -> None:
+    # It said "gone: published 0, 0 left": nothing was counted there.
+    result = cellsight(gone_cell, "outbox", "relay", "--no-wait")
+    assert result.returncode == RUNTIME, result.stderr
+    lines = result.stdout.splitlines()
+    assert "here: published 0, 0 left" in lines, lines
+    (gone,) = [line for line in lines if line.startswith("gone: ")]
+    assert gone.startswith("gone: published 0, left unknown: cell gone: database "), gone
+
+
 @pytest.mark.parametrize(
     "command",
     [

@@ -1,0 +1,34 @@
+"""A pragma that SQLite answers "database is locked" without waiting, tried again.
+
+A journal mode change takes a lock that SQLite does not wait for (the busy timeout is
+not consulted), so connections opening a new file at once get "database is locked" at
+``PRAGMA journal_mode=WAL``: the embedded index's readers, and four commands run at once
+on a new data directory, whose API database one to two of them failed to open. Used by
+both (``cells.dialects``, ``indexer.engines.sqlite_connections``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
+
+BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+RETRY_EVERY = 0.005  # seconds between tries of a pragma that found the file locked
+
+
+def is_busy(exc: BaseException) -> bool:
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+    return isinstance(exc, sqlite3.OperationalError) and code in BUSY
+
+
+def apply_pragma(conn: sqlite3.Connection, pragma: str, timeout: float) -> None:
+    """``conn.execute(pragma)``, a busy file tried again for up to ``timeout`` seconds."""
+    for attempt in Retrying(
+        retry=retry_if_exception(is_busy),
+        stop=stop_after_delay(timeout),
+        wait=wait_fixed(RETRY_EVERY),
+        reraise=True,
+    ):
+        with attempt:
+            conn.execute(pragma)
