@@ -248,6 +248,21 @@ def lock_wait_ran_out(orig: BaseException | None) -> bool:
     return bool(args) and args[0] == _MYSQL_LOCK_WAIT
 
 
+_UNDEFINED_TABLE = "42P01"  # PostgreSQL
+_MYSQL_NO_SUCH_TABLE = 1146
+
+
+def table_missing(orig: BaseException | None) -> bool:
+    """Whether a driver error may be a table that is not there: SQLite's generic error
+    (its "no such table" has no code of its own), PostgreSQL's 42P01, MySQL's 1146."""
+    if getattr(orig, "sqlstate", None) == _UNDEFINED_TABLE:
+        return True
+    if isinstance(orig, sqlite3.Error):
+        return sqlite_error_code(orig) == sqlite3.SQLITE_ERROR
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_NO_SUCH_TABLE
+
+
 def _conflict(orig: BaseException | None) -> bool:
     if getattr(orig, "sqlstate", None) in _CONFLICT_STATES:
         return True

@@ -38,11 +38,15 @@ def _first_line(value: object) -> str:
 
 
 def _database(exc: Any) -> str:
+    from cellsight.cells.database import table_missing  # the failure path only
+
     # ``cellsight.cells.database`` notes which database a driver error came from (masked).
     notes = [n for n in getattr(exc, "__notes__", ()) if n.startswith("database ")]
     where = notes[0] if notes else "database"
     orig = getattr(exc, "orig", None)
     why = f"{type(orig).__name__}: {_first_line(orig)}" if orig is not None else _first_line(exc)
+    if not table_missing(orig):
+        return f"{where}: {why}"  # a full disk, a lock: the hint below would mislead
     hint = "a missing table means it is not a cell database yet: `cellsight cells add` creates them"
     return f"{where}: {why} ({hint})"
 

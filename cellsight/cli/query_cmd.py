@@ -130,7 +130,9 @@ def run_query(
     url: str | None,
     token: str | None = None,
 ) -> None:
-    names = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+    names = [f.strip() for f in fields.split(",") if f.strip()] if fields is not None else None
+    if names == []:  # '' or ',,,' asked for no field; the defaults are for FIELDS left out
+        fail(f"FIELDS names no field ({fields!r}): give comma-separated names or leave it out")
     source = _source(ctx, url, token)
     try:
         answer = source.query(resource, names or DEFAULT_FIELDS[resource], filter_text)

@@ -85,6 +85,9 @@ def test_errors_are_one_line_naming_the_column(cli: Invoke, data: Path) -> None:
     bad = cli("query", "instance", "name", "--filter", "name == ")
     assert bad.exit_code == 2 and "column 9" in bad.output
     assert cli("query", "instance", "--units", "x").exit_code == 2
+    for empty in ("", ",,,", " , "):  # they fell back to the default fields, exit 0
+        none = cli("query", "instance", empty)
+        assert none.exit_code == 2 and "FIELDS names no field" in none.output, none.output
     assert "unknown resource" in cli("query", "fields", "flavor").output
 
 

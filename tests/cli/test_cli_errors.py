@@ -167,6 +167,26 @@ def test_commands_on_a_cell_database_without_tables(tmp_path: Path, command: lis
     assert_one_line_error(result, RUNTIME, "no such table")
 
 
+def test_the_missing_table_hint_comes_with_a_missing_table_only(tmp_path: Path) -> None:
+    """An adversarial probe: a full disk said "database or disk is full (a missing table
+    means it is not a cell database yet ...)". Real driver errors, through SQLAlchemy."""
+    from cellsight.cli.errors import describe
+
+    path = tmp_path / "f.db"
+    sqlite3.connect(path).execute("CREATE TABLE t (x)").connection.commit()
+    engine = sa.create_engine(f"sqlite:///{path}")
+    failures = []
+    for statement in ("SELECT * FROM nowhere", "INSERT INTO t VALUES (1)"):
+        with pytest.raises(sa.exc.OperationalError) as failed, engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA query_only=ON")  # writes fail as on a read-only file
+            conn.exec_driver_sql(statement)
+        failures.append(describe(failed.value)[1])
+    engine.dispose()
+    missing, readonly = failures
+    assert "no such table: nowhere" in missing and "a missing table means" in missing
+    assert "readonly database" in readonly and "missing table" not in readonly
+
+
 def test_cells_add_refuses_a_sqlite_path_in_a_missing_directory(tmp_path: Path) -> None:
     target = tmp_path / "nonexistent" / "dir" / "x.db"
     result = cellsight(
