@@ -9,15 +9,14 @@ import os
 import sqlite3
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 
 from cellsight.cells.database import create_database, create_engine
 from cellsight.cells.schema import create_cell_schema
 from cellsight.sqlite_pragmas import apply_pragma
+from tests.support.together import run_together
 
 AT_ONCE = 4
 
@@ -52,27 +51,16 @@ def test_commands_at_once_on_a_new_data_directory(tmp_path: Path, trial: int) ->
         assert result.stderr == ""
 
 
-def test_cell_schema_made_at_once_by_several_connections(tmp_path: Path) -> None:
+def test_cell_schema_made_at_once_by_several_connections(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     url = f"sqlite:///{tmp_path / 'cell.db'}"
     create_database(url)  # the file: the tables are what the connections race to make
     engines = [create_engine(url) for _ in range(AT_ONCE)]
-    start, failed = threading.Barrier(AT_ONCE), list[Exception]()
-
-    def make(engine: sa.Engine) -> None:
-        start.wait()
-        try:
-            create_cell_schema(engine)
-        except Exception as exc:  # the assertion names it
-            failed.append(exc)
-
-    threads = [threading.Thread(target=make, args=(e,)) for e in engines]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert failed == []
+    failures, _ = run_together([lambda n: create_cell_schema(engines[n])] * AT_ONCE, caplog)
     for e in engines:
         e.dispose()
+    assert failures == []
 
 
 def test_a_busy_pragma_is_tried_again_until_its_timeout(tmp_path: Path) -> None:
