@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cellsight.indexer.engines import sqlite_connections
+from cellsight import sqlite_pragmas
 from cellsight.indexer.engines.base import EngineUnavailable, WriteOp, WriteStatus
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 
@@ -29,7 +29,7 @@ def _locked(path: Path) -> sqlite3.Connection:
 def _watch_busy(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """Set once the retry sees the file locked (the real classification, observed)."""
     seen = threading.Event()
-    classify = sqlite_connections._busy
+    classify = sqlite_pragmas.is_busy
 
     def watching(exc: BaseException) -> bool:
         busy = classify(exc)
@@ -37,7 +37,7 @@ def _watch_busy(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
             seen.set()
         return busy
 
-    monkeypatch.setattr(sqlite_connections, "_busy", watching)
+    monkeypatch.setattr(sqlite_pragmas, "is_busy", watching)
     return seen
 
 
