@@ -53,6 +53,8 @@ Token = Annotated[
 def _source(ctx: typer.Context, url: str | None, token: str | None) -> Source:
     if token is not None and not token.strip():
         fail("--token: must not be empty")
+    if url is not None and not url.strip():  # as an empty --token: not "the default"
+        fail("--url: must not be empty (leave it out for the local data directory)")
     if not url:
         if token is not None:
             fail("--token: only with --url (the local data directory needs none)")

@@ -85,6 +85,9 @@ def test_errors_are_one_line_naming_the_column(cli: Invoke, data: Path) -> None:
     bad = cli("query", "instance", "name", "--filter", "name == ")
     assert bad.exit_code == 2 and "column 9" in bad.output
     assert cli("query", "instance", "--units", "x").exit_code == 2
+    for option in ("--url", "--token"):  # an empty --url was the local data directory
+        empty_option = cli("query", "instance", "uuid", option, "")
+        assert empty_option.exit_code == 2 and f"{option}: must not be empty" in empty_option.output
     for empty in ("", ",,,", " , "):  # they fell back to the default fields, exit 0
         none = cli("query", "instance", empty)
         assert none.exit_code == 2 and "FIELDS names no field" in none.output, none.output
