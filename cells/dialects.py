@@ -29,7 +29,7 @@ from sqlalchemy import event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from cellsight.cells.errors import BadDatabaseURL, DatabaseMissing, DatabaseUnavailable
+from cellsight.cells.errors import DatabaseMissing, DatabaseUnavailable, DriverRefusedURL
 from cellsight.sqlite_pragmas import apply_pragma
 
 SQLITE_BUSY_MS = 10_000  # without a lock timeout
@@ -165,16 +165,12 @@ def _driver_arguments_named(engine: sa.Engine) -> sa.Engine:
         try:
             return dialect.connect(*cargs, **cparams)
         except TypeError as exc:
-            raise BadDatabaseURL(
-                engine.url.render_as_string(hide_password=False),
-                f"a query parameter is not one its driver takes ({exc})",
-            ) from None
+            why = f"its driver refuses a query parameter ({exc})"
         except FileNotFoundError as exc:
-            raise BadDatabaseURL(
-                engine.url.render_as_string(hide_password=False),
-                "a file a query parameter names does not exist"
-                + (f" ({exc.filename})" if exc.filename else ""),
-            ) from None
+            why = "a file a query parameter names does not exist" + (
+                f" ({exc.filename})" if exc.filename else ""
+            )
+        raise DriverRefusedURL(engine.url, why) from None
 
     return engine
 

@@ -69,6 +69,15 @@ class DatabaseUnavailable(CellsError):
         self.why = why
 
 
+class DriverRefusedURL(DatabaseUnavailable):
+    """The driver refused what a URL's query parameters ask of it when connecting (a
+    keyword it does not take, a file it names that is missing). Unavailable to whatever
+    reads the cell (the API skips it and names it); a usage error where the URL is the
+    one just given (``cells add``)."""
+
+    reason = "driver_refused_url"
+
+
 class CellUnavailable(DatabaseUnavailable):
     """A cell's database that an operation needed could not be reached: named by the
     cell the operator knows, then the database (``cells add-host``, ``ops boot`` and

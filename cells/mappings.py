@@ -25,6 +25,7 @@ from cellsight.cells.database import (
 from cellsight.cells.errors import (
     BadDatabaseURL,
     DatabaseUnavailable,
+    DriverRefusedURL,
     DuplicateCell,
     InstanceNotFound,
     NoValidHost,
@@ -136,8 +137,11 @@ class CellRegistry:
         if create_schema:
             create_database(parsed, connect_timeout=self.engines.timeouts.connect)
         engine = self.engines.get(url)
-        with connect(engine):
-            pass
+        try:
+            with connect(engine):
+                pass
+        except DriverRefusedURL as exc:  # the URL just given: the operator's to fix
+            raise BadDatabaseURL(url, exc.why) from None
         if create_schema:
             create_cell_schema(engine)
         taken_by = holder(engine, self.api_engine, self.engines.get)
@@ -349,14 +353,16 @@ def _refuse_taken(
         ("name", name, name),
         ("uuid", name.lower(), name),
         ("uuid", cell_uuid, cell_uuid),
-        ("name", cell_uuid, cell_uuid),
+        ("lower_name", cell_uuid, cell_uuid),  # get_cell reads a uuid in any case
         ("database_connection", url, safe_url(url)),
     ):
-        taken = conn.execute(
-            sa.select(cell_mappings.c.id).where(cell_mappings.c[field] == value)
-        ).first()
+        column = (
+            sa.func.lower(cell_mappings.c.name) if field == "lower_name" else cell_mappings.c[field]
+        )
+        taken = conn.execute(sa.select(cell_mappings.c.id).where(column == value)).first()
         if taken is not None:
-            raise DuplicateCell("database" if field == "database_connection" else field, shown)
+            kind = {"database_connection": "database", "lower_name": "name"}.get(field, field)
+            raise DuplicateCell(kind, shown)
 
 
 def cell_engine(engines: Engines, cell: CellMapping) -> sa.Engine:

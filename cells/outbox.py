@@ -192,7 +192,7 @@ class Outbox:
                 report = self.relay(engine, budget=self.deliver_budget)
             except (CellsError, sa.exc.SQLAlchemyError) as exc:
                 # The change is committed either way: never fail the operation now.
-                report = RelayReport(error=f"{type(exc).__name__}: {exc}", left=-1)
+                report = RelayReport(error=f"{type(exc).__name__}: {exc}", left=None)
             if not report.busy or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)  # another producer is draining this cell: ours go with it

@@ -22,14 +22,13 @@ Conventions (the same on SQLite, PostgreSQL and MariaDB/MySQL):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
-
-from cellsight.cells.database import write_transaction
 
 MYSQL_NAMES = ("mysql", "mariadb")
 
@@ -283,22 +282,36 @@ cell_meta = sa.Table(
 
 
 def create_api_schema(engine: sa.Engine) -> None:
-    # In one write transaction (on SQLite, the write lock taken up front): commands run
-    # at once on a new data directory each looked for the tables and then created them,
-    # and SQLite failed the later ones at once ("database is locked") rather than wait.
-    with write_transaction(engine) as conn:
-        api_metadata.create_all(conn)
+    _create_missing(engine, api_metadata, api_metadata.create_all)
 
 
 def create_cell_schema(engine: sa.Engine, *, indexes: bool = True) -> None:
     """Create the cell tables; ``indexes=False`` defers the indexes for a bulk load."""
-    with write_transaction(engine) as conn:
-        if indexes:
-            cell_metadata.create_all(conn)
-            return
+
+    def tables_only(conn: sa.Connection) -> None:
         for table in cell_metadata.sorted_tables:
             if not sa.inspect(conn).has_table(table.name):
                 conn.execute(sa.schema.CreateTable(table))
+
+    _create_missing(engine, cell_metadata, cell_metadata.create_all if indexes else tables_only)
+
+
+def _create_missing(
+    engine: sa.Engine, metadata: sa.MetaData, create: Callable[[sa.Connection], None]
+) -> None:
+    """Every command opens the API database this way: with its tables all there, it only
+    looks (no lock, beside writers). Otherwise they are made in one transaction, on
+    SQLite with the write lock taken first: commands run at once on a new data
+    directory each looked for the tables and then created them, and SQLite failed the
+    later ones at once ("database is locked") rather than wait. Driver errors stay what
+    they are (a denied CREATE is not the database being down)."""
+    with engine.connect() as conn:
+        present = set(sa.inspect(conn).get_table_names())
+        conn.rollback()
+        if present.issuperset(metadata.tables):
+            return
+        with conn.execution_options(sqlite_begin="IMMEDIATE").begin():
+            create(conn)
 
 
 def create_cell_indexes(bind: sa.Engine | sa.Connection) -> None:

@@ -77,6 +77,16 @@ def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
         taken = cli("cells", "add", *args, "--db-url", f"sqlite:///{tmp_path / 'n.db'}")
         assert taken.exit_code == 2, taken.output
         assert f"uuid '{said}' is already registered" in one_line(taken.output)
+    named = "0B3E7C4C-0000-4000-8000-0000000000E2"  # a uuid no cell has (yet), any case
+    as_name = cli("cells", "add", "--name", named, "--db-url", f"sqlite:///{tmp_path / 'n.db'}")
+    assert as_name.exit_code == 0, as_name.output
+    taken = cli("cells", "add", "--name", "y", "--uuid", named.lower(),
+                "--db-url", f"sqlite:///{tmp_path / 'n2.db'}")  # fmt: skip
+    assert taken.exit_code == 2, taken.output
+    assert f"name '{named.lower()}' is already registered" in one_line(taken.output)
+    disabled = cli("cells", "disable", named)  # the name still reaches its own cell
+    assert disabled.exit_code == 0 and f"disabled cell {named} " in disabled.output
+    assert cli("cells", "remove", named, "--skip-database-check").exit_code == 0
     unknown = cli("cells", "add-host", "--cell", "west", "--host", "h1")
     assert unknown.exit_code == 2
     assert "unknown cell 'west' (known cells: east)" in one_line(unknown.output)

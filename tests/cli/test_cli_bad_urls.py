@@ -108,7 +108,15 @@ def test_cells_add_names_a_db_url_with_a_bad_host_or_port(
     assert_one_line_error(add, USAGE, "--db-url", f"'{url.partition('://')[0]}://", why)
 
 
-@pytest.fixture(scope="module", params=[BROKEN, "foo"], ids=["bad-port", "not-a-url"])
+# A stored URL its driver refuses at connect time: a certificate file gone, say.
+DRIVER_REFUSES = "mysql+pymysql://root@127.0.0.1:3306/x?ssl_ca=/nonexistent/ca.pem"
+
+
+@pytest.fixture(
+    scope="module",
+    params=[BROKEN, "foo", DRIVER_REFUSES],
+    ids=["bad-port", "not-a-url", "driver-refuses"],
+)
 def one_cell_broken(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
@@ -159,7 +167,16 @@ def test_what_needs_the_broken_cell_fails_naming_it(
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
-@pytest.mark.parametrize("url", [BROKEN, "foo", "postgresql://postgres@127.0.0.1:99999/x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        BROKEN,
+        "foo",
+        "postgresql://postgres@127.0.0.1:99999/x",
+        DRIVER_REFUSES,  # a 500 when the driver's refusal was a usage error everywhere
+        "mysql+pymysql://root@127.0.0.1:3306/x?bogus=1",
+    ],
+)
 def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path, url: str) -> None:
     world = build_world(tmp_path / "w", "sqlite")
     broken = world.registry.list_cells()[0]
@@ -247,7 +264,7 @@ def test_each_url_of_a_failover_list_is_checked() -> None:
 @pytest.mark.parametrize(
     ("query", "why"),
     [
-        ("bogus=1", "a query parameter is not one its driver takes"),
+        ("bogus=1", "its driver refuses a query parameter"),
         ("connect_timeout=abc", "a query parameter does not parse"),
         ("ssl_ca=/nonexistent/ca.pem", "a file a query parameter names does not exist"),
     ],

@@ -9,10 +9,13 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from cellsight import sqlite_pragmas
 from cellsight.cells.database import create_database, create_engine
 from cellsight.cells.schema import create_cell_schema
 from cellsight.sqlite_pragmas import apply_pragma
@@ -63,14 +66,29 @@ def test_cell_schema_made_at_once_by_several_connections(
     assert failures == []
 
 
-def test_a_busy_pragma_is_tried_again_until_its_timeout(tmp_path: Path) -> None:
+def test_a_busy_pragma_is_tried_again_until_its_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "f.db"
-    holder = sqlite3.connect(path, isolation_level=None)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     holder.execute("CREATE TABLE t (x)")
     holder.execute("BEGIN EXCLUSIVE")
-    other = sqlite3.connect(path, timeout=0, isolation_level=None)
+    other = sqlite3.connect(path, timeout=0, isolation_level=None, check_same_thread=False)
     with pytest.raises(sqlite3.OperationalError, match="locked"):
         apply_pragma(other, "PRAGMA journal_mode=WAL", 0.05)  # still held: gives up
-    holder.execute("COMMIT")
-    apply_pragma(other, "PRAGMA journal_mode=WAL", 0.05)
+    refused = threading.Event()
+    classify = sqlite_pragmas.is_busy
+
+    def watching(exc: BaseException) -> bool:
+        busy = classify(exc)
+        refused.set() if busy else None
+        return busy
+
+    monkeypatch.setattr(sqlite_pragmas, "is_busy", watching)
+    with ThreadPoolExecutor(1) as pool:
+        switching = pool.submit(apply_pragma, other, "PRAGMA journal_mode=WAL", 30)
+        assert refused.wait(10), "the pragma never found the file locked"
+        assert not switching.done()  # it waits: tried again, not failed
+        holder.execute("COMMIT")
+        switching.result(timeout=30)
     assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
