@@ -154,7 +154,8 @@ def sqlite_error_code(exc: sqlite3.Error) -> int | None:
 
 def _driver_arguments_named(engine: sa.Engine) -> sa.Engine:
     """A URL's query parameters reach the driver's ``connect`` as keywords; one it does
-    not take (``?bogus=1``: a TypeError) or a file it names that is not there
+    not take (``?bogus=1``: a TypeError, psycopg's ProgrammingError) or a file it names
+    that is not there
     (``?ssl_ca=/nope``) ended a command as an internal error, or as a bare "No such
     file or directory", naming neither the URL nor the parameter."""
 
@@ -166,6 +167,9 @@ def _driver_arguments_named(engine: sa.Engine) -> sa.Engine:
             return dialect.connect(*cargs, **cparams)
         except TypeError as exc:
             why = f"its driver refuses a query parameter ({exc})"
+        except dialect.loaded_dbapi.ProgrammingError as exc:
+            # Before any statement: libpq's "invalid connection option" (psycopg).
+            why = f"its driver refuses a query parameter ({str(exc).strip()})"
         except FileNotFoundError as exc:
             why = "a file a query parameter names does not exist" + (
                 f" ({exc.filename})" if exc.filename else ""

@@ -175,6 +175,7 @@ def test_what_needs_the_broken_cell_fails_naming_it(
         "postgresql://postgres@127.0.0.1:99999/x",
         DRIVER_REFUSES,  # a 500 when the driver's refusal was a usage error everywhere
         "mysql+pymysql://root@127.0.0.1:3306/x?bogus=1",
+        "postgresql+psycopg://postgres@127.0.0.1:5432/postgres?bogus=1",
     ],
 )
 def test_the_api_lists_the_other_cells_and_names_the_broken_one(tmp_path: Path, url: str) -> None:
@@ -278,3 +279,14 @@ def test_a_db_url_query_parameter_the_driver_refuses_is_a_usage_error(
     add = cellsight(tmp_path / "d", "cells", "add", "--name", "newc", "--db-url", url)
     err = assert_one_line_error(add, USAGE, "database URL 'mysql+pymysql://root:***@", why)
     assert "hunter2" not in err and "internal error" not in err
+
+
+def test_a_postgresql_url_option_libpq_refuses_is_a_usage_error(tmp_path: Path) -> None:
+    # It was "database ... is unavailable: invalid connection option", exit 1.
+    url = "postgresql+psycopg://postgres:hunter2@127.0.0.1:5432/postgres?bogus=1"
+    add = cellsight(tmp_path / "d", "cells", "add", "--name", "newc", "--db-url", url)
+    err = assert_one_line_error(
+        add, USAGE, "database URL 'postgresql+psycopg://postgres:***@", "its driver refuses",
+        'invalid connection option "bogus"',
+    )  # fmt: skip
+    assert "hunter2" not in err
