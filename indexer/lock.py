@@ -201,9 +201,11 @@ class MaintenanceLock:
         if self.engine.swap_meta(self.key, self._value, new):
             return True
         current = self.engine.get_meta(self.key)
-        if current is None or current.get("owner") != self.owner or current.get("released"):
-            return False
-        return self.engine.swap_meta(self.key, current, new)
+        return self._is_mine(current) and self.engine.swap_meta(self.key, current, new)
+
+    def _is_mine(self, value: dict[str, Any] | None) -> bool:
+        """A stored lock this owner holds (not released, not another owner's)."""
+        return value is not None and value.get("owner") == self.owner and not value.get("released")
 
     def holds(self, *, fresh: bool = False) -> bool:
         """Whether this process still holds the lock, asked of the engine: a process
@@ -220,7 +222,7 @@ class MaintenanceLock:
                 current = self.engine.get_meta(self.key)
             except EngineError:
                 current = self._value  # the engine cannot say: ours until it expires
-            if current is None or current.get("owner") != self.owner or current.get("released"):
+            if current is None or not self._is_mine(current):  # None: narrowed for mypy
                 self._lost.set()
                 return False
             expires = datetime.fromisoformat(str(current["expires_at"]))
