@@ -239,13 +239,30 @@ _LOCK_NOT_AVAILABLE = "55P03"
 _MYSQL_LOCK_WAIT = 1205
 
 
-def lock_wait_ran_out(orig: BaseException | None) -> bool:
-    if getattr(orig, "sqlstate", None) == _LOCK_NOT_AVAILABLE:
+def _driver_says(
+    orig: BaseException | None,
+    *,
+    sqlstates: frozenset[str] = frozenset(),
+    sqlite: int | None = None,
+    mysql: int | None = None,
+) -> bool:
+    """Whether a driver error is one of these: PostgreSQL's SQLSTATEs, SQLite's primary
+    result code, MySQL's error number (each by code, never by message text)."""
+    if getattr(orig, "sqlstate", None) in sqlstates:
         return True
     if isinstance(orig, sqlite3.Error):
-        return sqlite_error_code(orig) == sqlite3.SQLITE_BUSY
+        return sqlite is not None and sqlite_error_code(orig) == sqlite
     args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_LOCK_WAIT
+    return bool(args) and mysql is not None and args[0] == mysql
+
+
+def lock_wait_ran_out(orig: BaseException | None) -> bool:
+    return _driver_says(
+        orig,
+        sqlstates=frozenset({_LOCK_NOT_AVAILABLE}),
+        sqlite=sqlite3.SQLITE_BUSY,
+        mysql=_MYSQL_LOCK_WAIT,
+    )
 
 
 _UNDEFINED_TABLE = "42P01"  # PostgreSQL
@@ -255,19 +272,16 @@ _MYSQL_NO_SUCH_TABLE = 1146
 def table_missing(orig: BaseException | None) -> bool:
     """Whether a driver error may be a table that is not there: SQLite's generic error
     (its "no such table" has no code of its own), PostgreSQL's 42P01, MySQL's 1146."""
-    if getattr(orig, "sqlstate", None) == _UNDEFINED_TABLE:
-        return True
-    if isinstance(orig, sqlite3.Error):
-        return sqlite_error_code(orig) == sqlite3.SQLITE_ERROR
-    args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_NO_SUCH_TABLE
+    return _driver_says(
+        orig,
+        sqlstates=frozenset({_UNDEFINED_TABLE}),
+        sqlite=sqlite3.SQLITE_ERROR,
+        mysql=_MYSQL_NO_SUCH_TABLE,
+    )
 
 
 def _conflict(orig: BaseException | None) -> bool:
-    if getattr(orig, "sqlstate", None) in _CONFLICT_STATES:
-        return True
-    args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_DEADLOCK
+    return _driver_says(orig, sqlstates=_CONFLICT_STATES, mysql=_MYSQL_DEADLOCK)
 
 
 def retry_conflicts(fn: Callable[[], T]) -> T:
