@@ -4,17 +4,19 @@ A journal mode change takes a lock that SQLite does not wait for (the busy timeo
 not consulted), so connections opening a new file at once get "database is locked" at
 ``PRAGMA journal_mode=WAL``: the embedded index's readers, and four commands run at once
 on a new data directory, whose API database one to two of them failed to open. Used by
-both (``cells.dialects``, ``indexer.engines.sqlite_connections``).
+both (``cells.dialects``, ``indexer.engines.sqlite_connections``, whose opens are tried
+again the same way).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-RETRY_EVERY = 0.005  # seconds between tries of a pragma that found the file locked
+RETRY_EVERY = 0.005  # seconds between tries (a locked file, an open that met an I/O error)
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -22,13 +24,19 @@ def is_busy(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and code in BUSY
 
 
-def apply_pragma(conn: sqlite3.Connection, pragma: str, timeout: float) -> None:
-    """``conn.execute(pragma)``, a busy file tried again for up to ``timeout`` seconds."""
-    for attempt in Retrying(
-        retry=retry_if_exception(is_busy),
+def retrying(when: Callable[[BaseException], bool], timeout: float) -> Retrying:
+    """Tries again, every ``RETRY_EVERY`` seconds for up to ``timeout``, what fails
+    ``when`` says so; the last failure is raised as it was."""
+    return Retrying(
+        retry=retry_if_exception(when),
         stop=stop_after_delay(timeout),
         wait=wait_fixed(RETRY_EVERY),
         reraise=True,
-    ):
+    )
+
+
+def apply_pragma(conn: sqlite3.Connection, pragma: str, timeout: float) -> None:
+    """``conn.execute(pragma)``, a busy file tried again for up to ``timeout`` seconds."""
+    for attempt in retrying(is_busy, timeout):
         with attempt:
             conn.execute(pragma)

@@ -23,17 +23,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import cast
 
-from tenacity import (
-    Retrying,
-    retry_if_exception,
-    stop_after_delay,
-    wait_fixed,
-)
-
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_checkpoint import Checkpointer
-from cellsight.sqlite_pragmas import RETRY_EVERY, apply_pragma
+from cellsight.sqlite_pragmas import apply_pragma, retrying
 
 log = logging.getLogger(__name__)
 FileIdentity = tuple[int, int] | None  # (st_dev, st_ino); None: no file at the path
@@ -115,12 +108,7 @@ class Connections:
             # as SQLite left them: measured up to 42 opens in a row (about 0.2 s) with 12
             # readers on a loaded 2-core machine, where 3 tries gave up once in ~400
             # removals. So opens are tried for as long as a lock is waited for.
-            for attempt in Retrying(
-                retry=retry_if_exception(_io_error),
-                stop=stop_after_delay(self.timeout),
-                wait=wait_fixed(RETRY_EVERY),
-                reraise=True,
-            ):
+            for attempt in retrying(_io_error, self.timeout):
                 with attempt:
                     fresh, identity = self._open()
         except (sqlite3.Error, OSError) as exc:
