@@ -150,8 +150,10 @@ class UnknownCell(CellsError):
 class DuplicateCell(CellsError):
     reason = "duplicate_cell"
 
-    def __init__(self, field: str, value: str) -> None:
-        super().__init__(f"a cell with {field} {value!r} is already registered")
+    def __init__(self, field: str, value: str, as_: str | None = None) -> None:
+        # ``as_``: the registered spelling, where it differs only in case or spaces.
+        shown = f" (as {as_!r})" if as_ is not None else ""
+        super().__init__(f"a cell with {field} {value!r} is already registered{shown}")
         self.field = field
         self.value = value
 

@@ -347,22 +347,31 @@ def _refuse_taken(
     # registered cell another URL of it belongs to (``cells.identity.holder``).
     if taken_by is not None:
         raise DuplicateCell("database", safe_url(taken_by))
-    # A cell is named by its name or its uuid (``get_cell``): a name that is another
-    # cell's uuid, or a uuid that is another's name, would make one of them unreachable.
-    for field, value, shown in (
-        ("name", name, name),
-        ("uuid", name.lower(), name),
-        ("uuid", cell_uuid, cell_uuid),
-        ("lower_name", cell_uuid, cell_uuid),  # get_cell reads a uuid in any case
-        ("database_connection", url, safe_url(url)),
+    # Compared here, not in SQL: SQLite's lower() folds ASCII only. The cells are few.
+    cells = conn.execute(
+        sa.select(cell_mappings.c.name, cell_mappings.c.uuid, cell_mappings.c.database_connection)
+    ).all()
+    for other, _, _ in cells:
+        if _same_name(other, name):
+            raise DuplicateCell("name", name, as_=other if other != name else None)
+    # A cell is named by its name or its uuid (``get_cell``, which reads a uuid in any
+    # case): a name that is another cell's uuid, or a uuid that is another's name, would
+    # make one of them unreachable.
+    for taken, field, shown in (
+        (any(name.lower() == u for _, u, _ in cells), "uuid", name),
+        (any(cell_uuid == u for _, u, _ in cells), "uuid", cell_uuid),
+        (any(cell_uuid == n.lower() for n, _, _ in cells), "name", cell_uuid),
+        (any(url == d for _, _, d in cells), "database", safe_url(url)),
     ):
-        column = (
-            sa.func.lower(cell_mappings.c.name) if field == "lower_name" else cell_mappings.c[field]
-        )
-        taken = conn.execute(sa.select(cell_mappings.c.id).where(column == value)).first()
-        if taken is not None:
-            kind = {"database_connection": "database", "lower_name": "name"}.get(field, field)
-            raise DuplicateCell(kind, shown)
+        if taken:
+            raise DuplicateCell(field, shown)
+
+
+def _same_name(a: str, b: str) -> bool:
+    """Names are told apart as people read them, not by case or the spaces around them:
+    " c1" beside "c1" cannot be told apart in a listing, and MySQL's default collation
+    (an API database there) compares "C1" equal to "c1"."""
+    return a.strip().casefold() == b.strip().casefold()
 
 
 def cell_engine(engines: Engines, cell: CellMapping) -> sa.Engine:

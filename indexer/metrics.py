@@ -16,10 +16,30 @@ STALE = Counter(
 )
 IGNORED = Counter(
     "cellsight_indexer_ignored",
-    "Events with no document (e.g. service.update)",
+    "Events with no document (e.g. service.update); past the first "
+    "IGNORED_EVENT_TYPES event types, as 'other'",
     ["event_type"],
     registry=REGISTRY,
 )
+# The event type is the publisher's text: a label per value would let any publisher grow
+# the process and its /metrics page without end (an adversarial probe: 20,000 made-up
+# event types, 12 MB of /metrics). Nova sends about a hundred.
+IGNORED_EVENT_TYPES = 256
+OTHER = "other"
+_ignored_labels: set[str] = set()
+
+
+def ignored_label(event_type: str) -> str:
+    """``event_type`` while fewer than ``IGNORED_EVENT_TYPES`` have been seen, else
+    ``OTHER`` (a racing thread may add one or two past the cap: bounded all the same)."""
+    if event_type in _ignored_labels:
+        return event_type
+    if len(_ignored_labels) >= IGNORED_EVENT_TYPES:
+        return OTHER
+    _ignored_labels.add(event_type)
+    return event_type
+
+
 DEAD_LETTERED = Counter(
     "cellsight_indexer_dead_lettered",
     "Messages sent to the dead-letter queue",

@@ -68,7 +68,7 @@ def plan(bodies: Sequence[Any]) -> tuple[list[Outcome | None], list[Planned]]:
         try:
             result = plan_one(i, body, indexed_at)
         except NotificationError as exc:
-            outcomes[i] = dead(exc.reason, f"{type(exc).__name__}: {exc.message}")
+            outcomes[i] = dead(exc.reason, f"{type(exc).__name__}: {exc.message}", exc.event_type)
             continue
         except Exception as exc:
             outcomes[i] = internal_error(exc)

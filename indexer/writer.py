@@ -280,7 +280,7 @@ def record_outcomes(outcomes: Iterable[Outcome]) -> None:
             counts[Verdict.DEAD, o.reason_code or "unknown"] += 1
             log.warning("dead-lettering %s: %s", o.event_type or "message", o.reason)
         else:
-            counts[Verdict.IGNORED, o.event_type or ""] += 1
+            counts[Verdict.IGNORED, metrics.ignored_label(o.event_type or "")] += 1
     if consumed:
         metrics.CONSUMED.inc(consumed)
     for (verdict, label), n in counts.items():

@@ -26,6 +26,7 @@ from typing import Annotated, Any, ClassVar, Self
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     PlainSerializer,
     SerializerFunctionWrapHandler,
@@ -101,8 +102,22 @@ _OFFSET = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 _ENDS = r"(?!0001-01-01T[0-9:.]*\+(?!00:00))(?!9999-12-31T[0-9:.]*-(?!00:00))"
 TIME_SCHEMA_PATTERN = rf"^{_ENDS}{_DATE}T{_CLOCK}{_OFFSET}$(?!\n)"
 
+def _time_as_text(value: Any) -> Any:
+    """A time must come as text (or a ``datetime``, from Cellsight's own producer), as
+    Nova's ``DateTimeField`` takes it: pydantic alone reads a number as Unix time, so
+    ``1500000000.0`` was indexed as 2017 where Nova's own objects refuse it."""
+    if isinstance(value, str | datetime):
+        return value
+    raise PydanticCustomError(
+        "datetime_type",
+        "Input should be a time in ISO 8601 text, not {kind}",
+        {"kind": type(value).__name__},
+    )
+
+
 Timestamp = Annotated[
     datetime,
+    BeforeValidator(_time_as_text),
     AfterValidator(as_utc),
     PlainSerializer(format_timestamp, return_type=str, when_used="json"),
     WithJsonSchema({"type": "string", "format": "date-time", "pattern": TIME_SCHEMA_PATTERN}),
@@ -144,7 +159,9 @@ def parse_version(version: Any, where: str) -> tuple[int, int]:
             f"{limits.ENVELOPE_LENGTH}"
         )
     major, sep, minor = version.partition(".")
-    if not (sep and major.isdigit() and minor.isdigit()):
+    # ASCII digits, as the exported schema's pattern says: isdigit() alone takes a fullwidth "2"
+    # (read by int() as 2) and "²" (which int() refuses, in Python's words).
+    if not (sep and (major + minor).isascii() and major.isdigit() and minor.isdigit()):
         raise MalformedNotification(f"{where}: {VERSION} {brief(version, 60)} is not 'major.minor'")
     return int(major), int(minor)
 

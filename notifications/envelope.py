@@ -15,6 +15,7 @@ from cellsight.notifications.base import Timestamp, VersionedObject, format_time
 from cellsight.notifications.errors import (
     InvalidEnvelope,
     InvalidEventType,
+    NotificationError,
     OutOfRange,
     brief,
 )
@@ -171,6 +172,14 @@ def decode(body: Any) -> Notification:
         if len(value) > ENVELOPE_LENGTH:
             raise OutOfRange(f"{key} is {len(value)} characters, the limit is {ENVELOPE_LENGTH}")
     EventType.parse(raw["event_type"])
+    try:
+        return _decode_parts(raw)
+    except NotificationError as exc:
+        exc.event_type = raw["event_type"]
+        raise
+
+
+def _decode_parts(raw: dict[str, Any]) -> Notification:
     priority = Priority.parse(raw["priority"])
     payload = decode_payload(raw["payload"])
     try:

@@ -54,6 +54,8 @@ class NotificationError(Exception):
     """Base of every contract error."""
 
     reason = "invalid"
+    # The envelope's event type, when it was read before the error (a dead letter names it).
+    event_type: str | None = None
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -206,7 +206,9 @@ class Parser:
             raise self.fail("unterminated {m,n}")
         spec, self.pos = self.text[self.pos : end], end + 1
         low_text, comma, high_text = spec.partition(",")
-        if not low_text.isdigit() or (high_text and not high_text.isdigit()):
+        # ASCII digits only: int() reads a fullwidth "2" as 2 and fails on "²" (isdigit takes both),
+        # and the engines' regexes read either as a literal, not a count.
+        if not _count(low_text) or (high_text and not _count(high_text)):
             raise self.fail(f"bad repetition {{{spec}}}")
         low = int(low_text)
         high = int(high_text) if high_text else (None if comma else low)
@@ -215,6 +217,10 @@ class Parser:
                 f"repetition {{{spec}}}: bounds must satisfy 0 <= m <= n, 1 <= n <= {MAX_COUNT}"
             )
         return low, high
+
+
+def _count(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _merge(ranges: list[tuple[int, int]]) -> Ranges:

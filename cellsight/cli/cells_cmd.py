@@ -63,7 +63,7 @@ def add(
     _check_sqlite_directory(db_url, create)
     leaves = "its listings miss the new cell's instances"
     with (
-        open_registry(ctx) as registry,
+        open_registry(ctx, make=True) as registry,
         index_held(settings_of(ctx), "cell registration", leaves) as engine,
     ):
         cell = registry.add_cell(name, db_url, uuid=uuid)
@@ -249,7 +249,7 @@ def seed(
     leaves = "its listings miss the seeded instances"
     with (
         terminate_as_interrupt(),
-        open_registry(ctx) as registry,
+        open_registry(ctx, make=True) as registry,
         index_held(settings, "cell seeding", leaves) as engine,
         ExitStack() as stack,
     ):

@@ -85,12 +85,36 @@ def error_line(message: str) -> None:
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
+def require_data_dir(
+    ctx: typer.Context, *, registry: bool = False, engine: bool = False, bus: bool = False
+) -> Settings:
+    """The settings, after a usage error if the command would read the embedded data
+    directory (the API database, the index or the bus that no URL replaces) and it is not
+    there: a mistyped ``--data-dir`` would otherwise be made, empty, and answer "nothing".
+    Only ``cells add``, ``cells seed``, ``demo`` and the daemons make one."""
+    settings = settings_of(ctx)
+    uses = (
+        (registry and not settings.api_db_url)
+        or (engine and not settings.search_url)
+        or (bus and not settings.bus_url)
+    )
+    if uses and not settings.data_dir.exists():
+        fail(
+            f"no data directory at {settings.data_dir}: nothing has been registered there "
+            "(`cellsight cells add` or `cellsight demo` makes one; --data-dir or "
+            "CELLSIGHT_DATA_DIR names another)"
+        )
+    return settings
+
+
 # The clients commands share, built from the settings (heavy imports only when used) ---
 @contextmanager
-def open_registry(ctx: typer.Context) -> Iterator[CellRegistry]:
+def open_registry(ctx: typer.Context, *, make: bool = False) -> Iterator[CellRegistry]:
+    """The cells' registry; ``make``: the command may make the data directory."""
     from cellsight.cells.mappings import CellRegistry
 
-    registry = CellRegistry.from_settings(settings_of(ctx))
+    settings = settings_of(ctx) if make else require_data_dir(ctx, registry=True)
+    registry = CellRegistry.from_settings(settings)
     try:
         yield registry
     finally:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import console, fail, require_data_dir
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellRegistry
@@ -101,7 +101,7 @@ def index_status(
         fail(f"--type {resource!r}: must be instance or node")
     names = [resource] if resource else ["instance", "node"]
     # read-only: a missing index shows as such rather than being created
-    with clients(settings_of(ctx)) as (engine, registry):
+    with clients(require_data_dir(ctx, registry=True, engine=True)) as (engine, registry):
         data = [collect(engine, registry, name) for name in names]
     if as_json:
         print(json.dumps(data, indent=2, default=str))

@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_CHUNK, MAX_KEEP_OLD, MAX_WORKERS
-from cellsight.cli.context import console, err_console, fail, settings_of
+from cellsight.cli.context import console, err_console, fail, require_data_dir
 from cellsight.cli.index_status_cmd import clients
 from cellsight.cli.interrupts import terminate_as_interrupt
 
@@ -72,7 +72,7 @@ def index_sync(
     from cellsight.indexer.lock import LockHeld
     from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
 
-    settings = settings_of(ctx)
+    settings = require_data_dir(ctx, registry=True, engine=True)
     options = SyncOptions(_resource(resource), cell or (), workers, batch_size, keep_old)
     code, report = 0, None
     with clients(settings) as (engine, registry):
@@ -132,7 +132,7 @@ def index_verify(
 
     resources = [_resource(resource)] if resource else ["instance", "node"]
     reports = []
-    with clients(settings_of(ctx)) as (engine, registry):
+    with clients(require_data_dir(ctx, registry=True, engine=True)) as (engine, registry):
         try:
             for name in resources:
                 with terminate_as_interrupt(), _progress(as_json) as progress:

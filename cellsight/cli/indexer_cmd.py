@@ -12,7 +12,14 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_LETTERS, MAX_WORKERS
-from cellsight.cli.context import State, console, fail, open_registry, settings_of
+from cellsight.cli.context import (
+    State,
+    console,
+    fail,
+    open_registry,
+    require_data_dir,
+    settings_of,
+)
 from cellsight.cli.errors import INTERRUPTED
 
 dlq_app = typer.Typer(
@@ -73,7 +80,7 @@ def dlq_list(
     from cellsight.clients import bus_connection
     from cellsight.indexer.dlq import peek
 
-    settings = settings_of(ctx)
+    settings = require_data_dir(ctx, bus=True)
     with bus_connection(settings) as connection:
         letters = list(
             peek(connection, settings.dead_letter_exchange, settings.dead_letter_queue, limit)
@@ -119,7 +126,7 @@ def dlq_replay(
     if reason is not None and reason not in REASON_CODES:
         # A typo would replay nothing and say so as if all were well.
         fail(f"--reason {reason!r}: not a reason code (known: {', '.join(REASON_CODES)})")
-    settings = settings_of(ctx)
+    settings = require_data_dir(ctx, bus=True)
     with bus_connection(settings) as connection, terminate_as_interrupt():
         try:
             done, skipped = replay(
@@ -147,7 +154,7 @@ def index_get(
 
     if resource not in ("instance", "node"):
         fail(f"--type {resource!r}: must be instance or node")
-    engine = build_engine(settings_of(ctx))
+    engine = build_engine(require_data_dir(ctx, engine=True))
     try:
         stored = engine.get(resource, uuid)
     finally:
@@ -181,7 +188,7 @@ def index_purge(
         age = parse_duration(older_than)
     except typer.BadParameter as exc:
         fail(f"--older-than: {exc}")
-    engine = build_engine(settings_of(ctx))
+    engine = build_engine(require_data_dir(ctx, registry=True, engine=True))
     try:
         with open_registry(ctx) as registry:
             removed = purge_tombstones(engine, datetime.now(UTC) - age, registry=registry)

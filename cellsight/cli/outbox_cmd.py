@@ -122,7 +122,7 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
 
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+        with open_registry(ctx, make=True) as registry, build_notifier(settings) as notifier:
             relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
             console.print(f"relaying every {every:g} s until SIGTERM/SIGINT", highlight=False)
             worker = start_periodic_relay(registry, relay, every, stop)

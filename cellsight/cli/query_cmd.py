@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from cellsight.cli.context import console, err_console, fail, settings_of
+from cellsight.cli.context import console, err_console, fail, require_data_dir, settings_of
 from cellsight.cli.querysource import (
     ADMIN_TOKEN,
     LocalSource,
@@ -58,7 +58,7 @@ def _source(ctx: typer.Context, url: str | None, token: str | None) -> Source:
     if not url:
         if token is not None:
             fail("--token: only with --url (the local data directory needs none)")
-        return LocalSource(settings_of(ctx))
+        return LocalSource(require_data_dir(ctx, registry=True, engine=True))
     return RemoteSource(url, token or settings_of(ctx).api_token or ADMIN_TOKEN)
 
 

@@ -97,3 +97,28 @@ def test_a_blank_cell_name_is_refused_naming_it(tmp_path: Path, name: str) -> No
     assert registry.list_cells() == []
     assert not (tmp_path / "east.db").exists()  # refused before any database is made
     registry.close()
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+@pytest.mark.parametrize("spelling", ["C1", " c1", "c1 ", "\u00a0C1"])
+def test_a_name_differing_only_in_case_or_spaces_is_taken(
+    dialect: str, spelling: str, make_database: DatabaseFactory, tmp_path: Path
+) -> None:
+    """A review: " c1" and "C1" were registered beside "c1" on SQLite and PostgreSQL (a
+    listing could not tell them apart), where MySQL's default collation compares them
+    equal. Every API database dialect now refuses them alike, naming the cell it meant."""
+    registry = CellRegistry(make_database(dialect))
+    registry.create_schema()
+    try:
+        registry.add_cell("c1", f"sqlite:///{tmp_path / 'c1.db'}")
+        with pytest.raises(DuplicateCell, match=r"is already registered \(as 'c1'\)") as refused:
+            registry.add_cell(spelling, f"sqlite:///{tmp_path / 'other.db'}")
+        assert refused.value.field == "name" and refused.value.value == spelling
+        assert [c.name for c in registry.list_cells()] == ["c1"]
+        assert not (tmp_path / "other.db").exists()  # refused before its database was made
+        # Non-ASCII letters fold too (SQLite's lower() would not have folded them).
+        registry.add_cell("Östra", f"sqlite:///{tmp_path / 'o.db'}")
+        with pytest.raises(DuplicateCell, match="as 'Östra'"):
+            registry.add_cell("östra", f"sqlite:///{tmp_path / 'o2.db'}")
+    finally:
+        registry.close()

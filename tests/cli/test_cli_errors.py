@@ -27,6 +27,8 @@ def cellsight(
     data_dir: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("CELLSIGHT_")}
+    # There, as after a first `cells add`: a missing one is test_cli_missing_paths' subject.
+    data_dir.mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "cellsight", "--data-dir", str(data_dir), *args],
         capture_output=True,

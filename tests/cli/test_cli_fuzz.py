@@ -62,7 +62,7 @@ def test_bad_setting_values_are_usage_errors(value: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         result = runner.invoke(
             app,
-            ["--data-dir", str(Path(tmp) / "d"), "index", "purge", "--older-than", "1d"],
+            ["--data-dir", tmp, "index", "purge", "--older-than", "1d"],
             env={"CELLSIGHT_BATCH_COUNT": value, "CELLSIGHT_SEARCH_URL": ""},
         )
     assert result.exception is None or isinstance(result.exception, SystemExit)

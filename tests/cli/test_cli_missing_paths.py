@@ -145,3 +145,46 @@ def test_seed_asks_before_making_a_db_url_directory_as_cells_add_does(tmp_path: 
     made = cellsight(tmp_path, *args, "--db-url", f"sqlite:///{target}", "--create")
     assert made.returncode == 0, made.stderr
     assert target.is_file()
+
+
+UUID = "2f4b0f6c-0d7a-4a43-9d0e-5c2a51a0b8a1"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cells", "list"],
+        ["cells", "disable", "c1"],
+        ["cells", "remove", "c1"],
+        ["ops", "show", UUID],
+        ["outbox", "status"],
+        ["outbox", "relay"],
+        ["index", "status"],
+        ["index", "sync"],
+        ["index", "verify", "--repair"],
+        ["index", "get", UUID],
+        ["index", "purge"],
+        ["dlq", "list"],
+        ["query", "instance"],
+    ],
+    ids=" ".join,
+)
+def test_a_missing_data_dir_is_named_not_made(tmp_path: Path, command: list[str]) -> None:
+    """A review: a mistyped --data-dir was made, empty, and every command answered
+    "nothing" (no cells, no documents, no dead letters) as if all were well."""
+    typo = tmp_path / "typo"
+    result = cellsight(tmp_path, "--data-dir", str(typo), *command)
+    one_line_error(result, USAGE, f"no data directory at {typo}", "cellsight cells add")
+    assert not typo.exists(), "the command made the mistyped data directory"
+
+
+def test_cells_add_makes_the_data_dir_and_the_rest_read_it(tmp_path: Path) -> None:
+    data = tmp_path / "new"
+    added = cellsight(
+        tmp_path, "--data-dir", str(data), "cells", "add", "--name", "c1",
+        "--db-url", f"sqlite:///{tmp_path / 'c1.db'}", "--create",
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    listed = cellsight(tmp_path, "--data-dir", str(data), "cells", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert "c1" in listed.stdout

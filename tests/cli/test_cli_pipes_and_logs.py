@@ -39,6 +39,7 @@ def closed_pipe_run(
 
 
 def cellsight_argv(data: Path, *args: str) -> list[str]:
+    data.mkdir(parents=True, exist_ok=True)  # a missing one: test_cli_missing_paths
     return [sys.executable, "-m", "cellsight", "--data-dir", str(data), *args]
 
 

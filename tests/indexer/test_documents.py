@@ -221,3 +221,43 @@ def test_a_known_other_class_on_an_instance_event_is_named_not_called_fieldless(
     assert outcome is not None and outcome.reason_code == "not_an_instance"
     assert f"payload {name} " in (outcome.reason or "")
     assert "names a class of Nova's that is not an instance snapshot" in (outcome.reason or "")
+
+
+def test_ignored_event_types_are_counted_under_a_bounded_set_of_labels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An adversarial probe: 20,000 made-up ``service.*`` event types became 20,000
+    series of ``_ignored_total`` (12 MB of /metrics, the process growing with them)."""
+    from cellsight.indexer import metrics
+    from cellsight.indexer.writer import record_outcomes
+    from tests.support import novagen
+
+    monkeypatch.setattr(metrics, "_ignored_labels", set())
+
+    def series() -> dict[str, float]:
+        (family,) = [m for m in metrics.REGISTRY.collect() if m.name == "cellsight_indexer_ignored"]
+        return {
+            s.labels["event_type"]: s.value for s in family.samples if s.name.endswith("_total")
+        }
+
+    before = series()
+    bodies = []
+    for i in range(metrics.IGNORED_EVENT_TYPES + 300):
+        body = novagen.notification("instance.update", seed=i)
+        body["event_type"] = f"service.probe{i:06d}"
+        body["payload"] = {
+            "nova_object.name": "ServiceStatusPayload",
+            "nova_object.namespace": "nova",
+            "nova_object.version": "1.1",
+            "nova_object.data": {},
+        }
+        bodies.append(json.dumps(body).encode())
+    outcomes, planned = plan(bodies)
+    assert not planned and all(o is not None and o.verdict is Verdict.IGNORED for o in outcomes)
+    record_outcomes([o for o in outcomes if o is not None])
+    after = series()
+    grown = {k: v - before.get(k, 0.0) for k, v in after.items() if v != before.get(k, 0.0)}
+    assert len(grown) == metrics.IGNORED_EVENT_TYPES + 1  # the first ones, and "other"
+    assert grown[metrics.OTHER] == 300
+    assert grown["service.probe000000"] == 1
+    assert sum(grown.values()) == len(bodies)  # every one counted

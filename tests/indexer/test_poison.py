@@ -122,3 +122,23 @@ def test_planned_documents_carry_the_batch_indexed_at() -> None:
     stamps = {p.op.document["indexed_at"] for p in planned}
     assert len(stamps) == 1 and next(iter(stamps)).endswith("Z")
     assert all(isinstance(p, Planned) for p in planned)
+
+
+def test_a_dead_letter_names_the_event_type_when_the_envelope_was_read() -> None:
+    """An adversarial probe: a letter whose envelope was read but whose payload failed
+    (a bad ``updated_at``) carried no event type, so ``dlq list`` showed "-"."""
+    body = novagen.notification("instance.update", seed=5)
+    body["payload"]["nova_object.data"]["updated_at"] = "not a time"
+    (outcome,), planned = plan([novagen.body(body)])
+    assert not planned and outcome is not None and outcome.verdict is Verdict.DEAD
+    assert outcome.event_type == "instance.update", outcome
+    named = 0
+    for kind, (poisoned, _) in CORPUS.items():
+        if kind in PLAN_LEVEL:
+            continue
+        with pytest.raises(NotificationError) as caught:
+            decode(poisoned)
+        (got,), _ = plan([poisoned])
+        assert got is not None and got.event_type == caught.value.event_type, kind
+        named += caught.value.event_type is not None
+    assert named >= 5  # the corpus's payload-level poisons

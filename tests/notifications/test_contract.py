@@ -358,3 +358,21 @@ def test_compute_node_round_trip() -> None:
     assert back.to_primitive() == wire
     with pytest.raises(MalformedNotification, match="memory_mb"):
         decode_payload(wire | {"nova_object.data": wire["nova_object.data"] | {"memory_mb": -1}})
+
+
+@pytest.mark.parametrize("field", ["updated_at", "created_at", "launched_at", "terminated_at"])
+@pytest.mark.parametrize("value", [1500000000.0, 0, 1500000000, True])
+def test_a_time_sent_as_a_number_is_malformed_as_nova_and_the_schema_say(
+    field: str, value: object
+) -> None:
+    """An adversarial probe: pydantic read ``1500000000.0`` as Unix time and the indexer
+    stored 2017-07-14, where Nova's DateTimeField and the exported schema take text."""
+    from cellsight.indexer.planning import plan
+    from tests.support import novagen
+
+    body = novagen.notification("instance.update", seed=3)
+    body["payload"]["nova_object.data"][field] = value
+    (outcome,), planned = plan([novagen.body(body)])
+    assert not planned and outcome is not None, "a number was taken for a time"
+    assert outcome.reason_code == "malformed"
+    assert f"field {field}: Input should be a time in ISO 8601 text" in (outcome.reason or "")

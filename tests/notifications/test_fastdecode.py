@@ -479,3 +479,29 @@ def test_a_payload_time_near_novas_layout_decides_as_the_reference_does(text: st
         _same_plan(fast, reference)
     if fastcheck.time_ok(text) and isinstance(reference, Planned):
         assert isinstance(fast, Planned)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["payload", "flavor"])
+@pytest.mark.parametrize(
+    "digits",
+    [{ord(d): chr(0xFF10 + int(d)) for d in "0123456789"}, str.maketrans({"1": "\u00b9"})],
+    ids=["fullwidth", "superscript"],
+)
+def test_a_version_of_other_digits_is_malformed_in_the_schemas_words(
+    nested: bool, digits: dict[int, str]
+) -> None:
+    """An adversarial probe: isdigit() took a fullwidth "2.1" (read by int() as 2.1 and indexed,
+    where the exported schema's pattern is ASCII) and "2.¹" (dead-lettered with Python's
+    "invalid literal for int()")."""
+    body = novagen.notification("instance.update", seed=12)
+    data = body["payload"]
+    target = data["nova_object.data"]["flavor"] if nested else data
+    target["nova_object.version"] = target["nova_object.version"].translate(digits)
+    assert not target["nova_object.version"].isascii()
+    outcomes, planned = plan([novagen.body(body)])
+    assert not planned
+    (outcome,) = outcomes
+    assert isinstance(outcome, Outcome) and outcome.verdict is Verdict.DEAD
+    assert outcome.reason_code == "malformed", outcome
+    assert "is not 'major.minor'" in (outcome.reason or ""), outcome.reason
+    assert "invalid literal" not in (outcome.reason or "")

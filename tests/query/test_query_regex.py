@@ -48,6 +48,11 @@ from cellsight.query.tree import Regex
         ("a++", "possessive"),
         ("a{2,40}", "repetition"),
         ("a{3,2}", "repetition"),
+        # Unicode digits isdigit() takes: "²" reached int() (a bare ValueError in Python's
+        # words), a fullwidth "2" counted as 2 where the engines read a literal.
+        ("a{\u00b2}", "bad repetition"),
+        ("a{\uff12}", "bad repetition"),
+        ("a{1,\u00b2}", "bad repetition"),
         ("\\bword", "escape \\b"),
         ("a^b", "only allowed at the very start/end"),
         ("^a|b$", "top-level '|'"),
