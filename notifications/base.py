@@ -102,6 +102,7 @@ _OFFSET = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
 _ENDS = r"(?!0001-01-01T[0-9:.]*\+(?!00:00))(?!9999-12-31T[0-9:.]*-(?!00:00))"
 TIME_SCHEMA_PATTERN = rf"^{_ENDS}{_DATE}T{_CLOCK}{_OFFSET}$(?!\n)"
 
+
 def _time_as_text(value: Any) -> Any:
     """A time must come as text (or a ``datetime``, from Cellsight's own producer), as
     Nova's ``DateTimeField`` takes it: pydantic alone reads a number as Unix time, so
@@ -159,8 +160,8 @@ def parse_version(version: Any, where: str) -> tuple[int, int]:
             f"{limits.ENVELOPE_LENGTH}"
         )
     major, sep, minor = version.partition(".")
-    # ASCII digits, as the exported schema's pattern says: isdigit() alone takes a fullwidth "2"
-    # (read by int() as 2) and "²" (which int() refuses, in Python's words).
+    # ASCII digits, as the exported schema's pattern says: isdigit() alone takes a
+    # fullwidth "2" (read by int() as 2) and "²" (which int() refuses, in Python's words).
     if not (sep and (major + minor).isascii() and major.isdigit() and minor.isdigit()):
         raise MalformedNotification(f"{where}: {VERSION} {brief(version, 60)} is not 'major.minor'")
     return int(major), int(minor)
