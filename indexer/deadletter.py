@@ -139,6 +139,7 @@ class DeadLetterer:
             headers=headers,
             content_type=message.content_type or "application/octet-stream",
             content_encoding=message.content_encoding or "binary",
+            **_trace_of(message),
         )
 
     def _reset(self) -> None:
@@ -151,6 +152,19 @@ class DeadLetterer:
 
     def close(self) -> None:
         self._reset()
+
+
+def _trace_of(message: Received) -> dict[str, str]:
+    """The original's ``message_id``, so a dead letter can be traced to what its
+    producer logged (an adversarial probe: every letter's was None). Only a text AMQP
+    can carry back (a short string: 255 bytes)."""
+    message_id = (message.properties or {}).get("message_id")
+    try:
+        if isinstance(message_id, str) and len(message_id.encode()) <= 255:
+            return {"message_id": message_id}
+    except UnicodeEncodeError:
+        pass
+    return {}
 
 
 def _copy_headers(message: Received, ours: dict[str, Any]) -> dict[str, Any]:

@@ -55,10 +55,26 @@ class DeadLetter:
     routing_key: str
     dead_lettered_at: str
     body: bytes
+    message_id: str | None = None  # the original's (``deadletter``), for tracing
+
+    @classmethod
+    def of(cls, message: Any) -> DeadLetter:
+        """The letter a kombu message of the dead-letter queue holds."""
+        message_id = (message.properties or {}).get("message_id")
+        return cls.from_message(
+            message.headers or {},
+            message.body,
+            message.content_encoding,
+            message_id if isinstance(message_id, str) else None,
+        )
 
     @classmethod
     def from_message(
-        cls, headers: dict[str, Any], body: Any, encoding: str | None = None
+        cls,
+        headers: dict[str, Any],
+        body: Any,
+        encoding: str | None = None,
+        message_id: str | None = None,
     ) -> DeadLetter:
         raw = wire_bytes(body if isinstance(body, bytes) else str(body), encoding)
         return cls(
@@ -68,6 +84,7 @@ class DeadLetter:
             routing_key=_text(headers.get("x-original-routing-key", "")),
             dead_lettered_at=_text(headers.get("x-dead-lettered-at", "")),
             body=raw,
+            message_id=None if message_id is None else _text(message_id),
         )
 
 
@@ -127,9 +144,7 @@ def peek(
             message = get_as_stored(bound)
             if message is None:
                 break
-            yield DeadLetter.from_message(
-                message.headers or {}, message.body, message.content_encoding
-            )
+            yield DeadLetter.of(message)
 
 
 class ReplayRefused(Exception):
@@ -185,9 +200,7 @@ def replay(
                 message = get_as_stored(bound)
                 if message is None:
                     break
-                letter = DeadLetter.from_message(
-                    message.headers or {}, message.body, message.content_encoding
-                )
+                letter = DeadLetter.of(message)
                 if reason_code is not None and letter.reason_code != reason_code:
                     held.append(message)
                     skipped += 1
@@ -202,6 +215,7 @@ def replay(
                         timeout=timeout,
                         content_type=message.content_type or "application/json",
                         content_encoding=message.content_encoding or "utf-8",
+                        **({"message_id": letter.message_id} if letter.message_id else {}),
                     )
                 except PublishError as exc:
                     message.requeue()

@@ -95,6 +95,7 @@ def dlq_list(
                         "event_type": letter.event_type,
                         "routing_key": letter.routing_key,
                         "dead_lettered_at": letter.dead_lettered_at,
+                        "message_id": letter.message_id,
                         "body": letter.body.decode("utf-8", "replace"),
                     }
                 )

@@ -100,6 +100,8 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
                     content_encoding="binary",
                     headers={"x-test-kind": kind},
                     delivery_mode=2,
+                    # A dead letter keeps it, for tracing (an adversarial probe: None).
+                    message_id=f"id-{kind}" if raw is body else None,
                 )
     total = 2 * len(bad)
     with running_indexer(settings, engine) as consumer:
@@ -118,6 +120,7 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
         assert letter.reason_code == EXPECTED_CODES[kind], (kind, letter.reason)
         assert letter.reason, kind
         assert letter.routing_key == "versioned_notifications.info"
+        assert letter.message_id == f"id-{kind}", kind
     missing = by_body[bad["missing_uuid"]]
     assert "uuid" in missing.reason
     major = by_body[bad["unknown_major_version"]]
@@ -131,6 +134,7 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
     assert listed.exit_code == 0, listed.output
     rows = [json.loads(line) for line in listed.output.splitlines() if line.startswith("{")]
     assert sorted(r["reason_code"] for r in rows) == sorted(EXPECTED_CODES.values())
+    assert sorted(r["message_id"] for r in rows) == sorted(f"id-{kind}" for kind in bad)
 
     # Replay re-drives them through the indexer: still bad, so they come back with their
     # reasons; nothing is lost on the way.
@@ -146,6 +150,7 @@ def test_bad_messages_are_dead_lettered_with_reasons_between_good_ones(
     with build_bus(settings) as b, b.connection() as conn:
         after = list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 100))
     assert len(after) == len(bad)
+    assert {a.message_id for a in after} == {f"id-{kind}" for kind in bad}  # replayed too
     engine.close()
 
 
