@@ -17,7 +17,7 @@ from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES
 from cellsight.api.errors import BadRequest, unavailable
 from cellsight.api.fanout import FanOut
 from cellsight.cells.database import connect
-from cellsight.cells.errors import InstanceNotFound, UnknownCell
+from cellsight.cells.errors import InstanceNotFound, UnknownCell, UnreadableRow
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 
@@ -61,4 +61,13 @@ def marker_document(
         raise marker_not_found(marker)
     if not principal.is_admin and row.get("project_id") != principal.project_id:
         raise marker_not_found(marker)
-    return row_document(row, cell.uuid)
+    try:
+        return row_document(row, cell.uuid)
+    except UnreadableRow as exc:
+        # Written by hand past what reads as an instance (an adversarial probe: a 500):
+        # the page after it cannot be placed, as for a cell that fails.
+        raise unavailable(
+            f"The row of marker [{marker}] in cell {cell.name} does not read as an "
+            "instance; list without the marker",
+            exc,
+        ) from None

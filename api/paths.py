@@ -32,6 +32,7 @@ from cellsight.api.index_probe import DeferredEngine
 from cellsight.api.markers import marker_document
 from cellsight.api.merge_order import sort_values
 from cellsight.api.metrics import ApiMetrics
+from cellsight.api.null_tail import tail
 from cellsight.api.purge_floor import PurgeFloors
 from cellsight.api.render import Unreachable
 from cellsight.api.safe_connect import SafeConnect
@@ -40,6 +41,7 @@ from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import instance_mappings
 from cellsight.indexer.documents import comparable
 from cellsight.indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.fields import NEVER_NULL
 from cellsight.indexer.index_roles import is_synced
 from cellsight.query.tree import Compare, Not, Op, Scalar, SearchRequest, SortKey, conjunction
 
@@ -193,6 +195,22 @@ class InstanceSearch:
         *,
         project: str | None = None,
         prefer_index: bool = True,
+    ) -> Page:
+        page = self._search(request, principal, project, prefer_index)
+        rest = tail(request, len(page.documents), NEVER_NULL["instance"])
+        if rest is None:
+            return page
+        more = self._search(rest, principal, project, prefer_index)
+        rows_read = dict(page.rows_read)
+        for cell, rows in more.rows_read.items():
+            rows_read[cell] = rows_read.get(cell, 0) + rows
+        skipped = page.skipped + [s for s in more.skipped if s not in page.skipped]
+        return replace(
+            page, documents=page.documents + more.documents, skipped=skipped, rows_read=rows_read
+        )
+
+    def _search(
+        self, request: SearchRequest, principal: Principal, project: str | None, prefer_index: bool
     ) -> Page:
         request = scope(request, principal, project)
         if not principal.is_admin:

@@ -11,7 +11,7 @@ import re
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from cellsight.notifications.errors import brief
+from cellsight.notifications.errors import NotificationError, brief
 from cellsight.notifications.registry import describe_location
 
 # A database URL's user info as SQLAlchemy's grammar reads it: a password runs to the
@@ -274,7 +274,14 @@ def row_fault(exc: BaseException) -> str:
 # What reading a row that something else wrote may raise: the model's refusal
 # (pydantic's ValidationError is a ValueError), JSON or a date that does not parse, a
 # value of the wrong type, JSON nested past the recursion limit.
-ROW_FAULTS: tuple[type[Exception], ...] = (ValueError, TypeError, RecursionError)
+ROW_FAULTS: tuple[type[Exception], ...] = (
+    ValueError,
+    TypeError,
+    RecursionError,
+    # A bound the contract keeps as stored too (a number past 64 bits: ``_bounds``),
+    # raised as itself from the model: it made the fan-out's listing a 500.
+    NotificationError,
+)
 
 
 class TextTooLong(CellsError):

@@ -30,6 +30,7 @@ from pydantic import (
     ConfigDict,
     PlainSerializer,
     SerializerFunctionWrapHandler,
+    ValidationInfo,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
     model_serializer,
@@ -45,6 +46,7 @@ from cellsight.notifications.errors import (
     UnknownMajorVersion,
     brief,
 )
+from cellsight.notifications.forms import AS_STORED
 
 log = logging.getLogger(__name__)
 
@@ -175,11 +177,14 @@ class VersionedObject(BaseModel):
     (a class this code has never seen) serializes back under its own name.
     """
 
+    # No ``str_max_length``: every string field's cap is ``_bounds``' (by its name), which
+    # a cell's row read as stored (``forms.AS_STORED``) is not held to, where a core
+    # setting could not be lifted: a sync indexed a row's 1 MB name that the API then
+    # could not read back (an adversarial probe: a 500 for the server).
     model_config = ConfigDict(
         extra="ignore",
         populate_by_name=True,
         validate_assignment=False,
-        str_max_length=limits.TEXT_LENGTH,
         allow_inf_nan=False,
     )
 
@@ -274,10 +279,14 @@ class VersionedObject(BaseModel):
         )
 
     @model_validator(mode="after")
-    def _bounds(self) -> Self:
+    def _bounds(self, info: ValidationInfo) -> Self:
         """Bounds of ``cellsight.notifications.limits``: checked on the decoded values, once per
-        object, so every field type stays as plain as its model declares it."""
-        for name, check in _bound_checks(type(self)):
+        object, so every field type stays as plain as its model declares it. A cell's row
+        read as stored (``forms.AS_STORED``) is held to the numbers' alone: a sync indexes
+        it past the lengths and counts (README, Limits), and the API must read it back;
+        numbers past 64 bits or not finite no engine and no JSON encoder takes."""
+        stored = bool(info.context and info.context.get(AS_STORED))
+        for name, check in _bound_checks(type(self), stored):
             value = getattr(self, name)
             if value is not None:
                 problem = check(name, value)
@@ -395,13 +404,32 @@ _CHECKS: dict[str, BoundCheck] = {
 }
 
 
+def _check_item_numbers(name: str, value: Any) -> str | None:
+    for item in value.items() if isinstance(value, dict) else value:
+        for part in item if isinstance(item, tuple) else (item,):
+            if isinstance(part, int) and (problem := _check_int(name, part)):
+                return problem
+    return None
+
+
+# As stored: the numbers' bounds only (see ``VersionedObject._bounds``).
+_STORED_CHECKS: dict[str, BoundCheck] = {
+    "int": _check_int,
+    "float": _check_float,
+    "items": _check_item_numbers,
+}
+
+
 @functools.cache
-def _bound_checks(cls: type[VersionedObject]) -> tuple[tuple[str, BoundCheck], ...]:
+def _bound_checks(
+    cls: type[VersionedObject], stored: bool = False
+) -> tuple[tuple[str, BoundCheck], ...]:
+    checks = _STORED_CHECKS if stored else _CHECKS
     out = []
     for name, info in cls.model_fields.items():
         kind = bound_kind(info.annotation)
-        if kind is not None:
-            out.append((name, _CHECKS[kind]))
+        if kind is not None and kind in checks:
+            out.append((name, checks[kind]))
     return tuple(out)
 
 

@@ -21,7 +21,7 @@ from cellsight.api.params import parse_list_query
 from cellsight.api.paths import InstanceSearch
 from cellsight.api.render import LinkContext, Unreachable, detail, summary, unknown
 from cellsight.cells.database import connect
-from cellsight.cells.errors import InstanceNotFound, UnknownCell
+from cellsight.cells.errors import InstanceNotFound, UnknownCell, UnreadableRow
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 from cellsight.notifications.errors import clip
@@ -109,10 +109,10 @@ def show_server(
     if not principal.is_admin and mapping.project_id != principal.project_id:
         raise not_found
     out = microversion.response_headers(ctx.version)
-    try:
-        with connect(state.fanout.engine(cell)) as conn:
-            row = get_instance(conn, server_id)
-    except CELL_FAILURES as exc:  # anything else is our bug: a logged 500
+
+    def down(exc: BaseException) -> FastJSONResponse:
+        """The cell failed, or its row does not read as an instance (``UnreadableRow``,
+        written by hand): as Nova shows an instance of a down cell."""
         if not ctx.version.at_least(DOWN_CELL_VERSION):
             raise unavailable(
                 f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
@@ -121,11 +121,21 @@ def show_server(
         entry = Unreachable(server_id, mapping.project_id, mapping.created_at)
         out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"
         return FastJSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
+
+    try:
+        with connect(state.fanout.engine(cell)) as conn:
+            row = get_instance(conn, server_id)
+    except CELL_FAILURES as exc:  # anything else is our bug: a logged 500
+        return down(exc)
     if row is None or row.get("deleted"):
         raise not_found
     if not principal.is_admin and row.get("project_id") != principal.project_id:
         raise not_found
-    server = detail(row_document(row, cell.uuid), ctx)
+    try:
+        document = row_document(row, cell.uuid)
+    except UnreadableRow as exc:  # an adversarial probe: a 500
+        return down(exc)
+    server = detail(document, ctx)
     if ctx.version.at_least(SERVER_GROUPS_VERSION):
         # Nova's show lists the one group holding the instance; groups are not in the
         # notifications Cellsight is built from, so: none (Nova's value for no group).
