@@ -206,6 +206,9 @@ def replay(
                     skipped += 1
                     continue
                 key = letter.routing_key or queues.routing_key("info")
+                trace: dict[str, Any] = (
+                    {"message_id": letter.message_id} if letter.message_id else {}
+                )
                 try:
                     publish_confirmed(
                         producer,
@@ -215,7 +218,7 @@ def replay(
                         timeout=timeout,
                         content_type=message.content_type or "application/json",
                         content_encoding=message.content_encoding or "utf-8",
-                        **({"message_id": letter.message_id} if letter.message_id else {}),
+                        **trace,
                     )
                 except PublishError as exc:
                     message.requeue()
