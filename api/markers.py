@@ -32,7 +32,7 @@ def marker_document(
 ) -> dict[str, Any]:
     """The marker instance's document, read from its cell (deleted ones included)."""
     try:
-        mapping = registry.get_instance_mapping(marker)
+        mapping = registry.find_instance_mapping(marker)
     except InstanceNotFound:
         raise marker_not_found(marker) from None
     except API_DB_FAILURES as exc:
@@ -49,7 +49,7 @@ def marker_document(
         raise unavailable("The API database is unavailable", exc) from None
     try:
         with connect(fanout.engine(cell)) as conn:
-            row = get_instance(conn, marker)
+            row = get_instance(conn, mapping.instance_uuid)
     except CELL_FAILURES as exc:
         # Only reached for an instance the caller may see: naming its cell leaks nothing.
         raise unavailable(

@@ -291,6 +291,18 @@ class CellRegistry:
             raise InstanceNotFound(instance_uuid, "the instance mappings")
         return _instance_mapping(row)
 
+    def find_instance_mapping(self, instance_uuid: str) -> InstanceMapping:
+        """``get_instance_mapping``, then, for an id in another case, that of the id as
+        Nova writes uuids (lower case): Nova finds such an id through MySQL's
+        case-insensitive collation, and the API and the CLI read uuids in any case."""
+        try:
+            return self.get_instance_mapping(instance_uuid)
+        except InstanceNotFound:
+            lowered = instance_uuid.lower()
+            if lowered == instance_uuid:
+                raise
+            return self.get_instance_mapping(lowered)
+
     def locate(self, instance_uuid: str) -> CellMapping:
         """The cell holding an instance, from its mapping."""
         mapping = self.get_instance_mapping(instance_uuid)

@@ -201,12 +201,19 @@ def iter_versions(conn: sa.Connection, scope: Scope, batch_size: int) -> Iterato
     query = sa.select(t.c.uuid, t.c.revision).where(*scope.where())
     for rows in _pages(conn, query, t.c.uuid, batch_size):
         for uuid, revision in rows:
+            if type(uuid) is not str:
+                # A BLOB (SQLite sorts it after every text): out of the uuid order the
+                # compare walks in, and ``str()`` would name it "b'…'", so its live
+                # document read as an orphan and a repair tombstoned it (an adversarial
+                # probe). The cell is not compared; it is named.
+                why = f"uuid stored as {type(uuid).__name__}, not text"
+                raise UnreadableRow(brief(uuid, 60), why)
             try:
                 version = int(revision)
             except ROW_FAULTS:
                 why = f"revision {brief(revision, 60)} is not an integer"
                 raise UnreadableRow(uuid, why) from None
-            yield str(uuid), version
+            yield uuid, version
 
 
 class CellDocs:

@@ -98,7 +98,7 @@ def show_server(
         # PostgreSQL refuses a NUL (the registry turns a non-ASCII id away itself).
         raise not_found
     try:
-        mapping = registry.get_instance_mapping(server_id)
+        mapping = registry.find_instance_mapping(server_id)
         if mapping.cell_uuid is None:
             raise not_found
         cell = registry.get_cell(mapping.cell_uuid)
@@ -118,13 +118,13 @@ def show_server(
                 f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
             ) from None
         # Nova's show from a down cell dates it by its mapping, as the listing does.
-        entry = Unreachable(server_id, mapping.project_id, mapping.created_at)
+        entry = Unreachable(mapping.instance_uuid, mapping.project_id, mapping.created_at)
         out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"
         return FastJSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
 
     try:
         with connect(state.fanout.engine(cell)) as conn:
-            row = get_instance(conn, server_id)
+            row = get_instance(conn, mapping.instance_uuid)
     except CELL_FAILURES as exc:  # anything else is our bug: a logged 500
         return down(exc)
     if row is None or row.get("deleted"):

@@ -135,9 +135,9 @@ def test_a_walk_in_the_default_order_reaches_rows_without_created_at(
         whole = {
             path: [
                 s["id"]
-                for s in client.get(
-                    "/v2.1/servers?all_tenants=1&limit=1000", headers=ADMIN
-                ).json()["servers"]
+                for s in client.get("/v2.1/servers?all_tenants=1&limit=1000", headers=ADMIN).json()[
+                    "servers"
+                ]
             ]
             for path, client in clients.items()
         }
@@ -240,4 +240,29 @@ def test_the_syncs_reference_path_reads_a_row_past_the_counts_as_its_fast_path_d
     document = reference_document(row, cell, SYNC_EVENT)
     assert len(document["metadata"]) == 2000
     assert document["created_at"].startswith("0500-01-01")
+    world.close()
+
+
+def test_an_upper_case_uuid_finds_its_server_and_its_marker_on_both_paths(tmp_path: Path) -> None:
+    """An adversarial probe: ``GET /servers/{UPPER-CASE-UUID}`` was a 404 and such a
+    marker a 400, where Nova finds both through MySQL's case-insensitive collation."""
+    from tests.support.api_world import both_paths
+
+    world = build_world(tmp_path / "w", "sqlite")
+    victim = world.listed_server()
+    with both_paths(world, tmp_path, "upper") as clients:
+        for path, client in clients.items():
+            shown = client.get(f"/v2.1/servers/{victim.upper()}", headers=ADMIN)
+            assert shown.status_code == 200, (path, shown.text)
+            assert shown.json()["server"]["id"] == victim  # as stored
+            lower = client.get(
+                f"/v2.1/servers?all_tenants=1&limit=3&marker={victim}", headers=ADMIN
+            )
+            upper = client.get(
+                f"/v2.1/servers?all_tenants=1&limit=3&marker={victim.upper()}", headers=ADMIN
+            )
+            assert upper.status_code == 200, (path, upper.text)
+            assert upper.json()["servers"] == lower.json()["servers"], path
+            braces = client.get(f"/v2.1/servers/{{{victim}}}", headers=ADMIN)
+            assert braces.status_code == 404, path  # as Nova: no row holds that form
     world.close()
