@@ -26,6 +26,7 @@ def tail(request: SearchRequest, got: int, never_null: Collection[str]) -> Searc
     first = request.order[0]
     if (
         first.field not in never_null
+        or first.field == "uuid"  # every row has one: nothing to fill from
         or first.direction is not Direction.DESC
         or request.after[0] is None  # after a null the keyset has no bound
     ):

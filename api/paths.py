@@ -204,7 +204,8 @@ class InstanceSearch:
         rows_read = dict(page.rows_read)
         for cell, rows in more.rows_read.items():
             rows_read[cell] = rows_read.get(cell, 0) + rows
-        skipped = page.skipped + [s for s in more.skipped if s not in page.skipped]
+        named = {s.uuid for s in page.skipped}
+        skipped = page.skipped + [s for s in more.skipped if s.uuid not in named]
         return replace(
             page, documents=page.documents + more.documents, skipped=skipped, rows_read=rows_read
         )

@@ -11,7 +11,7 @@ import re
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from cellsight.notifications.errors import NotificationError, brief
+from cellsight.notifications.errors import MalformedNotification, OutOfRange, brief
 from cellsight.notifications.registry import describe_location
 
 # A database URL's user info as SQLAlchemy's grammar reads it: a password runs to the
@@ -280,7 +280,8 @@ ROW_FAULTS: tuple[type[Exception], ...] = (
     RecursionError,
     # A bound the contract keeps as stored too (a number past 64 bits: ``_bounds``),
     # raised as itself from the model: it made the fan-out's listing a 500.
-    NotificationError,
+    OutOfRange,
+    MalformedNotification,
 )
 
 

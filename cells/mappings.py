@@ -381,8 +381,9 @@ def _refuse_taken(
 
 def _same_name(a: str, b: str) -> bool:
     """Names are told apart as people read them, not by case or the spaces around them:
-    " c1" beside "c1" cannot be told apart in a listing, and MySQL's default collation
-    (an API database there) compares "C1" equal to "c1"."""
+    " c1" beside "c1" cannot be told apart in a listing, and where Nova's API database
+    has MySQL's default collation, "C1" is "c1". Checked here only (the unique index is
+    exact): two registrations racing with such names can both pass."""
     return a.strip().casefold() == b.strip().casefold()
 
 

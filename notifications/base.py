@@ -452,4 +452,15 @@ def _schema_with_bounds(cls: type[VersionedObject], schema: JsonSchemaValue) -> 
             elif kind == "items" and branch.get("type") in ("array", "object"):
                 key = "maxItems" if branch["type"] == "array" else "maxProperties"
                 branch[key] = min(branch.get(key, limits.MAX_ITEMS), limits.MAX_ITEMS)
+                # An item's, a key's and a value's cap (``_check_items``), as text.
+                if branch["type"] == "object":
+                    branch["propertyNames"] = _capped(branch.get("propertyNames", {}))
+                for part in ("items", "additionalProperties"):
+                    if isinstance(branch.get(part), dict) and branch[part].get("type") == "string":
+                        branch[part] = _capped(branch[part])
     return schema
+
+
+def _capped(schema: JsonSchemaValue) -> JsonSchemaValue:
+    cap = min(schema.get("maxLength", limits.NAME_LENGTH), limits.NAME_LENGTH)
+    return {**schema, "maxLength": cap}

@@ -91,7 +91,7 @@ def require_data_dir(
     """The settings, after a usage error if the command would read the embedded data
     directory (the API database, the index or the bus that no URL replaces) and it is not
     there: a mistyped ``--data-dir`` would otherwise be made, empty, and answer "nothing".
-    Only ``cells add``, ``cells seed``, ``demo`` and the daemons make one."""
+    Only ``cells add``, ``cells seed``, ``index sync``, ``demo`` and the daemons make one."""
     settings = settings_of(ctx)
     uses = (
         (registry and not settings.api_db_url)
@@ -99,10 +99,19 @@ def require_data_dir(
         or (bus and not settings.bus_url)
     )
     if uses and not settings.data_dir.exists():
+        what = [
+            name
+            for name, used, url in (
+                ("the API database", registry, settings.api_db_url),
+                ("the index", engine, settings.search_url),
+                ("the bus", bus, settings.bus_url),
+            )
+            if used and not url
+        ]
         fail(
-            f"no data directory at {settings.data_dir}: nothing has been registered there "
-            "(`cellsight cells add` or `cellsight demo` makes one; --data-dir or "
-            "CELLSIGHT_DATA_DIR names another)"
+            f"no data directory at {settings.data_dir}, where {' and '.join(what)} would be "
+            "(`cellsight cells add`, `cellsight demo` or `cellsight index sync` makes one; "
+            "--data-dir or CELLSIGHT_DATA_DIR names another)"
         )
     return settings
 
@@ -128,7 +137,9 @@ def operations(ctx: typer.Context) -> Iterator[Operations]:
     from cellsight.cells.outbox import Outbox
     from cellsight.clients import build_notifier
 
-    settings = settings_of(ctx)
+    # The bus too: a mistyped directory's new bus would take what the outboxes relay
+    # where no indexer reads it.
+    settings = require_data_dir(ctx, registry=True, bus=True)
     with open_registry(ctx) as registry, build_notifier(settings) as notifier:
         relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
         yield Operations(

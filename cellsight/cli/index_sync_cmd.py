@@ -72,7 +72,8 @@ def index_sync(
     from cellsight.indexer.lock import LockHeld
     from cellsight.indexer.sync import SyncFailed, SyncInterrupted, SyncOptions, run_sync
 
-    settings = require_data_dir(ctx, registry=True, engine=True)
+    # It makes the index: only the cells it reads must be there.
+    settings = require_data_dir(ctx, registry=True)
     options = SyncOptions(_resource(resource), cell or (), workers, batch_size, keep_old)
     code, report = 0, None
     with clients(settings) as (engine, registry):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cellsight.cli.bounds import MAX_SECONDS
-from cellsight.cli.context import console, fail, open_registry, settings_of
+from cellsight.cli.context import console, fail, open_registry, require_data_dir, settings_of
 
 if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command that runs needs them
     from cellsight.notifications.bus import Bus
@@ -79,6 +79,7 @@ def relay(
     if every is not None:
         _relay_forever(ctx, settings, every)
         return
+    require_data_dir(ctx, registry=True, bus=True)  # see ``operations``
     deadline = time.monotonic() + (settings.outbox_lease + 1.0 if wait else 0.0)
     with open_registry(ctx) as registry, build_notifier(settings) as notifier:
         relay = Outbox(notifier, lease_seconds=settings.outbox_lease)

@@ -42,11 +42,6 @@ _TRANSIENT = {
     15: "lock protocol",
 }
 SYNC_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
-# A connection's page cache until it first writes (then the engine's ``cache_mb``): the
-# API reads on a pool of up to 40 threads, a connection each, and an adversarial probe
-# saw their 64 MB caches fill to 957 MB of RSS at 48 clients. The file's pages stay in
-# the OS's cache either way; a reader's hot pages (the B-trees' upper levels) fit here.
-READER_CACHE_MB = 8
 
 # The sqlite3 module binds an exact int, float, str or bytearray directly, but runs its
 # adaptation protocol for anything else, None and bool included: a registry miss, then a
@@ -89,11 +84,10 @@ class Connections:
             "PRAGMA page_size=8192",
             "PRAGMA journal_mode=WAL",
             f"PRAGMA synchronous={synchronous}",
-            f"PRAGMA cache_size=-{min(cache_mb, READER_CACHE_MB) * 1024}",
+            f"PRAGMA cache_size=-{cache_mb * 1024}",
             "PRAGMA temp_store=MEMORY",
             self.checkpointer.size_limit_pragma(),
         )
-        self._writer_cache = f"PRAGMA cache_size=-{cache_mb * 1024}"
         self._local = threading.local()
         self._lock = threading.Lock()
         # Every open connection, the file it holds and the thread that owns it.
@@ -198,7 +192,6 @@ class Connections:
             # This connection writes: checkpoints move to their own thread (see
             # ``sqlite_checkpoint``). Readers never checkpoint, so they are left alone.
             conn.execute(self.checkpointer.writer_pragma())
-            conn.execute(self._writer_cache)
             with self._lock:
                 moved = self._checkpoints_for != self._local.identity
                 self._checkpoints_for = self._local.identity

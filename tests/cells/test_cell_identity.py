@@ -104,9 +104,9 @@ def test_a_blank_cell_name_is_refused_naming_it(tmp_path: Path, name: str) -> No
 def test_a_name_differing_only_in_case_or_spaces_is_taken(
     dialect: str, spelling: str, make_database: DatabaseFactory, tmp_path: Path
 ) -> None:
-    """A review: " c1" and "C1" were registered beside "c1" on SQLite and PostgreSQL (a
-    listing could not tell them apart), where MySQL's default collation compares them
-    equal. Every API database dialect now refuses them alike, naming the cell it meant."""
+    """A review: " c1" and "C1" were registered beside "c1" (a listing could not tell
+    them apart). Every API database dialect now refuses them alike, naming the cell it
+    meant."""
     registry = CellRegistry(make_database(dialect))
     registry.create_schema()
     try:

@@ -188,3 +188,27 @@ def test_cells_add_makes_the_data_dir_and_the_rest_read_it(tmp_path: Path) -> No
     listed = cellsight(tmp_path, "--data-dir", str(data), "cells", "list")
     assert listed.returncode == 0, listed.stderr
     assert "c1" in listed.stdout
+
+
+def test_with_the_api_database_elsewhere_sync_makes_the_data_dir_and_producers_refuse(
+    tmp_path: Path,
+) -> None:
+    """A review: with CELLSIGHT_API_DB_URL set, the first ``index sync`` of a new host
+    was refused (it makes the index), while ``ops`` and ``outbox relay`` made a mistyped
+    directory's bus and relayed the outboxes into it, where no indexer reads."""
+    api_db = tmp_path / "api.db"
+    env = {"CELLSIGHT_API_DB_URL": f"sqlite:///{api_db}"}
+    data = tmp_path / "data"
+    added = cellsight(
+        tmp_path, "--data-dir", str(data), "cells", "add", "--name", "c1",
+        "--db-url", f"sqlite:///{tmp_path / 'c1.db'}", env=env,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    typo = tmp_path / "typo"
+    for command in (["outbox", "relay"], BOOT):
+        refused = cellsight(tmp_path, "--data-dir", str(typo), *command, env=env)
+        one_line_error(refused, USAGE, f"no data directory at {typo}", "where the bus would be")
+        assert not typo.exists(), command
+    synced = cellsight(tmp_path, "--data-dir", str(typo), "index", "sync", env=env)
+    assert synced.returncode == 0, synced.stderr
+    assert (typo / "index.db").exists()

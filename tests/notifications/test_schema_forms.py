@@ -181,3 +181,37 @@ def test_the_times_the_schema_refuses() -> None:
         _, by_pattern, by_format = _verdicts("launched_at", text)
         assert not by_pattern and not by_format, text
     assert _verdicts("launched_at", "2024-02-29T12:00:00+05:30") == (True, True, True)
+
+
+def test_every_string_of_the_export_is_bounded_as_the_decoder_bounds_it() -> None:
+    """A review: the models' own string cap left the config (so a cell's row read as
+    stored can pass it), and the export lost the cap of list items, dict keys and dict
+    values, which the decoder holds to 255 characters (``_check_items``)."""
+    from cellsight.notifications import limits
+    from cellsight.notifications.schema import payload_schema, schema_classes
+
+    unbounded: list[str] = []
+    capped: list[int] = []
+
+    def walk(node: object, where: str) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "string" or where.endswith("/propertyNames"):
+                if "maxLength" in node:
+                    capped.append(node["maxLength"])
+                elif not {"pattern", "const", "enum"} & node.keys():
+                    unbounded.append(where)
+            for key, value in node.items():
+                walk(value, f"{where}/{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+
+    for cls in schema_classes():
+        walk(payload_schema(cls), cls.__name__)
+    assert not unbounded, unbounded[:5]
+    assert max(capped) == limits.TEXT_LENGTH
+    extra_specs = payload_schema(
+        next(c for c in schema_classes() if c.__name__ == "FlavorPayload")
+    )["properties"]["nova_object.data"]["properties"]["extra_specs"]["anyOf"][0]
+    assert extra_specs["additionalProperties"]["maxLength"] == limits.NAME_LENGTH
+    assert extra_specs["propertyNames"]["maxLength"] == limits.NAME_LENGTH
