@@ -106,6 +106,7 @@ def test_the_cli_passes_the_setting_to_the_scheduler(
 ) -> None:
     monkeypatch.setenv("CELLSIGHT_API_DB_URL", f"sqlite:///{tmp_path / 'api.db'}")
     monkeypatch.setenv("CELLSIGHT_DEFAULT_AVAILABILITY_ZONE", "edge")
+    (tmp_path / "data").mkdir()  # its bus's, as the indexer made it (a missing one: usage)
     done = CliRunner().invoke(
         app, ["--data-dir", str(tmp_path / "data"), "ops", "reserve", "--flavor", "m1.small"]
     )
