@@ -141,17 +141,22 @@ def _validation_message(exc: RequestValidationError) -> str:
 def undecodable_parameter(query: bytes) -> str | None:
     """The name of the first query parameter whose name or value is not UTF-8 once
     percent-decoded, or None. The framework would decode it with U+FFFD in place of each
-    bad byte, and a filter would then silently match nothing."""
+    bad byte, and a filter would then silently match nothing. A name that is not UTF-8
+    itself is named as it was sent (``%ff``, where every such name was U+FFFD), as a
+    path segment is (``raw_paths``)."""
     if b"%" not in query and query.isascii():
         return None
     for pair in query.split(b"&"):
         name, _, value = pair.partition(b"=")
         raw_name = unquote_to_bytes(name.replace(b"+", b" "))
         try:
-            raw_name.decode("utf-8")
+            decoded = raw_name.decode("utf-8")
+        except UnicodeDecodeError:
+            return clip(name.decode("latin-1"))
+        try:
             unquote_to_bytes(value.replace(b"+", b" ")).decode("utf-8")
         except UnicodeDecodeError:
-            return clip(raw_name.decode("utf-8", "replace"))
+            return clip(decoded)
     return None
 
 
