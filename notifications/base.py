@@ -19,7 +19,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Self
 
@@ -367,15 +367,20 @@ def _check_str(name: str, value: Any) -> str | None:
     return None
 
 
+def _item_parts(value: Any) -> Iterator[Any]:
+    """A list's items, a dict's keys and values."""
+    for item in value.items() if isinstance(value, dict) else value:
+        yield from item if isinstance(item, tuple) else (item,)
+
+
 def _check_items(name: str, value: Any) -> str | None:
     if len(value) > limits.MAX_ITEMS:
         return f"{len(value)} items, the limit is {limits.MAX_ITEMS}"
-    for item in value.items() if isinstance(value, dict) else value:
-        for part in item if isinstance(item, tuple) else (item,):
-            if isinstance(part, str) and len(part) > limits.NAME_LENGTH:
-                return f"an item of {len(part)} characters, the limit is {limits.NAME_LENGTH}"
-            if isinstance(part, int) and (problem := _check_int(name, part)):
-                return problem
+    for part in _item_parts(value):
+        if isinstance(part, str) and len(part) > limits.NAME_LENGTH:
+            return f"an item of {len(part)} characters, the limit is {limits.NAME_LENGTH}"
+        if isinstance(part, int) and (problem := _check_int(name, part)):
+            return problem
     return None
 
 
@@ -405,10 +410,9 @@ _CHECKS: dict[str, BoundCheck] = {
 
 
 def _check_item_numbers(name: str, value: Any) -> str | None:
-    for item in value.items() if isinstance(value, dict) else value:
-        for part in item if isinstance(item, tuple) else (item,):
-            if isinstance(part, int) and (problem := _check_int(name, part)):
-                return problem
+    for part in _item_parts(value):
+        if isinstance(part, int) and (problem := _check_int(name, part)):
+            return problem
     return None
 
 

@@ -93,21 +93,16 @@ def require_data_dir(
     there: a mistyped ``--data-dir`` would otherwise be made, empty, and answer "nothing".
     Only ``cells add``, ``cells seed``, ``index sync``, ``demo`` and the daemons make one."""
     settings = settings_of(ctx)
-    uses = (
-        (registry and not settings.api_db_url)
-        or (engine and not settings.search_url)
-        or (bus and not settings.bus_url)
-    )
-    if uses and not settings.data_dir.exists():
-        what = [
-            name
-            for name, used, url in (
-                ("the API database", registry, settings.api_db_url),
-                ("the index", engine, settings.search_url),
-                ("the bus", bus, settings.bus_url),
-            )
-            if used and not url
-        ]
+    what = [
+        name
+        for name, used, url in (
+            ("the API database", registry, settings.api_db_url),
+            ("the index", engine, settings.search_url),
+            ("the bus", bus, settings.bus_url),
+        )
+        if used and not url
+    ]
+    if what and not settings.data_dir.exists():
         fail(
             f"no data directory at {settings.data_dir}, where {' and '.join(what)} would be "
             "(`cellsight cells add`, `cellsight demo` or `cellsight index sync` makes one; "
