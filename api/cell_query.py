@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from cellsight.api.cell_columns import CellColumns
 from cellsight.cells.errors import ROW_FAULTS, UnreadableRow
+from cellsight.cells.reads import fetch_rows
 from cellsight.cells.rows import row_to_payload
 from cellsight.cells.schema import instances
 from cellsight.indexer.documents import instance_document
@@ -69,10 +70,4 @@ def search_cell(
 ) -> list[StoredDocument]:
     """``select_instances`` run on one cell connection, as documents."""
     query = select_instances(request, conn.dialect.name, cell_uuid=cell_uuid)
-    try:
-        # Rows are converted as they are fetched (a JSON column, a date): a value that
-        # does not convert fails here, before its uuid can be read.
-        rows = conn.execute(query).mappings().all()
-    except ROW_FAULTS as exc:
-        raise UnreadableRow.of("?", exc) from exc
-    return [row_document(row, cell_uuid) for row in rows]
+    return [row_document(row, cell_uuid) for row in fetch_rows(conn, query)]

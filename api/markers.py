@@ -14,7 +14,7 @@ from typing import Any
 from cellsight.api.auth import Principal
 from cellsight.api.cell_documents import row_document
 from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES
-from cellsight.api.errors import BadRequest, unavailable
+from cellsight.api.errors import BadRequest, ServiceUnavailable, unavailable
 from cellsight.api.fanout import FanOut
 from cellsight.cells.database import connect
 from cellsight.cells.errors import InstanceNotFound, UnknownCell, UnreadableRow
@@ -50,6 +50,8 @@ def marker_document(
     try:
         with connect(fanout.engine(cell)) as conn:
             row = get_instance(conn, mapping.instance_uuid)
+    except UnreadableRow as exc:  # a value that fails as it is fetched: retrying won't help
+        raise _unreadable(marker, cell.name, exc) from None
     except CELL_FAILURES as exc:
         # Only reached for an instance the caller may see: naming its cell leaks nothing.
         raise unavailable(
@@ -64,10 +66,14 @@ def marker_document(
     try:
         return row_document(row, cell.uuid)
     except UnreadableRow as exc:
-        # Written by hand past what reads as an instance (an adversarial probe: a 500):
-        # the page after it cannot be placed, as for a cell that fails.
-        raise unavailable(
-            f"The row of marker [{marker}] in cell {cell.name} does not read as an "
-            "instance; list without the marker",
-            exc,
-        ) from None
+        raise _unreadable(marker, cell.name, exc) from None
+
+
+def _unreadable(marker: str, cell_name: str, exc: UnreadableRow) -> ServiceUnavailable:
+    """Written by hand past what reads as an instance (an adversarial probe: a 500): the
+    page after it cannot be placed, as for a cell that fails."""
+    return unavailable(
+        f"The row of marker [{marker}] in cell {cell_name} does not read as an "
+        "instance; list without the marker",
+        exc,
+    )

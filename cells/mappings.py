@@ -15,6 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from cellsight.cells.cell_names import (
+    hold_registration_lock,
+    prepare_registration_lock,
+    refuse_taken,
+)
 from cellsight.cells.database import (
     Engines,
     connect,
@@ -26,7 +31,6 @@ from cellsight.cells.errors import (
     BadDatabaseURL,
     DatabaseUnavailable,
     DriverRefusedURL,
-    DuplicateCell,
     InstanceNotFound,
     NoValidHost,
     UnknownCell,
@@ -133,7 +137,7 @@ class CellRegistry:
         cell_uuid = str(uuidlib.UUID(uuid)) if uuid else str(uuidlib.uuid4())
         with connect(self.api_engine) as conn:
             # First, so a taken name creates no database; checked again when written.
-            _refuse_taken(conn, name, cell_uuid, url)
+            refuse_taken(conn, name, cell_uuid, url)
         if create_schema:
             create_database(parsed, connect_timeout=self.engines.timeouts.connect)
         engine = self.engines.get(url)
@@ -145,8 +149,10 @@ class CellRegistry:
         if create_schema:
             create_cell_schema(engine)
         taken_by = holder(engine, self.api_engine, self.engines.get)
+        prepare_registration_lock(self.api_engine)
         with write_transaction(self.api_engine) as conn:
-            _refuse_taken(conn, name, cell_uuid, url, taken_by)
+            hold_registration_lock(conn)
+            refuse_taken(conn, name, cell_uuid, url, taken_by)
             now = utcnow()
             conn.execute(
                 cell_mappings.insert().values(
@@ -349,42 +355,6 @@ class CellRegistry:
             conn.execute(
                 api_meta.insert().values(key=key, value=json.dumps(value), updated_at=utcnow())
             )
-
-
-def _refuse_taken(
-    conn: sa.Connection, name: str, cell_uuid: str, url: str, taken_by: str | None = None
-) -> None:
-    # The database too, as Nova's ``create_cell`` refuses a taken database connection:
-    # two cells on one database list each of its instances twice. By its URL, and by the
-    # registered cell another URL of it belongs to (``cells.identity.holder``).
-    if taken_by is not None:
-        raise DuplicateCell("database", safe_url(taken_by))
-    # Compared here, not in SQL: SQLite's lower() folds ASCII only. The cells are few.
-    cells = conn.execute(
-        sa.select(cell_mappings.c.name, cell_mappings.c.uuid, cell_mappings.c.database_connection)
-    ).all()
-    for other, _, _ in cells:
-        if _same_name(other, name):
-            raise DuplicateCell("name", name, as_=other if other != name else None)
-    # A cell is named by its name or its uuid (``get_cell``, which reads a uuid in any
-    # case): a name that is another cell's uuid, or a uuid that is another's name, would
-    # make one of them unreachable.
-    for taken, field, shown in (
-        (any(name.lower() == u for _, u, _ in cells), "uuid", name),
-        (any(cell_uuid == u for _, u, _ in cells), "uuid", cell_uuid),
-        (any(cell_uuid == n.lower() for n, _, _ in cells), "name", cell_uuid),
-        (any(url == d for _, _, d in cells), "database", safe_url(url)),
-    ):
-        if taken:
-            raise DuplicateCell(field, shown)
-
-
-def _same_name(a: str, b: str) -> bool:
-    """Names are told apart as people read them, not by case or the spaces around them:
-    " c1" beside "c1" cannot be told apart in a listing, and where Nova's API database
-    has MySQL's default collation, "C1" is "c1". Checked here only (the unique index is
-    exact): two registrations racing with such names can both pass."""
-    return a.strip().casefold() == b.strip().casefold()
 
 
 def cell_engine(engines: Engines, cell: CellMapping) -> sa.Engine:

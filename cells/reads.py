@@ -8,19 +8,60 @@ can resume after the last uuid it delivered (``after_uuid``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import sqlalchemy as sa
 
+from cellsight.cells.errors import ROW_FAULTS, UnreadableRow, row_fault
 from cellsight.cells.rows import InstanceRow
 from cellsight.cells.schema import compute_nodes, instances
+
+
+def fetch_rows(conn: sa.Connection, query: sa.Select[Any]) -> list[InstanceRow]:
+    """The rows of ``query`` as dicts. Values are converted as they are fetched (JSON
+    parsed, dates read), so a row written by other means fails the whole fetch before
+    its uuid can be read: ``UnreadableRow`` then names the row and the column."""
+    try:
+        return [dict(row) for row in conn.execute(query).mappings()]
+    except ROW_FAULTS as exc:
+        raise _which(conn, query, exc) from exc
+
+
+def _which(conn: sa.Connection, query: sa.Select[Any], exc: Exception) -> UnreadableRow:
+    """The failed fetch again with the stored values as the driver gives them, each put
+    through its column's own conversion, to find the first that fails."""
+    columns = list(query.selected_columns)
+    names = [str(c.key) for c in columns]
+    raw = query.with_only_columns(
+        *(
+            sa.type_coerce(c, sa.types.NullType()).label(n)
+            for c, n in zip(columns, names, strict=True)
+        )
+    )
+    dialect = conn.dialect
+    convert = [c.type.dialect_impl(dialect).result_processor(dialect, None) for c in columns]
+    at_uuid = names.index("uuid") if "uuid" in names else None
+    try:
+        for row in conn.execute(raw):
+            for name, process, value in zip(names, convert, row, strict=True):
+                if process is None:
+                    continue
+                try:
+                    process(value)
+                except ROW_FAULTS as fault:
+                    uuid = "?" if at_uuid is None else row[at_uuid]
+                    return UnreadableRow(uuid, f"column {name}: {row_fault(fault)}")
+    except sa.exc.SQLAlchemyError:
+        pass  # the cell failed meanwhile: the first error is the one to report
+    return UnreadableRow("?", row_fault(exc))
 
 
 def get_instance(conn: sa.Connection, uuid: str, *, for_update: bool = False) -> InstanceRow | None:
     query = sa.select(instances).where(instances.c.uuid == uuid)
     if for_update:
         query = query.with_for_update()
-    row = conn.execute(query).mappings().first()
-    return None if row is None else dict(row)
+    rows = fetch_rows(conn, query)
+    return rows[0] if rows else None
 
 
 def _where(include_deleted: bool, project_id: str | None) -> list[sa.ColumnElement[bool]]:
@@ -47,7 +88,7 @@ def iter_instance_batches(
         query = base.order_by(instances.c.uuid).limit(batch_size)
         if after_uuid is not None:
             query = query.where(instances.c.uuid > after_uuid)
-        batch = [dict(row) for row in conn.execute(query).mappings()]
+        batch = fetch_rows(conn, query)
         if not batch:
             return
         yield batch

@@ -40,6 +40,7 @@ def _contract_reasons() -> list[str]:
 REASON_CODES: tuple[str, ...] = (
     *_contract_reasons(),
     "not_an_instance",  # indexer.planning: an instance event without InstancePayload's fields
+    "not_a_node",  # indexer.planning: a compute_node event without a ComputeNodePayload
     "rejected",  # indexer.writer: the engine refused the document
     "internal",  # indexer.planning.INTERNAL: an exception nobody foresaw
     "unknown",  # indexer.deadletter: a letter that came without a code

@@ -39,6 +39,7 @@ from cellsight.notifications.payloads import GenericPayload, InstancePayload
 log = logging.getLogger(__name__)
 
 INTERNAL = "internal"
+NODE_OBJECT = "compute_node"  # the object of Cellsight's node events (cells.nodeevents)
 _logged_internal: set[tuple[str, str]] = set()
 
 
@@ -117,7 +118,9 @@ def plan_one(position: int, body: Any, indexed_at: str | None = None) -> Planned
 def map_payload(
     position: int, payload: Any, event: EventType, info: EventInfo
 ) -> Planned | Outcome:
-    if isinstance(payload, ComputeNodePayload):
+    if event.object == NODE_OBJECT:
+        if not isinstance(payload, ComputeNodePayload):
+            return not_a_node(info.event_type, payload.obj_name, payload.obj_version)
         version = node_version(payload)
         op = WriteOp("node", payload.uuid, version, node_document(payload, version))
         return Planned(position, op, info, payload.updated_at)
@@ -142,6 +145,16 @@ def map_payload(
     return Planned(position, op, info, snapshot_time(payload))
 
 
+def not_a_node(event_type: str, name: str, version: str) -> Outcome:
+    """A node event whose payload is another class: dead-lettered, as an instance event's
+    is (acked and counted as ignored, it vanished with nothing to find it by)."""
+    return dead(
+        "not_a_node",
+        f"{event_type}: payload {name} {version} is not a ComputeNodePayload",
+        event_type,
+    )
+
+
 def plan_fast(position: int, body: Any, indexed_at: str | None = None) -> Planned | Outcome | None:
     """The compiled path; None when it declines (the reference decides then)."""
     try:
@@ -149,11 +162,15 @@ def plan_fast(position: int, body: Any, indexed_at: str | None = None) -> Planne
     except Exception:
         return None
     info = EventInfo(n.event_type, n.timestamp)
-    if n.payload_class is ComputeNodePayload:
+    if n.event.object == NODE_OBJECT:
+        if n.payload_class is not ComputeNodePayload:
+            return None  # the reference names the class it read
         version, doc = fastmap.node_document(n, indexed_at)
         return Planned(
             position, WriteOp("node", n.data.uuid, version, doc), info, n.data.updated_at
         )
+    if n.payload_class is ComputeNodePayload:
+        return None  # a node's payload on another object's event: the reference decides
     if n.event.object != "instance":
         return Outcome(Verdict.IGNORED, event_type=info.event_type)
     version, snapshot = fastmap.instance_version(n)

@@ -34,7 +34,10 @@ class ComputeNodePayload(VersionedObject):
     disabled: bool = False
     offline: bool = False
     updated_at: Timestamp | None = None
-    revision: int | None = Field(default=None, ge=0)
+    # The node row's revision, which orders a node's updates (the document's version).
+    # Required: a payload without one could only be versioned by its time, a scale no
+    # revision reaches, and it would have outranked every later update of the node.
+    revision: int = Field(ge=0)
 
 
 class SchedulerLimits(VersionedObject):

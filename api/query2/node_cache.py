@@ -36,6 +36,7 @@ from prometheus_client import Counter
 
 from cellsight.api.fanout import SkippedCell
 from cellsight.cells.mappings import CellMapping
+from cellsight.notifications.objects import ComputeNodePayload
 
 log = logging.getLogger(__name__)
 
@@ -297,8 +298,11 @@ class NodeCache:
     def observe(self, event_type: str, payload: Any) -> None:
         """Drop what a notification says changed (``payload``: its decoded object)."""
         if event_type == NODE_EVENT:
-            cell = getattr(payload, "cell_uuid", None)
-            self.invalidate_node(str(payload.uuid), None if cell is None else str(cell))
+            # Another class under the node event's name (a probe sent a Selection) says
+            # nothing of a node; the indexer dead-letters it. Read, it stopped the listener.
+            if isinstance(payload, ComputeNodePayload):
+                cell = payload.cell_uuid
+                self.invalidate_node(str(payload.uuid), None if cell is None else str(cell))
         elif event_type.startswith("instance.") and any(
             marker in event_type for marker in WHOLE_CACHE_EVENTS
         ):

@@ -16,6 +16,7 @@ A non-normal status always has the value ``null``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,6 +80,12 @@ def _wire(field: FieldDef, value: Any) -> Any:
     return value
 
 
+# The last second of year 9999 as a double, below it: near 2.5e11 a double's step is
+# 2^-14 s, so the last 30 µs of the calendar round up to year 10000, which no client's
+# datetime reads and which this API's own filters refuse.
+LAST_SECONDS = math.nextafter(datetime.max.replace(tzinfo=UTC).timestamp(), 0.0)
+
+
 def epoch_seconds(value: Any) -> float:
     """Ganeti's timestamp value: seconds since the epoch, fraction included."""
     if isinstance(value, str):
@@ -86,7 +93,7 @@ def epoch_seconds(value: Any) -> float:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        return value.timestamp()
+        return min(value.timestamp(), LAST_SECONDS)
     return float(value)
 
 

@@ -85,7 +85,10 @@ def format_value(definition: dict[str, str], status: int, value: Any, units: str
         mib = value * 1024 if "gb" in definition["name"] else value
         return format_unit(mib, units)
     if kind == "timestamp" and isinstance(value, int | float):
-        return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        try:
+            return datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        except (ValueError, OverflowError, OSError):
+            return str(value)  # past the calendar (another server's): shown as it came
     if isinstance(value, list):
         return ",".join(str(v) for v in value)
     if isinstance(value, dict):

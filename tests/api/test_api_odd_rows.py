@@ -266,3 +266,47 @@ def test_an_upper_case_uuid_finds_its_server_and_its_marker_on_both_paths(tmp_pa
             braces = client.get(f"/v2.1/servers/{{{victim}}}", headers=ADMIN)
             assert braces.status_code == 404, path  # as Nova: no row holds that form
     world.close()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("flavor", "{"), ("metadata", "[1"), ("created_at", "notadate"), ("deleted_at", "2020-13-45")],
+)
+def test_a_value_that_fails_as_it_is_fetched_is_named_by_row_and_column_never_a_500(
+    tmp_path: Path, column: str, value: str
+) -> None:
+    """An unparsable JSON column or a date that is not one fails while the row is fetched
+    (the driver's conversion), before the row exists: show answered a 500, and the
+    listing's skipped cell named row '?' and no column."""
+    from cellsight.cells.database import connect
+    from cellsight.cells.errors import UnreadableRow
+    from cellsight.cells.reads import get_instance
+
+    world = build_world(tmp_path / "w", "sqlite")
+    broken = world.registry.list_cells()[0]
+    victim = next(
+        row["uuid"] for cell, row in world.rows() if cell == broken.uuid and not row["deleted"]
+    )
+    cell_engine = sa.create_engine(broken.database_url)
+    with cell_engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE instances SET {column} = :value WHERE uuid = :uuid"),
+            {"value": value, "uuid": victim},
+        )
+    with connect(cell_engine) as conn, pytest.raises(UnreadableRow) as raised:
+        get_instance(conn, victim)
+    assert victim in str(raised.value) and f"column {column}:" in str(raised.value)
+    cell_engine.dispose()
+    app = create_app(api_settings(tmp_path), registry=world.registry)
+    with TestClient(app) as client:
+        old = client.get(f"/v2.1/servers/{victim}", headers=ADMIN)
+        assert old.status_code == 503, old.text[:300]
+        new = client.get(
+            f"/v2.1/servers/{victim}", headers={**ADMIN, "OpenStack-API-Version": "compute 2.69"}
+        )
+        assert new.status_code == 200, new.text[:300]
+        assert new.json()["server"]["status"] == "UNKNOWN"
+        marked = client.get(f"/v2.1/servers?all_tenants=1&limit=5&marker={victim}", headers=ADMIN)
+        assert marked.status_code == 503, marked.text[:300]
+        assert "does not read as an instance" in marked.text
+    world.registry.close()

@@ -110,3 +110,34 @@ def test_the_listener_keeps_its_connection_with_heartbeats(
         with build_notifier(settings) as notifier:
             register_node(Operations(registry, notifier, publisher_id="elsewhere"), "cell1", "h1")
             assert cache.heard.wait(30), "the listener lost its connection"
+
+
+def test_the_listener_goes_on_after_a_node_event_whose_payload_is_another_class(
+    settings: Any, tmp_path: Path
+) -> None:
+    """An adversarial probe: a ``compute_node.update`` carrying a ``Selection`` (or any
+    other class) raised out of the cache's observe (it has no node uuid) and ended the
+    listener; every later change then waited out the cache's TTL (ten minutes)."""
+    from cellsight.notifications.envelope import Notification
+    from cellsight.notifications.objects import Selection
+
+    with listening(settings, tmp_path) as (registry, cache), build_notifier(settings) as notifier:
+        ops = Operations(registry, notifier, publisher_id="elsewhere")
+        node = register_node(ops, "cell1", "h1")
+        assert cache.heard.wait(30)
+        assert [d["offline"] for d in cache.get().documents] == [False]
+        cache.heard.clear()
+        odd = Selection.from_allocation(
+            compute_node_uuid=node.uuid,
+            service_host="h1",
+            nodename="h1",
+            cell_uuid=node.cell_uuid,
+            allocation=None,
+        )
+        notifier.publish(Notification.create("compute_node.update", "elsewhere", odd))
+        assert cache.heard.wait(30), "the listener stopped at the odd payload"
+        assert [d["offline"] for d in cache.get().documents] == [False]  # nothing dropped
+        cache.heard.clear()
+        set_node_state(ops, "cell1", "h1", offline=True)
+        assert cache.heard.wait(30), "the listener stopped at the odd payload"
+        assert [d["offline"] for d in cache.get().documents] == [True]

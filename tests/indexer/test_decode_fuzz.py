@@ -34,6 +34,7 @@ KNOWN_CODES = {
     "out_of_range",
     "too_large",
     "not_an_instance",
+    "not_a_node",
 }
 
 # Every field a producer writes, by where it sits in the wire form.
@@ -216,7 +217,12 @@ def test_uuids_read_alike_on_both_paths(text: str) -> None:
         assert isinstance(fast, Planned)
 
 
-def _node_body(**changes: Any) -> bytes:
+def _with_payload(event_type: str, payload: dict[str, Any]) -> bytes:
+    bare = {"event_type": event_type, "publisher_id": "x", "priority": "INFO", "payload": payload}
+    return novagen.body(bare)
+
+
+def _node_payload(**changes: Any) -> dict[str, Any]:
     from cellsight.notifications.objects import ComputeNodePayload
 
     node = ComputeNodePayload(
@@ -231,13 +237,11 @@ def _node_body(**changes: Any) -> bytes:
     )
     payload = node.to_primitive()
     payload["nova_object.data"].update(changes)
-    bare = {
-        "event_type": "compute_node.update",
-        "publisher_id": "cellsight",
-        "priority": "INFO",
-        "payload": payload,
-    }
-    return novagen.body(bare)
+    return payload
+
+
+def _node_body(**changes: Any) -> bytes:
+    return _with_payload("compute_node.update", _node_payload(**changes))
 
 
 @settings(max_examples=150, deadline=None)
@@ -268,3 +272,42 @@ def test_a_node_payload_takes_the_compiled_path() -> None:
     assert plan_fast(0, _node_body(memory_mb=-1)) is None  # declined: the reference decides
     outcomes, _ = plan([_node_body(memory_mb=-1)])
     assert outcomes[0] is not None and outcomes[0].reason_code == "malformed"
+
+
+def test_a_node_payload_without_its_revision_is_dead_lettered_on_both_paths() -> None:
+    """An adversarial probe: without ``revision`` a node's version came from its time
+    (micros << 10, near 1.8e18), above every revision a row reaches, so every later
+    update of that node was dropped as older and ``index verify`` called it ahead."""
+    wire = _node_payload()
+    del wire["nova_object.data"]["revision"]
+    raw = _with_payload("compute_node.update", wire)
+    assert plan_fast(0, raw) is None
+    (outcome,), planned = plan([raw])
+    assert not planned and outcome is not None
+    assert outcome.reason_code == "missing_field" and "revision" in (outcome.reason or "")
+
+
+def test_a_node_event_takes_a_node_payload_and_an_instance_event_an_instance_one() -> None:
+    """A node event with another class was acked and counted as ignored (no dead letter
+    to find it by), and a node's payload on an instance event was indexed as a node."""
+    from cellsight.notifications.objects import Selection
+
+    selection = Selection.from_allocation(
+        compute_node_uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        service_host="h1",
+        nodename="h1",
+        cell_uuid="3d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        allocation=None,
+    ).to_primitive()
+    node = _node_payload()
+    for event_type, payload, code in [
+        ("compute_node.update", selection, "not_a_node"),
+        ("instance.update", node, "not_an_instance"),
+    ]:
+        raw = _with_payload(event_type, payload)
+        (outcome,), planned = plan([raw])
+        assert not planned and outcome is not None, event_type
+        assert outcome.reason_code == code, outcome.reason
+        assert payload["nova_object.name"] in (outcome.reason or "")
+    (outcome,), planned = plan([_with_payload("compute_node.update", node)])
+    assert outcome is None and planned[0].op.resource == "node"
