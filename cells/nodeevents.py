@@ -30,7 +30,7 @@ from cellsight.cells.nodes import DuplicateHost, add_compute_node, node_uuid
 from cellsight.cells.rows import node_to_payload
 from cellsight.cells.schema import compute_nodes, utcnow
 from cellsight.notifications.envelope import Notification
-from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.objects import NODE_UPDATE, ComputeNodePayload
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellMapping
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NODE_UPDATE = "compute_node.update"
 # Actions that move resources between nodes or give them back.
 USAGE_ACTIONS = frozenset({"delete", "resize", "live_migration_post"})
 

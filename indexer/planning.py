@@ -33,13 +33,12 @@ from cellsight.notifications.envelope import EventType, decode
 from cellsight.notifications.errors import NotificationError, OutOfRange
 from cellsight.notifications.fastdecode import decode_fast
 from cellsight.notifications.limits import LONG_MAX, LONG_MIN
-from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.objects import NODE_OBJECT, ComputeNodePayload
 from cellsight.notifications.payloads import GenericPayload, InstancePayload
 
 log = logging.getLogger(__name__)
 
 INTERNAL = "internal"
-NODE_OBJECT = "compute_node"  # the object of Cellsight's node events (cells.nodeevents)
 _logged_internal: set[tuple[str, str]] = set()
 
 

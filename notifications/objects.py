@@ -12,6 +12,11 @@ from pydantic import Field
 
 from cellsight.notifications.base import Timestamp, UuidStr, VersionedObject
 
+# The object and event of Cellsight's node notifications (``cells.nodeevents`` emits
+# them; the indexer and the API's node cache read them).
+NODE_OBJECT = "compute_node"
+NODE_UPDATE = f"{NODE_OBJECT}.update"
+
 
 class ComputeNodePayload(VersionedObject):
     """A compute node's resources, as the node documents and the node state cache hold them."""

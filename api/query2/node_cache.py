@@ -36,7 +36,7 @@ from prometheus_client import Counter
 
 from cellsight.api.fanout import SkippedCell
 from cellsight.cells.mappings import CellMapping
-from cellsight.notifications.objects import ComputeNodePayload
+from cellsight.notifications.objects import NODE_UPDATE, ComputeNodePayload
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ INVALIDATIONS = Counter(
 )
 # Instance events that move load between nodes wholesale: drop everything.
 WHOLE_CACHE_EVENTS = ("live_migration", "evacuate", "resize_migrat", "resize_finish")
-NODE_EVENT = "compute_node.update"
+NODE_EVENT = NODE_UPDATE
 
 
 @dataclass(frozen=True)
