@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from cellsight.notifications.event_types import KNOWN_EVENT_TYPES
+
 REGISTRY = CollectorRegistry()
 
 CONSUMED = Counter("cellsight_indexer_consumed", "Messages consumed", registry=REGISTRY)
@@ -16,23 +18,25 @@ STALE = Counter(
 )
 IGNORED = Counter(
     "cellsight_indexer_ignored",
-    "Events with no document (e.g. service.update); past the first "
-    "IGNORED_EVENT_TYPES event types, as 'other'",
+    "Events with no document (e.g. service.update), by event type: Nova's own always, "
+    "others past the first IGNORED_EVENT_TYPES as 'other'",
     ["event_type"],
     registry=REGISTRY,
 )
 # The event type is the publisher's text: a label per value would let any publisher grow
 # the process and its /metrics page without end (an adversarial probe: 20,000 made-up
-# event types, 12 MB of /metrics). Nova sends about a hundred.
+# event types, 12 MB of /metrics). Nova's documented ones (about 130) always keep their
+# label, so made-up ones arriving first cannot push them into "other".
 IGNORED_EVENT_TYPES = 256
 OTHER = "other"
 _ignored_labels: set[str] = set()
 
 
 def ignored_label(event_type: str) -> str:
-    """``event_type`` while fewer than ``IGNORED_EVENT_TYPES`` have been seen, else
-    ``OTHER`` (a racing thread may add one or two past the cap: bounded all the same)."""
-    if event_type in _ignored_labels:
+    """``event_type`` if Nova or Cellsight sends it, or while fewer than
+    ``IGNORED_EVENT_TYPES`` others have been seen; else ``OTHER`` (a racing thread may add
+    one or two past the cap: bounded all the same)."""
+    if event_type in KNOWN_EVENT_TYPES or event_type in _ignored_labels:
         return event_type
     if len(_ignored_labels) >= IGNORED_EVENT_TYPES:
         return OTHER

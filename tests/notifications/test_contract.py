@@ -18,6 +18,7 @@ from cellsight.notifications.errors import (
     OutOfRange,
     UnknownMajorVersion,
 )
+from cellsight.notifications.event_types import KNOWN_EVENT_TYPES, NOVA_EVENT_TYPES
 from cellsight.notifications.objects import ComputeNodePayload, SchedulerLimits, Selection
 from cellsight.notifications.payloads import (
     FlavorPayload,
@@ -48,6 +49,22 @@ def data_of(notification: dict[str, Any]) -> dict[str, Any]:
 
 def wrap(notification: dict[str, Any]) -> dict[str, Any]:
     return {"oslo.version": "2.0", "oslo.message": json.dumps(notification)}
+
+
+def test_nova_samples_name_only_event_types_the_contract_lists(
+    nova_sample_paths: list[Path],
+) -> None:
+    """Conformance: the indexer's metrics always keep a label for Nova's event types, so
+    the list must hold every one Nova's samples carry."""
+    event_types = {json.loads(p.read_text())["event_type"] for p in nova_sample_paths}
+    assert event_types and event_types <= NOVA_EVENT_TYPES, event_types - NOVA_EVENT_TYPES
+
+
+def test_the_generated_samples_name_only_event_types_the_contract_lists(
+    sample_paths: list[Path],
+) -> None:
+    event_types = {json.loads(p.read_text())["event_type"] for p in sample_paths}
+    assert event_types and event_types <= KNOWN_EVENT_TYPES, event_types - KNOWN_EVENT_TYPES
 
 
 # Round trips ------------------------------------------------------------------------
