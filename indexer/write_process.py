@@ -66,6 +66,7 @@ STARTUP_TIMEOUT = 60.0  # seconds for the child to import and build its engine
 # looks at most this often (a batch takes tens of milliseconds to write).
 PUMP_EVERY = 0.001  # seconds
 ALIVE_EVERY = 1.0  # seconds between an idle consumer's checks that the child lives
+CLOSE_GRACE = 10.0  # seconds a closing child has to finish its write before SIGKILL
 
 
 class PumpThrottle:
@@ -170,6 +171,7 @@ class WriteProcess(Ordered):
             kind, *rest = self._recv()
             if kind == "retry":
                 metrics.RETRIES.inc()
+                metrics.ENGINE_UP.set(0)  # until a batch is settled again
             elif rest[0] <= self._forgotten:
                 continue
             elif kind == "done":
@@ -254,8 +256,16 @@ class WriteProcess(Ordered):
         self._abort.value = True
         with contextlib.suppress(OSError):
             self._conn.send_bytes(pack(("stop",)))
-        self._proc.join(10.0)
+        self._proc.join(CLOSE_GRACE)
         if self._proc.is_alive():
-            self._proc.terminate()
+            # The child ignores SIGTERM (signals are the parent's business), and a
+            # stopped or wedged one never reads "stop": only SIGKILL ends it, and what it
+            # held is unacked, so the broker redelivers it. Without this, a SIGSTOPped
+            # writer held the indexer's shutdown (and multiprocessing's join at exit)
+            # forever.
+            log.warning(
+                "writer process %s did not stop within %.0fs; killing it", self.pid, CLOSE_GRACE
+            )
+            self._proc.kill()
             self._proc.join(5.0)
         self._conn.close()

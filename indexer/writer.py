@@ -158,6 +158,8 @@ class BatchWriter:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     self.on_retry()
+                    if self.record_metrics:
+                        metrics.ENGINE_UP.set(0)  # until this write goes through
                 fn()
         if self.record_metrics:
             metrics.ENGINE_UP.set(1)

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import socket
 import threading
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,6 +22,7 @@ import typer
 from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
 from cellsight.cli.context import console, fail, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
+from cellsight.cli.interrupts import terminate_as_interrupt
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellRegistry
@@ -212,10 +211,10 @@ def _run(
     stack.callback(stop_live)
     _banner(settings.api_host, bound, metrics_port, interval)
     # SIGTERM (a service manager, `timeout`) stops it as cleanly as Ctrl-C does.
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while web.is_alive() and worker.is_alive():
-            web.join(0.5)
+        with terminate_as_interrupt():
+            while web.is_alive() and worker.is_alive():
+                web.join(0.5)
     except KeyboardInterrupt:
         console.print("stopping")
 
@@ -288,10 +287,6 @@ def _banner(host: str, port: int, metrics_port: int, interval: float) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
 
 
 def _show(port: int) -> None:

@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from multiprocessing.connection import wait as mp_wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -90,6 +91,9 @@ def consume(
     try:
         for resource in ("instance", "node"):
             engine.ensure_ready(resource)
+        from cellsight.indexer import metrics
+
+        metrics.ENGINE_UP.set(1)  # it answered; a write that must be retried sets 0
         if settings.verify_interval and worker == 0:
             from cellsight.cells.mappings import CellRegistry
             from cellsight.indexer.antientropy import start_periodic_verify
@@ -229,7 +233,9 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
                 if proc.is_alive() and proc.pid is not None:
                     proc.terminate()  # SIGTERM: the worker flushes, acks and exits
             forwarded = True
-        stopping.wait(JOIN_POLL)
+        # Until a worker exits or a signal's handler has run (not ``stopping.wait``: once
+        # set, it returned at once and this loop spun a core while the workers flushed).
+        mp_wait([p.sentinel for p in procs if p.exitcode is None], JOIN_POLL)
         for proc in procs:
             proc.join(0)
     codes = [p.exitcode for p in procs]

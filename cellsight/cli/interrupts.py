@@ -3,9 +3,49 @@
 from __future__ import annotations
 
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+# Where an exception raised by a signal handler can break a lock: in the methods of
+# ``threading.Condition`` between taking and giving back its lock, outside the ``with``
+# that would undo it. ``Condition.wait`` takes its lock back in a ``finally``
+# (``_acquire_restore``); a signal that interrupts that acquire raises out of it, and the
+# ``with`` around the wait then releases a lock this thread does not hold
+# ("RuntimeError: release unlocked lock", here or in the thread that held it): seen as an
+# ``index verify`` stopped by SIGTERM just as it started a thread (``Thread.start``
+# waits on such a condition). One raised in ``__enter__`` after its acquire leaves the
+# lock held for good.
+_UNSAFE = frozenset(
+    getattr(threading.Condition, name).__code__
+    for name in (
+        "__enter__", "__exit__", "wait", "notify", "notify_all",
+        "_release_save", "_acquire_restore", "_is_owned",
+    )
+)  # fmt: skip
+RETRY_AFTER = 0.001  # seconds: the lock's holder gives it back within microseconds
+# A wait blocks in ``Condition.wait`` where an interrupt is safe (before the lock is
+# taken back), and may block there for minutes: past this, the interrupt is raised
+# wherever it lands rather than put off again.
+PUT_OFF_AT_MOST = 0.1  # seconds
+_put_off_since: list[float] = []
+
+
+def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """A signal handler that raises ``KeyboardInterrupt``, except inside a lock's
+    critical few instructions: there it sends itself again (``SIGALRM``) a millisecond
+    later, for at most ``PUT_OFF_AT_MOST``."""
+    now = time.monotonic()
+    if frame is not None and frame.f_code in _UNSAFE:
+        if not _put_off_since:
+            _put_off_since.append(now)
+        if now - _put_off_since[0] < PUT_OFF_AT_MOST:
+            signal.setitimer(signal.ITIMER_REAL, RETRY_AFTER)
+            return
+    _put_off_since.clear()
+    raise KeyboardInterrupt
 
 
 @contextmanager
@@ -13,13 +53,15 @@ def terminate_as_interrupt() -> Iterator[None]:
     """Within the block SIGTERM raises KeyboardInterrupt: a service manager's or
     ``timeout``'s stop cleans up as Ctrl-C does. A seed undoes what it made (it was
     killed with its cells registered half-loaded); a sync's half-built index goes and
-    the aliases come back; a verify stops its cells and releases its lock."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    the aliases come back; a verify stops its cells and releases its lock. Ctrl-C
+    takes the same handler, which never raises where a lock would be left broken."""
+    signals = [signal.SIGTERM, signal.SIGALRM]  # SIGALRM: an interrupt put off, again
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signals.append(signal.SIGINT)  # not where it is ignored (started in the background)
+    previous = {signum: signal.signal(signum, raise_interrupt) for signum in signals}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -160,6 +160,10 @@ def _retries() -> float:
     return REGISTRY.get_sample_value("cellsight_indexer_retries_total") or 0.0
 
 
+def _engine_up() -> float | None:
+    return REGISTRY.get_sample_value("cellsight_indexer_engine_up")
+
+
 # Enough failed attempts that the writer's backoff reaches its cap (2 s here) at least once.
 OUTAGE_RETRIES = 6
 
@@ -193,12 +197,15 @@ def test_engine_outage_acks_nothing_then_drains(
         )
         assert consumer.acked == acked_at_outage, "acked while the engine was down"
         assert publisher.count > sent_at_outage  # the stream kept flowing meanwhile
+        # A probe: the gauge said 1 through a whole outage (nothing ever set it to 0).
+        assert _engine_up() == 0
         os.kill(server.pid, signal.SIGCONT)
         producer.stop.set()
         producer.join(30)
         wait_for(lambda: consumer.acked >= publisher.count, timeout=90, what="backlog drained")
     assert producer.error is None
     assert consumer.totals["dead"] == 0
+    assert _engine_up() == 1
     assert index_differences(registry, engine) == {}
     engine.close()
     registry.close()

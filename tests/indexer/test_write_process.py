@@ -206,6 +206,28 @@ def test_the_child_stops_when_its_parent_pipe_closes(tmp_path: Path) -> None:
     engine.close()
 
 
+def test_a_stopped_writer_process_is_killed_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe: SIGTERM to an indexer whose writer process was SIGSTOPped (or wedged)
+    waited forever: the child ignores SIGTERM, which was all ``close`` sent it."""
+    from cellsight.indexer import write_process
+
+    monkeypatch.setattr(write_process, "CLOSE_GRACE", 0.5)
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    pipeline = WriteProcess(reopened(engine), 1, BatchWriter(engine))
+    proc = pipeline._proc
+    assert proc.pid is not None
+    os.kill(proc.pid, signal.SIGSTOP)
+    closing = threading.Thread(target=pipeline.close, daemon=True)
+    closing.start()
+    closing.join(30)
+    assert not closing.is_alive(), "close waited on a stopped writer process"
+    assert not proc.is_alive() and proc.exitcode == -signal.SIGKILL
+    engine.close()
+
+
 class Flag:
     value = False
 

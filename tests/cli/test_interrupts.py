@@ -1,0 +1,70 @@
+"""SIGTERM and Ctrl-C as ``KeyboardInterrupt`` without breaking a lock on the way."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from cellsight.cli.interrupts import terminate_as_interrupt
+
+
+def test_a_signal_while_a_wait_takes_its_lock_back_breaks_no_lock() -> None:
+    """A probe's run: ``index verify`` stopped by SIGTERM ended with "internal error:
+    RuntimeError: release unlocked lock" instead of exit 130. The signal had interrupted
+    ``Condition.wait`` taking its lock back; the exception raised there made the wait's
+    ``with`` release a lock the main thread did not hold. Here the lock is held by a
+    thread that has just set the event, and the signal is sent to the main thread while
+    it waits for that lock, every round."""
+    rounds = 20
+    interrupted = 0
+    broken: list[BaseException] = []
+    with terminate_as_interrupt():
+        for _ in range(rounds):
+            event = threading.Event()
+
+            def setter(event: threading.Event = event) -> None:
+                condition = event._cond  # type: ignore[attr-defined]
+                while not condition._waiters:  # the main thread is waiting
+                    time.sleep(0.0005)
+                try:
+                    with condition:  # Event.set, holding the lock a little longer
+                        event._flag = True  # type: ignore[attr-defined]
+                        condition.notify_all()
+                        time.sleep(0.005)  # the main thread now waits for the lock
+                        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+                        time.sleep(0.005)
+                except RuntimeError as exc:
+                    broken.append(exc)
+
+            thread = threading.Thread(target=setter)
+            thread.start()
+            try:
+                event.wait(10)
+                time.sleep(0.01)  # the interrupt, if it was put off, comes by now
+            except KeyboardInterrupt:
+                interrupted += 1
+            thread.join(10)
+            assert not event._cond._lock.locked()  # type: ignore[attr-defined]
+    assert not broken, broken[0]
+    assert interrupted == rounds
+
+
+def test_a_long_wait_is_still_interrupted_at_once() -> None:
+    """Put off only inside a lock's few instructions: a wait that blocks for good (a
+    verify's cells) takes the interrupt within ``PUT_OFF_AT_MOST``."""
+    main = threading.main_thread().ident or 0
+    sender = threading.Timer(0.2, signal.pthread_kill, (main, signal.SIGTERM))
+    before = signal.getsignal(signal.SIGTERM)
+    with terminate_as_interrupt():
+        sender.start()
+        started = time.monotonic()
+        try:
+            threading.Event().wait(30)
+        except KeyboardInterrupt:
+            waited = time.monotonic() - started
+        else:
+            raise AssertionError("the wait was not interrupted")
+    sender.join()
+    assert waited < 5, waited
+    assert signal.getsignal(signal.SIGTERM) is before  # put back
