@@ -29,13 +29,12 @@ import json
 import logging
 import os
 import socket
-import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -46,9 +45,6 @@ from cellsight.notifications.envelope import Notification, decode
 from cellsight.notifications.errors import NotificationError, PublishError
 from cellsight.notifications.notifier import stamped
 from cellsight.notifications.publisher import Publisher
-
-if TYPE_CHECKING:
-    from cellsight.cells.mappings import CellRegistry
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +132,14 @@ def undelivered(error: str, notifications: Sequence[Notification]) -> str:
     )
 
 
+def said(exc: BaseException) -> str:
+    """One line of a cell's failure: a named error's message, or the driver's own line
+    (without SQLAlchemy's statement and link)."""
+    if isinstance(exc, CellsError):
+        return exc.message
+    return first_line(getattr(exc, "orig", None) or exc)[:300]
+
+
 @dataclass
 class RelayReport:
     published: int = 0
@@ -145,6 +149,9 @@ class RelayReport:
     error: str | None = None
     seconds: float = 0.0
     batches: list[int] = field(default_factory=list)
+    # Published, then not deleted (a full disk, a lost connection): the next pass
+    # publishes them again, so the periodic relay backs off this cell.
+    unremoved: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -231,10 +238,18 @@ class Outbox:
                     report.error = undelivered(str(exc), notifications)
                     break
                 last = len(rows) < self.batch
-                with write_transaction(engine) as conn:
-                    conn.execute(outbox.delete().where(outbox.c.id.in_([r.id for r in rows])))
-                    # One transaction for the delete and the lease: fewer commits per op.
-                    kept = self._update_lease(conn, release=last)
+                try:
+                    with write_transaction(engine) as conn:
+                        conn.execute(outbox.delete().where(outbox.c.id.in_([r.id for r in rows])))
+                        # One transaction for the delete and the lease: fewer commits per op.
+                        kept = self._update_lease(conn, release=last)
+                except (CellsError, sa.exc.SQLAlchemyError) as exc:
+                    report.unremoved = len(rows)
+                    report.error = (
+                        f"{len(rows)} notifications published but not removed from the outbox "
+                        f"(they go again with a later pass): {said(exc)}"
+                    )
+                    break
                 report.published += len(rows)
                 report.batches.append(len(rows))
                 if last:
@@ -317,53 +332,3 @@ class Outbox:
             .where(outbox_lease.c.name == LEASE_NAME)
             .values(holder=holder, expires_at=expires_at)
         )
-
-
-def relay_cells(
-    registry: CellRegistry, relay: Outbox, cells: Iterable[str] | None = None
-) -> dict[str, RelayReport]:
-    """One relay pass over the named cells (default: every cell), keyed by cell name.
-
-    A cell that cannot be reached gets a report with its error; the others go on.
-    """
-    chosen = [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
-    reports: dict[str, RelayReport] = {}
-    for cell in chosen:
-        try:
-            engine = registry.cell_engine(cell)
-            ensure_tables(engine)
-            reports[cell.name] = relay.relay(engine)
-        except CellsError as exc:
-            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {exc.message}")
-        except sa.exc.SQLAlchemyError as exc:
-            # The driver's own line, without SQLAlchemy's statement and link.
-            line = first_line(getattr(exc, "orig", None) or exc)
-            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {line[:300]}")
-    return reports
-
-
-def start_periodic_relay(
-    registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
-) -> threading.Thread:
-    """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set."""
-    # Refused here, in the caller's thread: past TIMEOUT_MAX (or inf, nan) the first
-    # ``stop.wait`` raised inside the thread, which died while the caller waited for ever.
-    if not 0 < interval <= threading.TIMEOUT_MAX:
-        raise ValueError(f"relay interval {interval!r} s: not in (0, {threading.TIMEOUT_MAX:g}]")
-
-    def loop() -> None:
-        while not stop.wait(interval):
-            try:
-                for name, report in relay_cells(registry, relay).items():
-                    if report.error:
-                        # Its notifications wait in the outbox: the operator should know.
-                        log.warning("outbox relay %s: %s", name, report.error)
-                    elif report.published:
-                        log.info("outbox relay %s: %s", name, report.as_dict())
-            except Exception:
-                # The relay is a safety net beside the indexer: log and try next time.
-                log.exception("outbox relay pass failed")
-
-    thread = threading.Thread(target=loop, name="outbox-relay", daemon=True)
-    thread.start()
-    return thread

@@ -31,7 +31,8 @@ def relay_beside_indexer(settings: Settings, bus: Bus, stop: threading.Event) ->
     if not settings.outbox_relay_interval:
         return None
     from cellsight.cells.mappings import CellRegistry
-    from cellsight.cells.outbox import Outbox, start_periodic_relay
+    from cellsight.cells.outbox import Outbox
+    from cellsight.cells.relay_loop import start_periodic_relay
     from cellsight.clients import build_notifier
 
     notifier = build_notifier(settings, bus=bus)
@@ -72,7 +73,8 @@ def relay(
     With ``--every`` it keeps relaying (a failed pass is logged and retried) and exits 0
     on SIGTERM/SIGINT.
     """
-    from cellsight.cells.outbox import Outbox, relay_cells
+    from cellsight.cells.outbox import Outbox
+    from cellsight.cells.relay_loop import relay_cells
     from cellsight.clients import build_notifier
 
     settings = settings_of(ctx)
@@ -113,7 +115,8 @@ def relay(
 
 
 def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None:
-    from cellsight.cells.outbox import Outbox, start_periodic_relay
+    from cellsight.cells.outbox import Outbox
+    from cellsight.cells.relay_loop import start_periodic_relay
     from cellsight.clients import build_notifier
 
     stop = threading.Event()

@@ -18,7 +18,8 @@ from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodes import add_compute_node
 from cellsight.cells.operations import Operations
-from cellsight.cells.outbox import Outbox, relay_cells
+from cellsight.cells.outbox import Outbox
+from cellsight.cells.relay_loop import relay_cells
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.index_roles import marker_key
 from cellsight.indexer.writer import BatchWriter

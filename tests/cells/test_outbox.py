@@ -19,7 +19,8 @@ from cellsight.cells.database import connect
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.operations import Operations
-from cellsight.cells.outbox import Outbox, relay_cells, start_periodic_relay
+from cellsight.cells.outbox import Outbox
+from cellsight.cells.relay_loop import BACKOFF_MAX, CellBackoff, relay_cells, start_periodic_relay
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.notifier import Notifier
 from tests.support.publishers import CollectingPublisher, FailingPublisher
@@ -305,3 +306,84 @@ def test_the_periodic_relay_refuses_an_interval_no_wait_can_take(
     with pytest.raises(ValueError, match="relay interval"):
         start_periodic_relay(registry, Outbox(CollectingPublisher()), interval, stop)
     assert "outbox-relay" not in {t.name for t in threading.enumerate()} - before
+
+
+def _refuse_deletes(registry: CellRegistry, cell: CellMapping, dialect: str) -> None:
+    """The outbox's deletes fail as on a full disk, after the publish went out."""
+    statements = {
+        "sqlite": [
+            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox "
+            "BEGIN SELECT RAISE(ABORT, 'disk full stand-in'); END"
+        ],
+        "postgresql": [
+            "CREATE FUNCTION full_disk() RETURNS trigger AS "
+            "$$ BEGIN RAISE EXCEPTION 'disk full stand-in'; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox "
+            "FOR EACH ROW EXECUTE FUNCTION full_disk()",
+        ],
+        "mariadb": [
+            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox FOR EACH ROW "
+            "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'disk full stand-in'"
+        ],
+    }[dialect]
+    with registry.cell_engine(cell).begin() as conn:
+        for statement in statements:
+            conn.exec_driver_sql(statement)
+
+
+class TimedPublisher(CollectingPublisher):
+    def __init__(self) -> None:
+        super().__init__()
+        self.times: list[float] = []
+
+    def publish_many(self, notifications: Sequence[Notification]) -> None:
+        self.times.append(time.monotonic())
+        super().publish_many(notifications)
+
+
+def test_a_batch_published_and_not_deleted_is_reported_and_its_cell_backed_off(
+    registry: CellRegistry, cell: CellMapping, dialect: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe: with a cell's disk full, the periodic relay published the same batch again
+    at every pass (the bus grew by a hundred messages a pass, the outbox not at all)."""
+    boot(Operations(registry, FailingPublisher()))
+    _refuse_deletes(registry, cell, dialect)
+    report = Outbox(CollectingPublisher()).relay(registry.cell_engine(cell))
+    assert report.unremoved == BOOT_EVENTS and report.left == BOOT_EVENTS
+    assert report.error is not None and "published but not removed" in report.error
+    assert "disk full stand-in" in report.error and "DELETE" not in report.error
+    up = TimedPublisher()
+    stop = threading.Event()
+    with caplog.at_level(logging.WARNING, logger="cellsight.cells.relay_loop"):
+        thread = start_periodic_relay(registry, Outbox(up), 0.05, stop)
+        try:
+            deadline = time.monotonic() + 30
+            while len(up.times) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            thread.join(10)
+    assert len(up.times) >= 4
+    # Each pass at the cell waits twice as long as the last: 0.1, 0.2, 0.4 s (every
+    # 0.05 s without the backoff).
+    gaps = [b - a for a, b in zip(up.times, up.times[1:], strict=False)]
+    assert all(gap >= 0.05 * 2 ** (i + 1) - 0.01 for i, gap in enumerate(gaps[:3])), gaps
+    assert "next pass at this cell in 0.1 s" in caplog.text
+    assert waiting(registry, cell) == BOOT_EVENTS  # nothing lost meanwhile
+
+
+def test_the_relay_backoff_doubles_to_its_cap_and_forgets_a_cell_that_recovers() -> None:
+    now = [1000.0]
+    backoff = CellBackoff(2.0, clock=lambda: now[0])
+    assert backoff.due(["a", "b"]) == ["a", "b"]
+    waits = []
+    for _ in range(10):
+        backoff.record("a", failed=True)
+        waits.append(backoff._next["a"] - now[0])
+    assert waits[:4] == [4.0, 8.0, 16.0, 32.0] and waits[-1] == BACKOFF_MAX
+    assert backoff.due(["a", "b"]) == ["b"]
+    now[0] += BACKOFF_MAX
+    assert backoff.due(["a", "b"]) == ["a", "b"]
+    backoff.record("a", failed=False)
+    backoff.record("a", failed=True)
+    assert backoff._next["a"] - now[0] == 4.0  # started afresh

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cellsight.cells import outbox
+from cellsight.cells import outbox, relay_loop
 from cellsight.cells.database import connect
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellRegistry
@@ -193,8 +193,8 @@ def test_a_periodic_relay_warns_in_one_line_of_a_cell_it_cannot_read(
     (tmp_path / "cell1.db").write_bytes(b"not a database, " * 64)
     registry = CellRegistry.from_settings(settings)
     stop = threading.Event()
-    with caplog.at_level(logging.WARNING, logger="cellsight.cells.outbox"):
-        thread = outbox.start_periodic_relay(
+    with caplog.at_level(logging.WARNING, logger="cellsight.cells.relay_loop"):
+        thread = relay_loop.start_periodic_relay(
             registry, outbox.Outbox(FailingPublisher()), 0.01, stop
         )
         wait_for(lambda: "outbox relay cell1" in caplog.text, what="the relay's warning")

@@ -1,0 +1,96 @@
+"""The periodic relay: every cell's outbox, pass after pass, beside the indexer or as
+``cellsight outbox relay --every``; a cell that cannot take its deletes is backed off."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import sqlalchemy as sa
+
+from cellsight.cells.errors import CellsError
+from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.outbox import Outbox, RelayReport, ensure_tables, said
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MAX = 300.0  # seconds between passes at a cell whose deletes keep failing
+
+
+def relay_cells(
+    registry: CellRegistry, relay: Outbox, cells: Iterable[str] | None = None
+) -> dict[str, RelayReport]:
+    """One relay pass over the named cells (default: every cell), keyed by cell name.
+
+    A cell that cannot be reached gets a report with its error; the others go on.
+    """
+    chosen = [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
+    reports: dict[str, RelayReport] = {}
+    for cell in chosen:
+        try:
+            engine = registry.cell_engine(cell)
+            ensure_tables(engine)
+            reports[cell.name] = relay.relay(engine)
+        except (CellsError, sa.exc.SQLAlchemyError) as exc:
+            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {said(exc)}")
+    return reports
+
+
+def start_periodic_relay(
+    registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
+) -> threading.Thread:
+    """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set."""
+    # Refused here, in the caller's thread: past TIMEOUT_MAX (or inf, nan) the first
+    # ``stop.wait`` raised inside the thread, which died while the caller waited for ever.
+    if not 0 < interval <= threading.TIMEOUT_MAX:
+        raise ValueError(f"relay interval {interval!r} s: not in (0, {threading.TIMEOUT_MAX:g}]")
+
+    backoff = CellBackoff(interval)
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            try:
+                names = [c.name for c in registry.list_cells()]
+                for name, report in relay_cells(registry, relay, backoff.due(names)).items():
+                    if report.error:
+                        # Its notifications wait in the outbox: the operator should know.
+                        log.warning("outbox relay %s: %s", name, report.error)
+                    elif report.published:
+                        log.info("outbox relay %s: %s", name, report.as_dict())
+                    backoff.record(name, failed=report.unremoved > 0)
+            except Exception:
+                # The relay is a safety net beside the indexer: log and try next time.
+                log.exception("outbox relay pass failed")
+
+    thread = threading.Thread(target=loop, name="outbox-relay", daemon=True)
+    thread.start()
+    return thread
+
+
+class CellBackoff:
+    """Which cells a periodic relay visits: after a pass that published a batch and
+    could not delete it (a cell's full disk), every pass would publish it again, about a
+    hundred duplicates each ``interval``; such a cell waits twice as long after each such
+    pass, up to ``BACKOFF_MAX``, and is visited every pass again once one succeeds."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self._failures: dict[str, int] = {}
+        self._next: dict[str, float] = {}
+
+    def due(self, names: Sequence[str]) -> list[str]:
+        now = self.clock()
+        return [n for n in names if self._next.get(n, now) <= now]
+
+    def record(self, name: str, *, failed: bool) -> None:
+        if not failed:
+            self._failures.pop(name, None)
+            self._next.pop(name, None)
+            return
+        n = self._failures[name] = self._failures.get(name, 0) + 1
+        wait = min(self.interval * 2**n, max(BACKOFF_MAX, self.interval))
+        self._next[name] = self.clock() + wait
+        log.warning("outbox relay %s: next pass at this cell in %.3g s", name, wait)
