@@ -69,23 +69,36 @@ class Made:
 
     def _undo(self, registry: CellRegistry) -> None:
         uuids = [c.uuid for c in self.cells]
+        kept: set[str] = set()  # the URLs of cells still registered: their data stays
         if uuids:
-            with (
-                _logged("unregister the seeded cells"),
-                write_transaction(registry.api_engine) as conn,
-            ):
-                m = instance_mappings.c
-                conn.execute(instance_mappings.delete().where(m.cell_uuid.in_(uuids)))
-                conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid.in_(uuids)))
+            try:
+                with write_transaction(registry.api_engine) as conn:
+                    m = instance_mappings.c
+                    conn.execute(instance_mappings.delete().where(m.cell_uuid.in_(uuids)))
+                    conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid.in_(uuids)))
+            except Exception as exc:
+                # Registered cells without their databases fail every sync and verify
+                # (a probe: a seed that filled the disk removed cell3.db and left cell3).
+                names = ", ".join(c.name for c in self.cells)
+                log.warning(
+                    "seed clean-up: could not unregister the seeded cells (%s): %s; their "
+                    "databases are kept: `cellsight cells disable` and `cells remove` each",
+                    names,
+                    exc,
+                )
+                kept = {c.database_url for c in self.cells}
         registry.engines.dispose()  # no pooled connection holds a file being removed
         registered = {c.database_url for c in self.cells}
         for url in self.schemas:
-            if parse_url(url).render_as_string(hide_password=False) not in registered:
-                continue  # its cell is not this run's: nor, maybe, are its tables
+            if parse_url(url).render_as_string(hide_password=False) not in registered - kept:
+                continue  # its cell is not this run's (nor, maybe, its tables), or stays
             with _logged(f"drop the tables the seed created in {safe_url(url)}"):
                 cell_metadata.drop_all(registry.engines.get(url))
         registry.engines.dispose()
+        keep_files = {sqlite_file(parse_url(url)) for url in kept}
         for path in self.files:
+            if path in keep_files:
+                continue
             for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
                 with _logged(f"remove {leftover}"):
                     leftover.unlink(missing_ok=True)

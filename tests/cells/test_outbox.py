@@ -24,6 +24,7 @@ from cellsight.cells.relay_loop import BACKOFF_MAX, CellBackoff, relay_cells, st
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.notifier import Notifier
 from tests.support.publishers import CollectingPublisher, FailingPublisher
+from tests.support.refusals import MESSAGE, refuse_deletes
 
 
 def waiting(registry: CellRegistry, cell: CellMapping) -> int:
@@ -308,29 +309,6 @@ def test_the_periodic_relay_refuses_an_interval_no_wait_can_take(
     assert "outbox-relay" not in {t.name for t in threading.enumerate()} - before
 
 
-def _refuse_deletes(registry: CellRegistry, cell: CellMapping, dialect: str) -> None:
-    """The outbox's deletes fail as on a full disk, after the publish went out."""
-    statements = {
-        "sqlite": [
-            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox "
-            "BEGIN SELECT RAISE(ABORT, 'disk full stand-in'); END"
-        ],
-        "postgresql": [
-            "CREATE FUNCTION full_disk() RETURNS trigger AS "
-            "$$ BEGIN RAISE EXCEPTION 'disk full stand-in'; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox "
-            "FOR EACH ROW EXECUTE FUNCTION full_disk()",
-        ],
-        "mariadb": [
-            "CREATE TRIGGER full_disk BEFORE DELETE ON outbox FOR EACH ROW "
-            "SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'disk full stand-in'"
-        ],
-    }[dialect]
-    with registry.cell_engine(cell).begin() as conn:
-        for statement in statements:
-            conn.exec_driver_sql(statement)
-
-
 class TimedPublisher(CollectingPublisher):
     def __init__(self) -> None:
         super().__init__()
@@ -347,11 +325,11 @@ def test_a_batch_published_and_not_deleted_is_reported_and_its_cell_backed_off(
     """A probe: with a cell's disk full, the periodic relay published the same batch again
     at every pass (the bus grew by a hundred messages a pass, the outbox not at all)."""
     boot(Operations(registry, FailingPublisher()))
-    _refuse_deletes(registry, cell, dialect)
+    refuse_deletes(registry.cell_engine(cell), "outbox", dialect)
     report = Outbox(CollectingPublisher()).relay(registry.cell_engine(cell))
     assert report.unremoved == BOOT_EVENTS and report.left == BOOT_EVENTS
     assert report.error is not None and "published but not removed" in report.error
-    assert "disk full stand-in" in report.error and "DELETE" not in report.error
+    assert MESSAGE in report.error and "DELETE" not in report.error
     up = TimedPublisher()
     stop = threading.Event()
     with caplog.at_level(logging.WARNING, logger="cellsight.cells.relay_loop"):

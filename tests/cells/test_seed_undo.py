@@ -19,6 +19,7 @@ from cellsight.cells.errors import BadDatabaseURL, DatabaseUnavailable
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.seed import seed
 from tests.support.cell_contract import NOW
+from tests.support.refusals import allow_deletes, refuse_deletes
 from tests.support.services import DatabaseFactory
 
 
@@ -153,3 +154,27 @@ def test_a_second_ctrl_c_during_the_undo_waits_until_it_is_done(
         )  # fmt: skip
     assert interrupted == [1, 2]
     made_nothing(registry, urls, dialect)
+
+
+def test_a_seed_that_cannot_unregister_its_cells_keeps_their_databases(
+    registry: CellRegistry,
+    make_database: DatabaseFactory,
+    dialect: str,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A probe: a seed that filled the disk could not unregister its cell and removed the
+    cell's SQLite file all the same; every sync and verify then failed on the cell."""
+    urls = [make_database(dialect), make_database(dialect)]
+    refuse_deletes(registry.api_engine, "cell_mappings", dialect)
+    with pytest.raises(KeyboardInterrupt):
+        seed(
+            registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
+            chunk_size=20, now=NOW, workers=1, progress=interrupt_after(2),
+        )  # fmt: skip
+    assert "could not unregister the seeded cells" in caplog.text
+    cells = registry.list_cells()
+    assert len(cells) == 2
+    for cell in cells:  # registered, so readable: its database and tables are there
+        assert "instances" in tables_of(cell.database_url)
+    allow_deletes(registry.api_engine, "cell_mappings", dialect)
