@@ -35,6 +35,10 @@ class _StdoutConsole(Console):
 
 console = _StdoutConsole()
 err_console = Console(stderr=True)
+# Into a pipe or a journal, a status line stays one line (Rich wraps at 80 columns there:
+# one message became three journald entries); on a terminal it wraps at its width.
+for _console in (console, err_console):
+    _console.soft_wrap = not _console.is_terminal
 
 
 @dataclass

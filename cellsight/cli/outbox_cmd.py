@@ -134,7 +134,10 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
             worker.join(timeout=settings.publish_timeout + every)
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # Once stopping, a second signal has nothing more to say: put back, the
+            # default action ended a clean stop with 143 (a probe, 3 runs in 3).
+            signal.signal(sig, signal.SIG_IGN if stop.is_set() else handler)
+    console.print("outbox relay stopped", highlight=False)
 
 
 @app.command("status")

@@ -122,3 +122,19 @@ def test_search_client_warnings_only_with_verbose_or_debug(tmp_path: Path, osmem
         told = cellsight(tmp_path / "d", flag, "index", "status", env=env)
         assert told.returncode == 0, told.stderr
         assert "WARNING opensearch GET" in told.stderr and "status:404" in told.stderr
+
+
+def test_a_status_line_into_a_pipe_stays_one_line() -> None:
+    """A probe: under a service manager (stdout a pipe) Rich wrapped the indexer's status
+    line at 80 columns, and one message became three journal entries."""
+    line = "indexer[0]: opensearch engine, queue " + "q" * 120 + " on amqp://127.0.0.1:5672//"
+    code = (
+        "from cellsight.cli.context import console, err_console\n"
+        f"console.print({line!r}, highlight=False)\n"
+        f"err_console.print({line!r}, highlight=False)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout == line + "\n"
+    assert done.stderr == line + "\n"

@@ -172,6 +172,15 @@ def test_relay_every_keeps_running_until_sigterm(tmp_path: Path) -> None:
         wait_for(lambda: waiting() == 0, 60, "a later pass")
         assert relay.poll() is None
         relay.send_signal(signal.SIGTERM)
+        # A second SIGTERM while it stops (a service manager's, an impatient operator's)
+        # ended a clean stop with 143: the handlers were put back before the exit.
+        assert relay.stdout is not None
+        for line in relay.stdout:
+            if line.strip() == "outbox relay stopped":
+                relay.send_signal(signal.SIGTERM)
+                break
+        else:
+            raise AssertionError("the relay did not say it stopped")
         out, err = relay.communicate(timeout=60)
     finally:
         relay.kill()
