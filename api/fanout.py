@@ -177,10 +177,17 @@ class FanOut:
     # ------------------------------------------------------------ generic fan-out
 
     def map_cells(
-        self, cells: list[CellMapping], fn: Callable[[CellMapping, sa.Connection], T]
+        self,
+        cells: list[CellMapping],
+        fn: Callable[[CellMapping, sa.Connection], T],
+        *,
+        count_skipped: bool = True,
     ) -> CellResults[T]:
         """``fn(cell, connection)`` in every cell at once, each under its deadline
-        (counted from when its query starts); ``Saturated`` if the pool has no room."""
+        (counted from when its query starts); ``Saturated`` if the pool has no room.
+        Skipped cells are counted and logged unless ``count_skipped`` is false (a
+        readiness check, which reports them itself: every probe of a load balancer
+        counted each down cell as skipped by a listing)."""
         out: CellResults[T] = CellResults()
         if not cells:
             return out
@@ -192,6 +199,9 @@ class FanOut:
             self._run(cells, fn, out)
         finally:
             self.admission.release(len(cells))
+        out.skipped.sort(key=lambda s: s.name)
+        if not count_skipped:
+            return out
         for s in out.skipped:
             self.metrics.cells_skipped.labels(s.name, s.reason).inc()
         if out.skipped:
@@ -202,7 +212,6 @@ class FanOut:
                     for s in out.skipped
                 ),
             )
-        out.skipped.sort(key=lambda s: s.name)
         return out
 
     def _run(

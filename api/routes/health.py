@@ -43,7 +43,9 @@ def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, 
     try:
         # One row of the instances table: the cell answers, and its schema is there.
         probe = sa.select(instances.c.id).limit(1)
-        answered = fanout.map_cells(cells, lambda cell, conn: conn.execute(probe).all())
+        answered = fanout.map_cells(
+            cells, lambda cell, conn: conn.execute(probe).all(), count_skipped=False
+        )
     except Saturated:
         answered = None
     states = {c.uuid: "busy" for c in cells}

@@ -99,9 +99,13 @@ def test_a_dropped_mariadb_cell_is_skipped(tmp_path: Path, mariadb_server: sa.UR
         (skipped,) = parse_skipped(response.headers[SKIPPED_CELLS])
         assert skipped[2] == "error"
         metrics = client.get("/metrics").text
-        assert f'cellsight_api_cells_skipped_total{{cell="{skipped[0]}",reason="error"}} 1.0' in (
-            metrics
-        )
+        counted = f'cellsight_api_cells_skipped_total{{cell="{skipped[0]}",reason="error"}} 1.0'
+        assert counted in metrics
+        # Readiness reports the cell, and is no listing: a probe saw each /readyz count it.
+        for _ in range(3):
+            ready = client.get("/readyz").json()
+            assert {c["name"]: c["state"] for c in ready["cells"]}[skipped[0]] == "error"
+        assert counted in client.get("/metrics").text
         client.close()
     finally:
         world.close()
