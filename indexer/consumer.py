@@ -288,6 +288,7 @@ class IndexerConsumer:
         if now >= self._next_beat:
             self._next_beat = now + 1.0
             self.connection.heartbeat_check()
+            self._flights.watch()
 
     def _wait_time(self) -> float:
         if self._flights or self._ready is not None:

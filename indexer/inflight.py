@@ -24,6 +24,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from cellsight.indexer import metrics
 from cellsight.indexer.amqp_deliveries import Delivery, Received
 from cellsight.indexer.outcomes import dead
 from cellsight.indexer.writer import BatchWriter, Outcome, Planned
@@ -31,6 +32,8 @@ from cellsight.notifications.errors import MalformedNotification
 from cellsight.notifications.unreadable import UNREADABLE_CODES
 
 log = logging.getLogger(__name__)
+
+STALL_WARN = 60.0  # seconds the oldest batch may wait before each warning
 
 MALFORMED = MalformedNotification.reason
 
@@ -65,6 +68,7 @@ class Pipeline(Protocol):
     def any_settled(self) -> bool: ...
     def settled(self) -> Iterator[tuple[Settled, list[Outcome]]]: ...
     def wait_oldest(self, timeout: float) -> None: ...
+    def watch(self) -> None: ...
     def abort(self) -> None: ...
     def forget(self, grace: float) -> int: ...
     def close(self) -> None: ...
@@ -97,6 +101,7 @@ class Ordered:
 
     writer: BatchWriter
     _queue: deque[Any]
+    _warned_at: float = 0.0  # perf_counter of the last stall warning
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -104,6 +109,25 @@ class Ordered:
     @property
     def messages(self) -> int:
         return sum(len(f.messages) for f in self._queue)
+
+    def watch(self) -> None:
+        """The age of the oldest batch not yet settled, as a gauge, and a warning each
+        ``STALL_WARN`` it keeps waiting: a writer process stopped or wedged said nothing
+        and its indexer looked healthy (a probe), an engine retried through an outage
+        says so too."""
+        now = time.perf_counter()
+        age = now - self._queue[0].started if self._queue else 0.0
+        metrics.UNSETTLED_SECONDS.set(age)
+        if age < STALL_WARN:
+            self._warned_at = 0.0
+        elif now - self._warned_at >= STALL_WARN:
+            self._warned_at = now
+            log.warning(
+                "the oldest batch in flight has waited %.0fs, %d messages unacked: the "
+                "engine is being retried, or the writer is stopped or blocked",
+                age,
+                self.messages,
+            )
 
     def prepare(self, messages: list[Received]) -> PlannedBatch:
         """Decode and map (CPU only), on the consumer's thread while others are written."""

@@ -68,6 +68,11 @@ LAG_SECONDS = Histogram(
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300),
     registry=REGISTRY,
 )
+UNSETTLED_SECONDS = Gauge(
+    "cellsight_indexer_unsettled_seconds",
+    "Age of the oldest batch written or being written and not yet acked (0: none)",
+    registry=REGISTRY,
+)
 ENGINE_UP = Gauge(
     "cellsight_indexer_engine_up", "1 while the engine accepts writes", registry=REGISTRY
 )

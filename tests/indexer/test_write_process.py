@@ -7,6 +7,7 @@ this pipeline too (``tests.support.indexing.PIPELINES``)."""
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import signal
@@ -225,6 +226,34 @@ def test_a_stopped_writer_process_is_killed_at_close(
     closing.join(30)
     assert not closing.is_alive(), "close waited on a stopped writer process"
     assert not proc.is_alive() and proc.exitcode == -signal.SIGKILL
+    engine.close()
+
+
+def test_a_stopped_writer_process_is_told_in_the_log_and_a_gauge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe: a writer process stopped for 40 s left its indexer silent, its metrics
+    endpoint (the health check) answering, nothing saying batches waited."""
+    from cellsight.indexer import inflight
+
+    monkeypatch.setattr(inflight, "STALL_WARN", 0.5)
+    settings = bus_settings(tmp_path / "data", "embedded")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    goods = [poison.good(seed=900 + i) for i in range(10)]
+    with running_indexer(settings, engine, "process") as consumer:
+        child = consumer._flights._proc.pid  # type: ignore[attr-defined]
+        os.kill(child, signal.SIGSTOP)
+        try:
+            with caplog.at_level(logging.WARNING, logger="cellsight.indexer.inflight"):
+                publish(settings, [novagen.body(g) for g in goods])
+                wait_for(lambda: "the oldest batch in flight has waited" in caplog.text)
+            assert _sample("cellsight_indexer_unsettled_seconds") >= 0.5
+            assert consumer.acked == 0
+        finally:
+            os.kill(child, signal.SIGCONT)
+        wait_for(lambda: consumer.acked >= len(goods), what="written once resumed")
+        wait_for(lambda: _sample("cellsight_indexer_unsettled_seconds") == 0, what="gauge 0")
     engine.close()
 
 
