@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -63,5 +64,9 @@ def terminate_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+        put_off = bool(_put_off_since)
+        _put_off_since.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        if put_off and sys.exc_info()[0] is None:
+            raise KeyboardInterrupt  # put off as the block ended: not lost with the timer

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
+
+import pytest
 
 from cellsight.cli.interrupts import terminate_as_interrupt
 
@@ -68,3 +71,21 @@ def test_a_long_wait_is_still_interrupted_at_once() -> None:
     sender.join()
     assert waited < 5, waited
     assert signal.getsignal(signal.SIGTERM) is before  # put back
+
+
+def test_an_interrupt_put_off_as_the_block_ends_is_raised_at_its_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The timer that brings a put-off interrupt back is cancelled as the block ends: the
+    interrupt is raised there rather than lost."""
+    from cellsight.cli import interrupts
+
+    def inside_a_lock() -> None:  # stands for Condition's few instructions
+        interrupts.raise_interrupt(signal.SIGTERM, sys._getframe())
+
+    monkeypatch.setattr(interrupts, "_UNSAFE", frozenset({inside_a_lock.__code__}))
+    with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
+        inside_a_lock()  # put off: no exception here
+        reached = True
+    assert reached
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
