@@ -161,6 +161,9 @@ class FloorPipeline:
         if self._queue and self._queue[0].seq not in self._done:
             self._pump(max(0.0, timeout))
 
+    def watch(self) -> None:
+        """Nothing to tell: a drain of the benchmark's (the indexer's once a second)."""
+
     def abort(self) -> None:
         pass
 
