@@ -91,6 +91,7 @@ class CellBackoff:
             self._next.pop(name, None)
             return
         n = self._failures[name] = self._failures.get(name, 0) + 1
-        wait = min(self.interval * 2**n, max(BACKOFF_MAX, self.interval))
+        # The exponent capped: 2**1024 as a float overflows (a disk full for days).
+        wait = min(self.interval * 2.0 ** min(n, 32), max(BACKOFF_MAX, self.interval))
         self._next[name] = self.clock() + wait
         log.warning("outbox relay %s: next pass at this cell in %.3g s", name, wait)

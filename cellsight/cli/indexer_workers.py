@@ -233,9 +233,12 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
                 if proc.is_alive() and proc.pid is not None:
                     proc.terminate()  # SIGTERM: the worker flushes, acks and exits
             forwarded = True
-        # Until a worker exits or a signal's handler has run (not ``stopping.wait``: once
-        # set, it returned at once and this loop spun a core while the workers flushed).
-        mp_wait([p.sentinel for p in procs if p.exitcode is None], JOIN_POLL)
+        if stopping.is_set():
+            # Until a worker exits: ``stopping.wait``, already set, returned at once and
+            # this loop spun a core while the workers flushed.
+            mp_wait([p.sentinel for p in procs if p.exitcode is None], JOIN_POLL)
+        else:
+            stopping.wait(JOIN_POLL)  # a signal's handler sets it: forwarded at once
         for proc in procs:
             proc.join(0)
     codes = [p.exitcode for p in procs]

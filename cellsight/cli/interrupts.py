@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +30,14 @@ RETRY_AFTER = 0.001  # seconds: the lock's holder gives it back within microseco
 # taken back), and may block there for minutes: past this, the interrupt is raised
 # wherever it lands rather than put off again.
 PUT_OFF_AT_MOST = 0.1  # seconds
-_put_off_since: list[float] = []
+
+
+class _State:
+    put_off_since: float | None = None  # when the interrupt now put off first came
+    closing = False  # the block is ending: an interrupt is recorded, not raised
+
+
+_state = _State()
 
 
 def raise_interrupt(signum: int, frame: FrameType | None) -> None:
@@ -39,13 +45,20 @@ def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     critical few instructions: there it sends itself again (``SIGALRM``) a millisecond
     later, for at most ``PUT_OFF_AT_MOST``."""
     now = time.monotonic()
+    if signum == signal.SIGALRM and _state.put_off_since is None:
+        return  # the timer of an interrupt already raised: nothing is put off
+    if _state.closing:
+        _state.put_off_since = _state.put_off_since or now  # raised once restored
+        return
     if frame is not None and frame.f_code in _UNSAFE:
-        if not _put_off_since:
-            _put_off_since.append(now)
-        if now - _put_off_since[0] < PUT_OFF_AT_MOST:
+        if _state.put_off_since is None:
+            _state.put_off_since = now
+        if now - _state.put_off_since < PUT_OFF_AT_MOST:
             signal.setitimer(signal.ITIMER_REAL, RETRY_AFTER)
             return
-    _put_off_since.clear()
+    # Raised once: no timer left to raise it again in the clean-up it starts.
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    _state.put_off_since = None
     raise KeyboardInterrupt
 
 
@@ -55,18 +68,26 @@ def terminate_as_interrupt() -> Iterator[None]:
     ``timeout``'s stop cleans up as Ctrl-C does. A seed undoes what it made (it was
     killed with its cells registered half-loaded); a sync's half-built index goes and
     the aliases come back; a verify stops its cells and releases its lock. Ctrl-C
-    takes the same handler, which never raises where a lock would be left broken."""
+    takes the same handler, which never raises where a lock would be left broken.
+    The block owns SIGALRM and the real-time timer (nothing else in the CLI uses them)."""
     signals = [signal.SIGTERM, signal.SIGALRM]  # SIGALRM: an interrupt put off, again
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signals.append(signal.SIGINT)  # not where it is ignored (started in the background)
     previous = {signum: signal.signal(signum, raise_interrupt) for signum in signals}
+    closing_before = _state.closing
+    raised = False
     try:
         yield
+    except BaseException:
+        raised = True
+        raise
     finally:
+        _state.closing = True  # from here a signal is recorded: the handlers go back first
         signal.setitimer(signal.ITIMER_REAL, 0)
-        put_off = bool(_put_off_since)
-        _put_off_since.clear()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        if put_off and sys.exc_info()[0] is None:
+        put_off = _state.put_off_since is not None
+        _state.put_off_since = None
+        _state.closing = closing_before
+        if put_off and not raised:
             raise KeyboardInterrupt  # put off as the block ended: not lost with the timer

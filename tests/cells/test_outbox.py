@@ -355,7 +355,7 @@ def test_the_relay_backoff_doubles_to_its_cap_and_forgets_a_cell_that_recovers()
     backoff = CellBackoff(2.0, clock=lambda: now[0])
     assert backoff.due(["a", "b"]) == ["a", "b"]
     waits = []
-    for _ in range(10):
+    for _ in range(2000):  # days of a full disk: past a float's 2**1024
         backoff.record("a", failed=True)
         waits.append(backoff._next["a"] - now[0])
     assert waits[:4] == [4.0, 8.0, 16.0, 32.0] and waits[-1] == BACKOFF_MAX

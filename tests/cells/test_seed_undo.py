@@ -167,14 +167,16 @@ def test_a_seed_that_cannot_unregister_its_cells_keeps_their_databases(
     cell's SQLite file all the same; every sync and verify then failed on the cell."""
     urls = [make_database(dialect), make_database(dialect)]
     refuse_deletes(registry.api_engine, "cell_mappings", dialect)
-    with pytest.raises(KeyboardInterrupt):
-        seed(
-            registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
-            chunk_size=20, now=NOW, workers=1, progress=interrupt_after(2),
-        )  # fmt: skip
-    assert "could not unregister the seeded cells" in caplog.text
-    cells = registry.list_cells()
-    assert len(cells) == 2
-    for cell in cells:  # registered, so readable: its database and tables are there
-        assert "instances" in tables_of(cell.database_url)
-    allow_deletes(registry.api_engine, "cell_mappings", dialect)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            seed(
+                registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
+                chunk_size=20, now=NOW, workers=1, progress=interrupt_after(2),
+            )  # fmt: skip
+        assert "could not unregister the seeded cells" in caplog.text
+        cells = registry.list_cells()
+        assert len(cells) == 2
+        for cell in cells:  # registered, so readable: its database and tables are there
+            assert "instances" in tables_of(cell.database_url)
+    finally:
+        allow_deletes(registry.api_engine, "cell_mappings", dialect)

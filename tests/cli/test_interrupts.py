@@ -84,8 +84,33 @@ def test_an_interrupt_put_off_as_the_block_ends_is_raised_at_its_end(
         interrupts.raise_interrupt(signal.SIGTERM, sys._getframe())
 
     monkeypatch.setattr(interrupts, "_UNSAFE", frozenset({inside_a_lock.__code__}))
+    monkeypatch.setattr(interrupts, "RETRY_AFTER", 60.0)  # only the block's end brings it
     with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
         inside_a_lock()  # put off: no exception here
         reached = True
     assert reached
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_an_interrupt_put_off_then_raised_leaves_no_second_one_behind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review: a put-off interrupt's timer, left armed when another signal raised the
+    interrupt in safe code, raised a second one a millisecond later, in the clean-up."""
+    from cellsight.cli import interrupts
+
+    def inside_a_lock() -> None:
+        interrupts.raise_interrupt(signal.SIGTERM, sys._getframe())
+
+    monkeypatch.setattr(interrupts, "_UNSAFE", frozenset({inside_a_lock.__code__}))
+    cleaned = False
+    with terminate_as_interrupt():
+        try:
+            inside_a_lock()  # put off, its timer armed
+            interrupts.raise_interrupt(signal.SIGINT, sys._getframe())  # safe: raised
+        except KeyboardInterrupt:
+            time.sleep(0.05)  # the clean-up, long past the timer's millisecond
+            cleaned = True
+        # A stray SIGALRM with nothing put off is nobody's interrupt.
+        interrupts.raise_interrupt(signal.SIGALRM, sys._getframe())
+    assert cleaned
