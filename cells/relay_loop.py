@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 import sqlalchemy as sa
 
 from cellsight.cells.errors import CellsError
-from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.outbox import Outbox, RelayReport, ensure_tables, said
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,15 @@ def relay_cells(
     A cell that cannot be reached gets a report with its error; the others go on.
     """
     chosen = [registry.get_cell(c) for c in cells] if cells is not None else registry.list_cells()
+    return relay_mapped(registry, relay, chosen)
+
+
+def relay_mapped(
+    registry: CellRegistry, relay: Outbox, cells: Sequence[CellMapping]
+) -> dict[str, RelayReport]:
+    """``relay_cells`` over cells already read from the registry."""
     reports: dict[str, RelayReport] = {}
-    for cell in chosen:
+    for cell in cells:
         try:
             engine = registry.cell_engine(cell)
             ensure_tables(engine)
@@ -52,8 +59,10 @@ def start_periodic_relay(
     def loop() -> None:
         while not stop.wait(interval):
             try:
-                names = [c.name for c in registry.list_cells()]
-                for name, report in relay_cells(registry, relay, backoff.due(names)).items():
+                cells = registry.list_cells()
+                due = set(backoff.due([c.name for c in cells]))
+                chosen = [c for c in cells if c.name in due]
+                for name, report in relay_mapped(registry, relay, chosen).items():
                     if report.error:
                         # Its notifications wait in the outbox: the operator should know.
                         log.warning("outbox relay %s: %s", name, report.error)
