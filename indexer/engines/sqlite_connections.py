@@ -60,14 +60,15 @@ def _io_error(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and code == sqlite3.SQLITE_IOERR
 
 
-def translate(exc: sqlite3.Error) -> EngineError:
-    """By SQLite's result code. A table dropped under a reader is not classified here:
-    the catalog (read in the same transaction, or asked again after the error) says
-    whether an index exists, and raises ``IndexMissing``."""
+def translate(exc: sqlite3.Error, path: object) -> EngineError:
+    """By SQLite's result code, naming the file (a probe of full disks: "index database
+    disk full" said which database, not where). A table dropped under a reader is not
+    classified here: the catalog (read in the same transaction, or asked again after the
+    error) says whether an index exists, and raises ``IndexMissing``."""
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF in _TRANSIENT:
-        return EngineUnavailable(f"index database {_TRANSIENT[code & 0xFF]}: {exc}")
-    return EngineError(f"index database: {exc}")
+        return EngineUnavailable(f"index database {path} {_TRANSIENT[code & 0xFF]}: {exc}")
+    return EngineError(f"index database {path}: {exc}")
 
 
 class Connections:
@@ -113,7 +114,7 @@ class Connections:
                     fresh, identity = self._open()
         except (sqlite3.Error, OSError) as exc:
             if isinstance(exc, sqlite3.Error):
-                raise translate(exc) from exc
+                raise translate(exc, self.path) from exc
             raise EngineUnavailable(f"index database {self.path}: {exc}") from exc
         self._local.conn, self._local.pid, self._local.writes = fresh, os.getpid(), False
         self._local.identity = identity
@@ -209,7 +210,7 @@ class Connections:
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
             _rollback(conn)
-            raise translate(exc) from exc
+            raise translate(exc, self.path) from exc
         if write:
             self.checkpointer.committed()
 

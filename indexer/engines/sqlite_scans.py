@@ -76,7 +76,7 @@ class Scans:
             except sqlite3.Error as exc:
                 with self._connections.transaction(write=False) as cat:
                     cat.resource_of(index)  # dropped under us: IndexMissing
-                raise translate(exc) from exc
+                raise translate(exc, self._connections.path) from exc
             yield from page
             if len(page) < batch_size:
                 return
