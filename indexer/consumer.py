@@ -36,7 +36,7 @@ from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_fl
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
 from cellsight.notifications import queues
-from cellsight.notifications.bus import refused
+from cellsight.notifications.bus import refused, turned_away
 from cellsight.settings import MAX_PREFETCH
 
 log = logging.getLogger(__name__)
@@ -182,6 +182,8 @@ class IndexerConsumer:
                         raise  # a configuration to fix: retrying would hide it
                     backoff = self._backoff(backoff)
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
+                    if turned_away(exc):
+                        what = "bus unavailable"
                     self._lost(f"{what} ({exc})", backoff)
                     self._revive()
                     self.connection = self.connection.clone()

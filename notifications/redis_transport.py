@@ -27,10 +27,11 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps, loads
-from redis.exceptions import OutOfMemoryError
+from redis.exceptions import ResponseError
 
 from cellsight.notifications.redis_envelopes import UnreadableEnvelope, quarantined, readable
 from cellsight.notifications.redis_landing import TAKE, Landed, Landings
+from cellsight.notifications.redis_refusals import RefusalAwareRedis, refusal
 from cellsight.notifications.unreadable import UNREADABLE_MARK
 
 __all__ = ["Channel", "Message", "Transport"]
@@ -110,6 +111,11 @@ class Channel(kombu_redis.Channel):
         self._sources_of: dict[tuple[str, ...], list[str]] = {}
         super().__init__(*args, **kwargs)
 
+    def _get_client(self) -> Any:
+        # Cellsight sets no ``global_keyprefix`` (``bus.redis_transport_options``), for
+        # which kombu's own client prefixes keys.
+        return RefusalAwareRedis if not self.global_keyprefix else super()._get_client()
+
     @cached_property
     def landings(self) -> Landings:
         return Landings(self.global_keyprefix or "", self.visibility_timeout)
@@ -173,7 +179,12 @@ class Channel(kombu_redis.Channel):
         """The reply of the take under way: the list it came from and the message."""
         kind, sources = self._taking or ("BRPOPLPUSH", [])
         try:
-            reply = self.client.parse_response(self.client.connection, kind, **options)
+            try:
+                reply = self.client.parse_response(self.client.connection, kind, **options)
+            except ResponseError as exc:  # read here, not through ``execute_command``
+                if (refused := refusal(self.pool, exc)) is None:
+                    raise
+                raise refused from exc
         except self.connection_errors:
             self.landings.unsettled()  # the server may have landed it
             self.client.connection.disconnect()  # as kombu: the next cycle reconnects
@@ -277,7 +288,7 @@ class Channel(kombu_redis.Channel):
                     client.ltrim(landed.landing, 1, -1)  # its newest, as in ``QoS.append``
                 else:
                     self.landings.put_back(client, landed)
-        except (*self.connection_errors, OutOfMemoryError):
+        except self.connection_errors:
             self.landings.unsettled()
 
     def close(self) -> None:
@@ -290,7 +301,7 @@ class Channel(kombu_redis.Channel):
                 try:
                     with self.conn_or_acquire() as client:
                         self.landings.release(client)
-                except (*self.connection_errors, OutOfMemoryError):
+                except self.connection_errors:
                     pass  # the lease runs out and another consumer's sweep puts them back
             if self._qos is not None:
                 # kombu restores what is unacked after it has disconnected the channel's
@@ -300,7 +311,7 @@ class Channel(kombu_redis.Channel):
                 # call then finds nothing left to do.
                 try:
                     self._qos.restore_unacked_once()
-                except (*self.connection_errors, OutOfMemoryError):
+                except self.connection_errors:
                     # Not restored (the server is gone): kombu's own call tries again. Left
                     # marked restored with messages in it, that call failed its assert and
                     # the indexer died of an AssertionError when its bus was killed.

@@ -2,7 +2,7 @@
 ``--workers``, and the demo, whose indexer runs in the API's process) comes back by
 itself: nothing is restarted, one server results, and every change made meanwhile and
 after is indexed (a publish that found the bus down waits in its cell's outbox for the
-relay)."""
+relay). A server that cannot persist (a full disk) is waited out the same way."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -23,7 +25,8 @@ from cellsight.notifications.embedded import REGISTRY
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import Settings, load_settings
 from tests.support.drift import index_matches
-from tests.support.indexing import bus_settings, sqlite_cluster, wait_for
+from tests.support.indexing import bus_settings, embedded_redis, sqlite_cluster, wait_for
+from tests.support.refusals import unpersisting
 from tests.support.services import embedded_redis_servers
 from tests.support.waiting import alive
 
@@ -155,3 +158,72 @@ def test_the_demo_brings_a_killed_bus_back(tmp_path: Path) -> None:
             notifier.close()
     assert "was gone; started" in out.read_text()
     assert not embedded_redis_servers(tmp_path)
+
+
+REFUSAL = "bus unavailable (the Redis server refuses writes: its last snapshot failed"
+
+
+class _Said:
+    """What a process writes to stderr, read as it comes (on a thread)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stderr is not None
+        self._thread = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def has(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def all(self) -> str:
+        self._thread.join(30)
+        return "".join(self.lines)
+
+
+def test_the_indexer_waits_out_a_bus_that_cannot_persist_and_indexes_everything(
+    tmp_path: Path,
+) -> None:
+    """Before, the indexer exited 1 at the first refusal, and so did every restart until
+    the disk had room (an adversarial probe filled the data directory)."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = sqlite_cluster(settings)
+    bus = build_bus(settings)
+    notifier = Notifier.on_bus(
+        bus,
+        close_bus=False,
+        retry_policy={"max_retries": 0},
+        declare_queues=[dead_letter_queue(settings), indexer_queue(settings)],
+    )
+    ops = Operations(registry, notifier, publisher_id="test")
+    engine = EmbeddedEngine(settings.index_path)
+    procs = [_indexer(settings, 1)]
+    said = [_Said(procs[0])]
+    try:
+        uuids = _changes(ops, "before")
+        wait_for(lambda: index_matches(registry, engine), 60, "index == cells before")
+        with embedded_redis(settings) as client, unpersisting(client):
+            uuids += _changes(ops, "during")  # their publishes fail: they wait in outboxes
+            procs.append(_indexer(settings, 1))  # as a service manager's restart would
+            said.append(_Said(procs[1]))
+            wait_for(lambda: all(s.has(REFUSAL) for s in said), 60, "each indexer refused")
+            assert [p.poll() for p in procs] == [None, None]
+            assert engine.count("instance") < len(uuids)
+        uuids += _changes(ops, "after")
+        wait_for(lambda: index_matches(registry, engine), 90, "index == cells after")
+        assert engine.count("instance") == len(uuids)
+        assert [p.poll() for p in procs] == [None, None]  # the same indexers all along
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(timeout=60)
+    for proc, s in zip(procs, said, strict=True):
+        assert proc.returncode == 0, s.all()
+    notifier.close()
+    bus.close()
+    engine.close()
+    registry.close()

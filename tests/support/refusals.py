@@ -1,8 +1,15 @@
-"""A table that refuses deletes, as a full disk makes a database refuse them: a trigger,
-written once per dialect, so the failure comes from the real database."""
+"""Refusals as a full disk makes them, from the real server: a table that refuses deletes
+(a trigger, written once per dialect), and a Redis server that cannot persist."""
 
 from __future__ import annotations
 
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import redis
 import sqlalchemy as sa
 
 MESSAGE = "disk full stand-in"
@@ -36,3 +43,40 @@ def allow_deletes(engine: sa.Engine, table: str, dialect: str) -> None:
     on = f" ON {table}" if dialect == "postgresql" else ""
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP TRIGGER {name}{on}")
+
+
+@contextmanager
+def unpersisting(client: redis.Redis) -> Iterator[None]:
+    """The server behind ``client`` unable to persist until exit, as on a full disk: its
+    snapshot file is a non-empty directory, so a snapshot cannot be renamed onto it, and
+    one is asked for. Until the next one succeeds (asked for on exit, with the file
+    back), Redis refuses every write, PING included, with ``MISCONF``."""
+    config = client.config_get("dir") | client.config_get("dbfilename")
+    snapshot = Path(config["dir"]) / config["dbfilename"]
+    kept = snapshot.with_name(snapshot.name + ".kept")
+    if snapshot.exists():
+        snapshot.rename(kept)
+    (snapshot / "blocked").mkdir(parents=True)
+    try:
+        _snapshot(client, "err")
+        yield
+    finally:
+        shutil.rmtree(snapshot)
+        if kept.exists():
+            kept.rename(snapshot)
+        _snapshot(client, "ok")
+
+
+def _snapshot(client: redis.Redis, expected: str, timeout: float = 30.0) -> None:
+    """A snapshot asked for and waited for: its status must become ``expected``."""
+    deadline = time.monotonic() + timeout
+    while client.info("persistence")["rdb_bgsave_in_progress"]:
+        assert time.monotonic() < deadline, "a snapshot already running did not end"
+        time.sleep(0.02)
+    client.bgsave()
+    while True:
+        info = client.info("persistence")
+        if not info["rdb_bgsave_in_progress"] and info["rdb_last_bgsave_status"] == expected:
+            return
+        assert time.monotonic() < deadline, f"the snapshot's status is not {expected}: {info}"
+        time.sleep(0.02)
