@@ -119,11 +119,12 @@ def checked(param: str, value: str) -> str:
     return value
 
 
-def tags_of(param: str, value: str) -> list[str]:
-    tags = value.split(",")  # as Nova (2.26+): no strip, a tag may begin or end with spaces
-    if not all(tags):
-        raise invalid_parameter(param, value, "Expected a comma-separated list of non-empty tags.")
-    return tags
+def tags_of(value: str) -> list[str]:
+    """As Nova (2.26+): split on commas and nothing else. No strip, since a tag may begin
+    or end with spaces; an empty one is kept, and as no instance has an empty tag,
+    ``tags=`` lists nothing and ``not-tags=`` filters nothing, as Nova's database query
+    answers them."""
+    return value.split(",")
 
 
 _LIMIT = re.compile(r"[0-9]+\n?")
@@ -166,15 +167,15 @@ def _power_state(value: str) -> str | None:
 def tag_clauses(params: dict[str, list[str]]) -> list[Node]:
     out: list[Node] = []
     if "tags" in params:
-        tags = tags_of("tags", one("tags", params["tags"]))
+        tags = tags_of(one("tags", params["tags"]))
         out.append(conjunction(*(Contains("tags", t) for t in tags)))
     if "tags-any" in params:
-        tags = tags_of("tags-any", one("tags-any", params["tags-any"]))
+        tags = tags_of(one("tags-any", params["tags-any"]))
         out.append(disjunction(*(Contains("tags", t) for t in tags)))
     if "not-tags" in params:
-        tags = tags_of("not-tags", one("not-tags", params["not-tags"]))
+        tags = tags_of(one("not-tags", params["not-tags"]))
         out.append(Not(conjunction(*(Contains("tags", t) for t in tags))))
     if "not-tags-any" in params:
-        tags = tags_of("not-tags-any", one("not-tags-any", params["not-tags-any"]))
+        tags = tags_of(one("not-tags-any", params["not-tags-any"]))
         out.append(Not(disjunction(*(Contains("tags", t) for t in tags))))
     return out

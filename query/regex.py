@@ -22,13 +22,18 @@ runs of overlapping variable quantifiers (``a*a*a*b`` takes 0.7 s on 255 charact
 Python). Both kinds are rejected: the first structurally, the second by a budget on the
 product of the choices the pattern offers (an unbounded quantifier counts 256, ``?``
 2, ``{m,n}`` n-m+1, an alternation its branch count), so two unbounded quantifiers
-pass and three do not. Counted repetition is capped at 16 (``{m,n}``), which also
-keeps Lucene's determinized automaton well inside Elasticsearch's state limit.
+pass and three do not. The bounded ones (``?``, ``{m,n}``, ``|``) cost the same on a
+short value as on a long one, so they get a budget of their own, 256: sixteen ``.?``
+before a literal passed the first and took ``re`` 3.4 ms on each 12-character name, a
+listing of 6,000 past every deadline (an adversarial probe). Counted repetition is
+capped at 16 (``{m,n}``), which also keeps Lucene's determinized automaton well inside
+Elasticsearch's state limit.
 
-That budget holds for values of up to ``SAFE_LENGTH`` characters; a text field holds up
-to 64 KiB. ``matcher`` is how Python matches (the SQLite paths, the API's own
-evaluation): ``re`` up to that length, an automaton in linear time past it
-(``regex_automaton``).
+``matcher`` is how Python matches (the SQLite paths, the API's own evaluation): ``re``
+where its worst case for the value's length stays under ``RE_STEPS`` (a name, for most
+patterns), and an automaton in linear time otherwise (``regex_automaton``: a few
+microseconds a name once its states are built), so no value and no pattern of the
+subset makes a row cost more than that.
 """
 
 from __future__ import annotations
@@ -37,10 +42,10 @@ import re
 import threading
 from collections.abc import Callable
 from functools import lru_cache
-from math import prod
 
 from cellsight.query.regex_automaton import SAFE_LENGTH, Automaton
 from cellsight.query.regex_syntax import (
+    MAX_BOUNDED_CHOICES,
     MAX_CHOICES,
     MAX_LENGTH,
     UNBOUNDED_CHOICES,
@@ -88,12 +93,40 @@ def _check_safe(text: str, body: Re) -> None:
                         f"regex {text!r}: alternatives under a quantifier must start with "
                         "different characters (like (ab|cd)*, not (a|ab)*)"
                     )
-    choices = prod(_choices(n) for n in walk(body))
-    if choices > MAX_CHOICES:
+    unbounded, bounded = _ways(body)
+    if UNBOUNDED_CHOICES**unbounded * bounded > MAX_CHOICES:
         raise InvalidRegex(
             f"regex {text!r}: too many variable quantifiers and alternatives to match "
             "safely (at most two unbounded quantifiers such as .* or +)"
         )
+    if bounded > MAX_BOUNDED_CHOICES:
+        raise InvalidRegex(
+            f"regex {text!r}: too many optional or counted quantifiers and alternatives to "
+            f"match safely (at most {MAX_BOUNDED_CHOICES} combinations, such as eight ?)"
+        )
+
+
+def _ways(body: Re) -> tuple[int, int]:
+    """How many unbounded quantifiers the pattern has, and the product of the choices
+    of its bounded ones and alternations."""
+    unbounded, bounded = 0, 1
+    for node in walk(body):
+        if isinstance(node, Repeat) and node.max is None:
+            unbounded += 1
+        else:
+            bounded *= _choices(node)
+    return unbounded, bounded
+
+
+def _re_up_to(body: Re) -> int:
+    """The longest value (at most ``SAFE_LENGTH``) on which ``re`` takes at most
+    ``RE_STEPS`` steps, bounded by each start, times each unbounded quantifier's
+    possible lengths, times the bounded choices; -1 if none."""
+    unbounded, bounded = _ways(body)
+    length = -1
+    while length < SAFE_LENGTH and (length + 2) ** (unbounded + 1) * bounded <= RE_STEPS:
+        length += 1
+    return length
 
 
 def _choices(node: Re) -> int:
@@ -102,6 +135,11 @@ def _choices(node: Re) -> int:
     if isinstance(node, Repeat) and node.max != node.min:
         return UNBOUNDED_CHOICES if node.max is None else node.max - node.min + 1
     return 1
+
+
+RE_STEPS = 20_000
+"""The most steps ``re`` may take on one value (about a millisecond at worst); past that
+``Matcher`` takes the automaton."""
 
 
 def parse(text: str) -> Pattern:
@@ -225,19 +263,20 @@ def _python(p: Pattern) -> str:
 
 class Matcher:
     """Whether a validated pattern matches in a value (``re.search``'s answer), in time
-    bounded by the value's length: ``re`` up to ``SAFE_LENGTH`` characters, where
-    ``_check_safe`` bounds its backtracking, the automaton past it."""
+    bounded by the value's length: ``re`` up to the length where its worst case for this
+    pattern reaches ``RE_STEPS`` (at most ``SAFE_LENGTH``), the automaton past it."""
 
     def __init__(self, pattern: str) -> None:
         self._parsed = parse(pattern)
         self._search = re.compile(_python(self._parsed)).search
+        self.re_up_to = _re_up_to(self._parsed.body)  # longest value for ``re``
         # One automaton per thread: it builds its states as it meets them, and the
         # fan-out's cells and the API's requests match on threads of their own.
         self._local = threading.local()
 
     def __call__(self, value: str, check: Callable[[], None] | None = None) -> bool:
         """``check`` runs between blocks of a long value's characters and may raise."""
-        if len(value) <= SAFE_LENGTH:
+        if len(value) <= self.re_up_to:
             return self._search(value) is not None
         automaton: Automaton | None = getattr(self._local, "automaton", None)
         if automaton is None:

@@ -156,10 +156,11 @@ def list_request(
         ("availability_zone", pick(["az1", "az2", "nova"])),
         ("locked", pick(["true", "false", "1", "no"])),
         ("uuid", pick(facts["uuids"])),
-        ("tags", pick(TAG_POOL)),
-        ("tags-any", st.lists(pick(TAG_POOL), min_size=1, max_size=3).map(",".join)),
-        ("not-tags", pick(TAG_POOL)),
-        ("not-tags-any", st.lists(pick(TAG_POOL), min_size=1, max_size=2).map(",".join)),
+        # An empty tag too: a tag no server has, on every path.
+        ("tags", pick([*TAG_POOL, ""])),
+        ("tags-any", st.lists(pick([*TAG_POOL, ""]), min_size=1, max_size=3).map(",".join)),
+        ("not-tags", pick([*TAG_POOL, ""])),
+        ("not-tags-any", st.lists(pick([*TAG_POOL, ""]), min_size=1, max_size=2).map(",".join)),
         ("changes-since", st.integers(0, 800).map(ago)),
         ("changes-before", st.integers(0, 800).map(ago)),
     ]

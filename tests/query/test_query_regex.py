@@ -40,6 +40,13 @@ from cellsight.query.tree import Regex
         ("(a|ab)*", "different characters"),
         ("(.|x)+", "different characters"),
         ("a*b*c*", "too many variable quantifiers"),
+        # Sixteen optional dots passed, and took re 3.4 ms on each 12-character name: a
+        # listing of 6,000 ran past every deadline (an adversarial probe).
+        (".?" * 16 + "093", "too many optional or counted quantifiers"),
+        (".?" * 9 + "x", "at most 256 combinations"),
+        ("[ab]{0,16}[ab]{0,16}c", "too many optional or counted quantifiers"),
+        ("(a|b)" * 9, "too many optional or counted quantifiers"),
+        (".*" + ".?" * 9, "too many variable quantifiers"),
         ("(a)\\1", "backreferences"),
         ("a(?=b)", "lookarounds"),
         ("a(?<!b)", "lookarounds"),
@@ -69,6 +76,27 @@ from cellsight.query.tree import Regex
 def test_patterns_outside_the_subset_are_rejected_saying_why(pattern: str, why: str) -> None:
     with pytest.raises(regex.InvalidRegex, match=re.escape(why)):
         regex.validate(pattern)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "re_up_to"),
+    [
+        ("093", SAFE_LENGTH),  # re's worst case is the value's length
+        ("[0-9]{1,3}\\.[0-9]{1,3}", SAFE_LENGTH),
+        (".?" * 8 + "x", 77),  # 256 ways at each start: 78 * 256 steps at most
+        ("d[0-9]+x", 140),  # one unbounded: (n + 1) ** 2
+        (".*a.*b", 26),  # two: (n + 1) ** 3; the automaton past 26 characters
+    ],
+)
+def test_re_takes_only_the_values_its_worst_case_allows(pattern: str, re_up_to: int) -> None:
+    """``re`` matches a value only where its worst case for the pattern stays within
+    ``RE_STEPS``; longer values go to the automaton (a fixed 256 let sixteen ``.?`` cost
+    3.4 ms a name)."""
+    matches = regex.Matcher(pattern)
+    assert matches.re_up_to == re_up_to
+    search = re.compile(regex.to_python(pattern)).search
+    for value in ("a" * re_up_to + "b", "093" * 90, "d12x" * 3, ("ab" * 300)[: re_up_to + 1]):
+        assert matches(value) is (search(value) is not None)
 
 
 def test_invalid_regex_is_a_value_error() -> None:
