@@ -73,13 +73,19 @@ def create_app(
         per_project_cells=settings.instance_list_per_project_cells,
     )
 
-    def next_probe_delay() -> float:
+    def probes_held() -> float:
+        """Seconds the safe-connect flag still holds probes back: none when it is not
+        set or its probe is due; for ever (an hour at a time) with no cool-down."""
         wait = safe_connect.next_probe_in()
         if wait is None:
-            return settings.index_probe_interval
+            return 0.0
         return 3600.0 if safe_connect.cooldown == 0 else wait
 
-    prober = IndexProber(search.probe, next_probe_delay, metrics)
+    def next_probe_delay() -> float:
+        flagged = safe_connect.next_probe_in() is not None
+        return probes_held() if flagged else settings.index_probe_interval
+
+    prober = IndexProber(search.probe, next_probe_delay, metrics, held=probes_held)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

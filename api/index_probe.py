@@ -74,9 +74,11 @@ class IndexProber:
         probe: Callable[[], str],
         next_delay: Callable[[], float],
         metrics: ApiMetrics,
+        held: Callable[[], float] = lambda: 0.0,
     ) -> None:
         self._probe = probe
         self._next_delay = next_delay
+        self._held = held
         self._metrics = metrics
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,11 +102,22 @@ class IndexProber:
         self._metrics.probes.labels(result.split(":", 1)[0]).inc()
         return result
 
+    def tick(self) -> float:
+        """Probe if no failure holds probes back, then the seconds to the next tick. The
+        wait was worked out before the sleep: a request's failure since then sets the
+        safe-connect flag, whose cool-down (and its doubling, and 0's "until restart")
+        the prober kept to only by chance before (it probed, and cleared the flag, on the
+        schedule of the flag's absence: a probe)."""
+        held = self._held()
+        if held > 0:
+            return held
+        self.probe_now()
+        return self._next_delay()
+
     def _run(self) -> None:
         delay = 0.0  # the first probe at start
         while not self._stop.wait(delay):
-            self.probe_now()
-            delay = self._next_delay()
+            delay = self.tick()
 
     def status(self) -> dict[str, Any]:
         return {

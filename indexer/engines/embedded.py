@@ -71,6 +71,9 @@ class EmbeddedEngine(SearchEngine):
             raise ValueError(f"synchronous must be one of {', '.join(SYNC_MODES)}")
         self.path = Path(path)
         self.timeout = timeout
+        # Seconds one search may run (SQL and regex matching) before EngineUnavailable:
+        # the engine's timeout, as the HTTP engines' requests (``search_timeout``).
+        self.search_timeout = timeout
         self.synchronous = synchronous.upper()
         self.cache_mb = cache_mb
         self._connections = Connections(
@@ -325,9 +328,6 @@ class EmbeddedEngine(SearchEngine):
             yield doc_id
 
     # Search ----------------------------------------------------------------------------
-    # Seconds one search may run (SQL and regex matching) before EngineUnavailable.
-    search_timeout: float = 10.0
-
     def search(self, resource: str, request: SearchRequest) -> list[StoredDocument]:
         schema = _schema(resource)
         with self._txn(write=False) as cat:

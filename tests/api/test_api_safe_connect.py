@@ -19,12 +19,13 @@ import pytest
 from cellsight.api.cell_query import row_document
 from cellsight.api.headers import PATH
 from cellsight.api.safe_connect import SafeConnect
-from cellsight.indexer.engines.base import WriteOp
+from cellsight.indexer.engines.base import EngineUnavailable, WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.support.api_world import ADMIN, World, load_index, make_client
 from tests.support.clock import ManualClock
 from tests.support.proxy import Proxy
+from tests.support.waiting import wait_for
 
 
 @pytest.fixture
@@ -180,3 +181,37 @@ def test_backoff_and_a_single_probe() -> None:
     assert flag.use_index()
     flag.succeeded()
     assert flag.use_index() and flag.status() == {"flag": False}
+
+
+@pytest.mark.parametrize("cooldown", [0.0, 30.0])
+def test_the_background_probe_keeps_to_the_cool_down(
+    sqlite_world: World, tmp_path: Path, cooldown: float
+) -> None:
+    """The prober worked out its next wait before it slept, on the schedule of a flag not
+    set: a request's failure meanwhile was cleared by its next probe 2.5-3.5 s later,
+    whatever the cool-down (0 included, "until restart": a probe saw it four times)."""
+    engine = EmbeddedEngine(tmp_path / "index.db", prefix=f"p{uuid.uuid4().hex[:8]}")
+    load_index(engine, sqlite_world)
+    settings = {"safe_connect_cooldown": cooldown, "index_probe_interval": 3600}
+    with make_client(tmp_path / "api", sqlite_world, engine, **settings) as client:
+        state = client.app.state  # type: ignore[attr-defined]
+        prober, flag = state.prober, state.safe_connect
+        # Its first probe, at start, on its own thread: it would clear the flag set below.
+        wait_for(lambda: prober.last_probe_at is not None, 10, "the prober's first probe")
+        assert client.get("/v2.1/servers", headers=ADMIN).headers[PATH] == "index"
+        clock = ManualClock()
+        flag.clock = clock
+        flag.failed(EngineUnavailable("a request's search ran past its deadline"))
+        probed = prober.last_probe_at
+        assert prober.tick() == (3600.0 if cooldown == 0 else cooldown)
+        assert prober.last_probe_at == probed and flag.flagged
+        assert client.get("/v2.1/servers", headers=ADMIN).headers[PATH] == "fanout"
+        clock.advance(cooldown or 10**6)
+        if cooldown == 0:
+            assert prober.tick() == 3600.0 and flag.flagged  # until restart
+            assert prober.last_probe_at == probed
+        else:
+            assert prober.tick() == 3600.0  # probed: the index answers, the flag is down
+            assert prober.last_probe_at != probed and not flag.flagged
+            assert client.get("/v2.1/servers", headers=ADMIN).headers[PATH] == "index"
+    engine.close()

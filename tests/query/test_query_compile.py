@@ -246,3 +246,15 @@ def test_sql_tests_columns_before_subqueries_and_regexes() -> None:
         text = sql(SearchRequest(tree, (), 5), dialect)
         where = text[text.index("WHERE") :]
         assert where.index("host") < where.index("EXISTS") < where.index("display_name"), dialect
+
+
+def test_embedded_searches_keep_to_the_search_timeout_setting(tmp_path: Path) -> None:
+    """``CELLSIGHT_SEARCH_TIMEOUT`` ("seconds per search engine request") bounded only the
+    HTTP engines; the embedded one's searches kept a fixed 10 s (a probe)."""
+    from cellsight.clients import build_engine
+    from cellsight.settings import load_settings
+
+    engine = build_engine(load_settings(data_dir=tmp_path, search_timeout=0.75))
+    assert isinstance(engine, EmbeddedEngine)
+    assert engine.search_timeout == 0.75
+    engine.close()
