@@ -128,9 +128,9 @@ def writer_figures(
         try:
             best = float("inf")
             for r in range(rounds):
-                engine = site.fresh(f"writer{r}")
-                best = min(best, commit_us(engine, on_osmem, True))
-                site.release(engine)
+                on_site = site.fresh(f"writer{r}")
+                best = min(best, commit_us(on_site, on_osmem, True))
+                site.release(on_site)
             figures["osmem"] = {"documents": on_osmem, "preloaded_commit_us": round(best, 1)}
         finally:
             site.close()

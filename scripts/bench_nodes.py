@@ -26,9 +26,9 @@ import statistics
 import tempfile
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 
@@ -103,7 +103,7 @@ def per_node(fanout: FanOut, cells: list[CellMapping], uuids: dict[str, list[str
                     .first()
                 )
                 if row is not None:
-                    comparable(node_row_document(row, cell.uuid))
+                    comparable(node_row_document(cast(Mapping[str, Any], row), cell.uuid))
                     found += 1
     return found
 

@@ -106,7 +106,7 @@ def phase_lag(
                 write_process=write_process.reopened(engine) if process else None,
             )
         finally:
-            write_process.record_outcomes = record  # type: ignore[assignment]
+            write_process.record_outcomes = record
         child.join(30)
         after = _lag_histogram()
         if process:

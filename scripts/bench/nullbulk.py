@@ -103,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         if parts[-1] == "_bulk":
             return self._answer(200, self._bulk(body))
         if parts[0] == "_alias" and method == "GET":
-            found = {
+            found: dict[str, Any] = {
                 index: {
                     "aliases": {
                         a: {} for a in parts[1].split(",") if index in st.aliases.get(a, ())

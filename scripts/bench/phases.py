@@ -131,7 +131,9 @@ def throughput(
     # The embedded engine's floor: the same rows through the same SQL, nothing else.
     floor = FloorWriter(site.root / "floor.db") if isinstance(site, EmbeddedSite) else None
     # The ratio target's limit: the indexer's consumer, the floor's SQL behind it.
-    bus_floor = FloorPipeline(site.root / "bus_floor.db") if floor is not None else None
+    bus_floor = (
+        FloorPipeline(site.root / "bus_floor.db") if isinstance(site, EmbeddedSite) else None
+    )
     indexer_engine = site.fresh("indexer")
     wp_engine = site.fresh("indexer_wp")
     stages = Stages()

@@ -41,8 +41,8 @@ def load(root: str) -> tuple[Any, Any, Any]:
         for name in [m for m in sys.modules if m == "cellsight" or m.startswith("cellsight.")]:
             del sys.modules[name]
         from indexer import writer  # type: ignore[no-redef]
-        from indexer.engines.base import WriteStatus  # type: ignore[no-redef]
-        from indexer.engines.embedded import EmbeddedEngine  # type: ignore[no-redef]
+        from indexer.engines.base import WriteStatus  # type: ignore[assignment]
+        from indexer.engines.embedded import EmbeddedEngine  # type: ignore[assignment]
     if not str(writer.__file__).startswith(root):
         raise SystemExit(f"{writer.__file__} is not from {root}")
     return EmbeddedEngine, WriteStatus.OK, writer

@@ -189,6 +189,7 @@ def run_workers(
     finally:
         sampler.halt.set()
         proc.send_signal(signal.SIGTERM)
+        code: int | None
         try:
             code = proc.wait(60)
         except subprocess.TimeoutExpired:
