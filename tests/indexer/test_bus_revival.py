@@ -21,6 +21,7 @@ from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.clients import build_bus, build_notifier, dead_letter_queue, indexer_queue
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.notifications.bus import Bus
 from cellsight.notifications.embedded import REGISTRY
 from cellsight.notifications.notifier import Notifier
 from cellsight.settings import Settings, load_settings
@@ -46,6 +47,26 @@ def _changes(ops: Operations, tag: str) -> list[str]:
         ops.rename(vm, f"{tag}-{i}")
     ops.delete(uuids[-1])
     return uuids
+
+
+def _cluster(
+    tmp_path: Path,
+) -> tuple[Settings, CellRegistry, Bus, Notifier, Operations, EmbeddedEngine]:
+    """Two SQLite cells on the embedded bus, operations on them, and the index."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    registry = sqlite_cluster(settings)
+    # A producer beside the indexer, on the server it started: it cannot start another.
+    # Without retries, what it publishes while the bus is down waits in the cells'
+    # outboxes for the relay beside the indexer.
+    bus = build_bus(settings)
+    notifier = Notifier.on_bus(
+        bus,
+        close_bus=False,
+        retry_policy={"max_retries": 0},
+        declare_queues=[dead_letter_queue(settings), indexer_queue(settings)],
+    )
+    ops = Operations(registry, notifier, publisher_id="test")
+    return settings, registry, bus, notifier, ops, EmbeddedEngine(settings.index_path)
 
 
 def _indexer(settings: Settings, workers: int) -> subprocess.Popen[str]:
@@ -78,20 +99,7 @@ def _indexer(settings: Settings, workers: int) -> subprocess.Popen[str]:
 def test_the_indexer_brings_a_killed_bus_back_and_indexes_everything(
     tmp_path: Path, workers: int
 ) -> None:
-    settings = bus_settings(tmp_path / "data", "embedded")
-    registry = sqlite_cluster(settings)
-    # A producer beside the indexer, on the server it started: it cannot start another.
-    # Without retries, what it publishes while the bus is down waits in the cells'
-    # outboxes for the relay beside the indexer.
-    bus = build_bus(settings)
-    notifier = Notifier.on_bus(
-        bus,
-        close_bus=False,
-        retry_policy={"max_retries": 0},
-        declare_queues=[dead_letter_queue(settings), indexer_queue(settings)],
-    )
-    ops = Operations(registry, notifier, publisher_id="test")
-    engine = EmbeddedEngine(settings.index_path)
+    settings, registry, bus, notifier, ops, engine = _cluster(tmp_path)
     proc = _indexer(settings, workers)
     try:
         uuids = _changes(ops, "before")
@@ -189,17 +197,7 @@ def test_the_indexer_waits_out_a_bus_that_cannot_persist_and_indexes_everything(
 ) -> None:
     """Before, the indexer exited 1 at the first refusal, and so did every restart until
     the disk had room (an adversarial probe filled the data directory)."""
-    settings = bus_settings(tmp_path / "data", "embedded")
-    registry = sqlite_cluster(settings)
-    bus = build_bus(settings)
-    notifier = Notifier.on_bus(
-        bus,
-        close_bus=False,
-        retry_policy={"max_retries": 0},
-        declare_queues=[dead_letter_queue(settings), indexer_queue(settings)],
-    )
-    ops = Operations(registry, notifier, publisher_id="test")
-    engine = EmbeddedEngine(settings.index_path)
+    settings, registry, bus, notifier, ops, engine = _cluster(tmp_path)
     procs = [_indexer(settings, 1)]
     said = [_Said(procs[0])]
     try:
