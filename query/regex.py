@@ -23,17 +23,19 @@ Python). Both kinds are rejected: the first structurally, the second by a budget
 product of the choices the pattern offers (an unbounded quantifier counts 256, ``?``
 2, ``{m,n}`` n-m+1, an alternation its branch count), so two unbounded quantifiers
 pass and three do not. The bounded ones (``?``, ``{m,n}``, ``|``) cost the same on a
-short value as on a long one, so they get a budget of their own, 256: sixteen ``.?``
-before a literal passed the first and took ``re`` 3.4 ms on each 12-character name, a
-listing of 6,000 past every deadline (an adversarial probe). Counted repetition is
-capped at 16 (``{m,n}``), which also keeps Lucene's determinized automaton well inside
-Elasticsearch's state limit.
+short value as on a long one, so they get a budget of their own, 1,024 (an alternation
+whose branches start with different characters counts once: one is tried at each
+place): sixteen ``.?`` before a literal passed the first and took ``re`` 3.4 ms on each
+12-character name, a listing of 6,000 past every deadline (an adversarial probe).
+Counted repetition is capped at 16 (``{m,n}``), which also keeps Lucene's determinized
+automaton well inside Elasticsearch's state limit.
 
 ``matcher`` is how Python matches (the SQLite paths, the API's own evaluation): ``re``
 where its worst case for the value's length stays under ``RE_STEPS`` (a name, for most
 patterns), and an automaton in linear time otherwise (``regex_automaton``: a few
-microseconds a name once its states are built), so no value and no pattern of the
-subset makes a row cost more than that.
+microseconds a name once its states are built), unless the pattern could make the
+automaton build a state for nearly every character (``AUTOMATON_WILDCARDS``): then
+``re`` up to ``SAFE_LENGTH``, as before either was chosen by cost.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from cellsight.query.regex_syntax import (
     Re,
     Repeat,
     Seq,
+    children,
     first_chars,
     overlap,
     walk,
@@ -102,7 +105,7 @@ def _check_safe(text: str, body: Re) -> None:
     if bounded > MAX_BOUNDED_CHOICES:
         raise InvalidRegex(
             f"regex {text!r}: too many optional or counted quantifiers and alternatives to "
-            f"match safely (at most {MAX_BOUNDED_CHOICES} combinations, such as eight ?)"
+            f"match safely (at most {MAX_BOUNDED_CHOICES} combinations, such as ten ?)"
         )
 
 
@@ -121,7 +124,10 @@ def _ways(body: Re) -> tuple[int, int]:
 def _re_up_to(body: Re) -> int:
     """The longest value (at most ``SAFE_LENGTH``) on which ``re`` takes at most
     ``RE_STEPS`` steps, bounded by each start, times each unbounded quantifier's
-    possible lengths, times the bounded choices; -1 if none."""
+    possible lengths, times the bounded choices; -1 if none. ``SAFE_LENGTH`` for a
+    pattern whose automaton may meet too many states (``_counted_wildcards``)."""
+    if _counted_wildcards(body) > AUTOMATON_WILDCARDS:
+        return SAFE_LENGTH
     unbounded, bounded = _ways(body)
     length = -1
     while length < SAFE_LENGTH and (length + 2) ** (unbounded + 1) * bounded <= RE_STEPS:
@@ -131,11 +137,31 @@ def _re_up_to(body: Re) -> int:
 
 def _choices(node: Re) -> int:
     if isinstance(node, Alt):
-        return len(node.branches)
+        # Branches that start with different characters: one is tried at each place.
+        firsts = [first_chars(b) for b in node.branches]
+        disjoint = not any(empty for _, empty in firsts) and not any(
+            overlap(a, b) for i, (a, _) in enumerate(firsts) for b, _ in firsts[i + 1 :]
+        )
+        return 1 if disjoint else len(node.branches)
     if isinstance(node, Repeat) and node.max != node.min:
         return UNBOUNDED_CHOICES if node.max is None else node.max - node.min + 1
     return 1
 
+
+def _counted_wildcards(node: Re) -> int:
+    """Characters a bounded repeat may have matched so far with a class or ``.``: the
+    automaton's states are sets of such places, up to two to this power."""
+    if isinstance(node, Repeat) and node.max is not None:
+        return node.max * sum(isinstance(n, Dot | CharSet) for n in walk(node.item))
+    return sum(_counted_wildcards(child) for child in children(node))
+
+
+AUTOMATON_WILDCARDS = 8
+"""Past this many (``_counted_wildcards``) the automaton can build a state for nearly
+every character (``a.{8}.{8}b.*c``: 1.1 ms a 255-character value on average, 19 ms at
+worst), so such a pattern keeps ``re`` on every value up to ``SAFE_LENGTH``, whose
+worst case the budgets above bound (a review measured ``re`` 0.007 ms where the
+automaton took 0.8-2.7)."""
 
 RE_STEPS = 20_000
 """The most steps ``re`` may take on one value (about a millisecond at worst); past that

@@ -12,7 +12,7 @@ MAX_LENGTH = 255  # as the server list's regex filters (api.params): one bound f
 MAX_COUNT = 16
 MAX_CHOICES = 256 * 256
 UNBOUNDED_CHOICES = 256
-MAX_BOUNDED_CHOICES = 256  # ways of the ? {m,n} and | of a pattern together: eight ?
+MAX_BOUNDED_CHOICES = 1024  # ways of the ? {m,n} and | of a pattern together: ten ?
 _MAX_CODE = 0x10FFFF
 
 

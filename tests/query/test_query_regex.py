@@ -43,9 +43,9 @@ from cellsight.query.tree import Regex
         # Sixteen optional dots passed, and took re 3.4 ms on each 12-character name: a
         # listing of 6,000 ran past every deadline (an adversarial probe).
         (".?" * 16 + "093", "too many optional or counted quantifiers"),
-        (".?" * 9 + "x", "at most 256 combinations"),
-        ("[ab]{0,16}[ab]{0,16}c", "too many optional or counted quantifiers"),
-        ("(a|b)" * 9, "too many optional or counted quantifiers"),
+        (".?" * 11 + "x", "at most 1024 combinations"),
+        ("[ab]{0,16}[ab]{0,16}[ab]{0,16}c", "too many optional or counted quantifiers"),
+        ("(a|ab)" * 11, "too many optional or counted quantifiers"),  # both start with a
         (".*" + ".?" * 9, "too many variable quantifiers"),
         ("(a)\\1", "backreferences"),
         ("a(?=b)", "lookarounds"),
@@ -86,6 +86,9 @@ def test_patterns_outside_the_subset_are_rejected_saying_why(pattern: str, why: 
         (".?" * 8 + "x", 77),  # 256 ways at each start: 78 * 256 steps at most
         ("d[0-9]+x", 140),  # one unbounded: (n + 1) ** 2
         (".*a.*b", 26),  # two: (n + 1) ** 3; the automaton past 26 characters
+        # Sixteen places a counted . may have matched: the automaton's states could be
+        # sets of them, one new for nearly every character (a review: 19 ms a value).
+        ("a.{8}.{8}b.*c", SAFE_LENGTH),
     ],
 )
 def test_re_takes_only_the_values_its_worst_case_allows(pattern: str, re_up_to: int) -> None:
@@ -97,6 +100,19 @@ def test_re_takes_only_the_values_its_worst_case_allows(pattern: str, re_up_to: 
     search = re.compile(regex.to_python(pattern)).search
     for value in ("a" * re_up_to + "b", "093" * 90, "d12x" * 3, ("ab" * 300)[: re_up_to + 1]):
         assert matches(value) is (search(value) is not None)
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        # Branches that start with different characters cost one try at each place.
+        "^(prod|stage|dev|test)-(a|b|c|d)-(1|2|3|4)-(x|y|z|w)-(p|q)$",
+        "^[a-z]{0,16}-[0-9]{0,16}$",
+        ".?" * 10 + "x",
+    ],
+)
+def test_patterns_within_the_budgets_are_accepted(pattern: str) -> None:
+    assert regex.validate(pattern) == pattern
 
 
 def test_invalid_regex_is_a_value_error() -> None:
