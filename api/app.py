@@ -73,19 +73,27 @@ def create_app(
         per_project_cells=settings.instance_list_per_project_cells,
     )
 
+    served = False  # the index has answered a probe since start
+
+    def probe() -> str:
+        nonlocal served
+        result = search.probe()
+        served = served or not safe_connect.flagged
+        return result
+
     def probes_held() -> float:
         """Seconds the safe-connect flag still holds probes back: none when it is not
-        set or its probe is due; for ever (an hour at a time) with no cool-down."""
+        set or its probe is due; for ever (an hour at a time) with no cool-down, once
+        the index has served (an API started before its engine still connects)."""
         wait = safe_connect.next_probe_in()
-        if wait is None:
+        if wait is None or (safe_connect.cooldown == 0 and not served):
             return 0.0
         return 3600.0 if safe_connect.cooldown == 0 else wait
 
     def next_probe_delay() -> float:
-        flagged = safe_connect.next_probe_in() is not None
-        return probes_held() if flagged else settings.index_probe_interval
+        return probes_held() or settings.index_probe_interval
 
-    prober = IndexProber(search.probe, next_probe_delay, metrics, held=probes_held)
+    prober = IndexProber(probe, next_probe_delay, metrics, held=probes_held)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -19,6 +19,7 @@ from typing import Any, Self
 from kombu import Connection
 
 from cellsight.notifications.embedded import SOCKET_PATH_MAX, BusError, EmbeddedRedis, socket_path
+from cellsight.notifications.redis_refusals import WritesRefused
 from cellsight.notifications.unreadable import kombu_url
 from cellsight.urls import redact_urls
 
@@ -85,8 +86,6 @@ def turned_away(exc: BaseException) -> bool:
     """Whether ``exc`` is the bus's server refusing writes until its operator frees disk
     or memory (``redis_refusals``): it answers, and will take them again. kombu raises
     its own ``OperationalError`` from it where it connects."""
-    from cellsight.notifications.redis_refusals import WritesRefused
-
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, WritesRefused):

@@ -143,7 +143,9 @@ def _answers(sock: Path, timeout: float) -> bool:
     try:
         return bool(client.ping())
     except redis.ResponseError:
-        return True  # an error is an answer: PING is refused while it cannot persist
+        # Any error reply is an answer; the one expected is MISCONF: Redis refuses PING
+        # while it cannot persist (``redis_refusals``).
+        return True
     except (redis.RedisError, OSError):
         return False
     finally:

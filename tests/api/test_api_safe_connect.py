@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
+from cellsight.api.app import create_app
 from cellsight.api.cell_query import row_document
 from cellsight.api.headers import PATH
 from cellsight.api.safe_connect import SafeConnect
 from cellsight.indexer.engines.base import EngineUnavailable, WriteOp
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
-from tests.support.api_world import ADMIN, World, load_index, make_client
+from tests.support.api_world import ADMIN, World, api_settings, load_index, make_client
 from tests.support.clock import ManualClock
 from tests.support.proxy import Proxy
 from tests.support.waiting import wait_for
@@ -215,3 +217,27 @@ def test_the_background_probe_keeps_to_the_cool_down(
             assert prober.last_probe_at != probed and not flag.flagged
             assert client.get("/v2.1/servers", headers=ADMIN).headers[PATH] == "index"
     engine.close()
+
+
+def test_with_no_cool_down_an_api_started_before_its_engine_still_connects(
+    sqlite_world: World, tmp_path: Path
+) -> None:
+    """ "Until restart" is for an index that served and failed: an API started while its
+    engine was still coming up (compose) probed once and never again (a review)."""
+    app = create_app(
+        api_settings(
+            tmp_path,
+            search_url="http://127.0.0.1:1",
+            safe_connect_cooldown=0,
+            index_probe_interval=3600,
+        ),
+        registry=sqlite_world.registry,
+    )
+    with TestClient(app) as client:
+        prober, flag = app.state.prober, app.state.safe_connect
+        wait_for(lambda: prober.last_probe_at is not None, 10, "the prober's first probe")
+        assert flag.flagged
+        first = prober.last_probe_at
+        assert prober.tick() == 3600  # probed again, on the probe interval
+        assert prober.last_probe_at != first and prober.last_result.startswith("unavailable")
+        assert client.get("/v2.1/servers", headers=ADMIN).headers[PATH] == "fanout"

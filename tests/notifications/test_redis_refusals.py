@@ -27,26 +27,32 @@ HEALTHY = {
     "aof_last_write_status": "ok",
     "rdb_last_bgsave_status": "ok",
     "maxmemory": 0,
+    "maxmemory_policy": "noeviction",
     "used_memory": 10**9,
 }
 
 
 @pytest.mark.parametrize(
-    ("changes", "reason"),
+    ("changes", "ping_refused", "reason"),
     [
-        ({}, None),
-        ({"aof_last_write_status": "err"}, "it cannot append to its log"),
-        ({"aof_enabled": 0, "aof_last_write_status": "err"}, None),  # no log, no refusal
-        ({"rdb_last_bgsave_status": "err"}, "its last snapshot failed"),
-        ({"maxmemory": 10**9}, "it is at its memory limit"),
-        ({"maxmemory": 10**9 + 1}, None),
-        ({"aof_enabled": None, "maxmemory": None, "used_memory": None}, None),  # fields absent
+        ({}, False, None),
+        ({}, True, "it cannot persist"),
+        ({"aof_last_write_status": "err"}, True, "it cannot append to its log"),
+        ({"aof_enabled": 0, "aof_last_write_status": "err"}, True, "it cannot persist"),
+        ({"rdb_last_bgsave_status": "err"}, True, "its last snapshot failed"),
+        # A failed snapshot stops no write when the server is told not to: PING says.
+        ({"rdb_last_bgsave_status": "err"}, False, None),
+        ({"maxmemory": 10**9}, False, "it is at its memory limit"),
+        ({"maxmemory": 10**9, "maxmemory_policy": "volatile-lru"}, False, "it is at its"),
+        ({"maxmemory": 10**9, "maxmemory_policy": "allkeys-lru"}, False, None),  # evicts
+        ({"maxmemory": 10**9 + 1}, False, None),
+        ({"maxmemory": None, "used_memory": None}, False, None),  # fields absent
     ],
 )
-def test_the_server_s_info_says_whether_it_turns_writes_away(
-    changes: dict[str, Any], reason: str | None
+def test_the_server_says_whether_it_turns_writes_away(
+    changes: dict[str, Any], ping_refused: bool, reason: str | None
 ) -> None:
-    said = refusal_reason(HEALTHY | changes)
+    said = refusal_reason(HEALTHY | changes, ping_refused=ping_refused)
     assert said == reason if reason is None else said is not None and said.startswith(reason)
 
 
@@ -102,7 +108,18 @@ def test_an_error_for_good_is_not_taken_for_a_refusal(tmp_path: Path) -> None:
             with pytest.raises(redis.ResponseError, match="WRONGTYPE") as err:
                 client.pipeline().lpush("text", "item").execute()
             assert not isinstance(err.value, WritesRefused)
+            # A snapshot that fails where the server is told to go on writing: the error
+            # is the command's own (a review found it taken for a refusal).
+            client.config_set("stop-writes-on-bgsave-error", "no")
             with unpersisting(client):
+                with pytest.raises(redis.ResponseError, match="WRONGTYPE") as err:
+                    client.lpush("text", "item")
+                assert not isinstance(err.value, WritesRefused)
+                assert client.set("other", "value")
+            client.config_set("stop-writes-on-bgsave-error", "yes")
+            with unpersisting(client):
+                with pytest.raises(WritesRefused, match="its last snapshot failed"):
+                    client.lpush("text", "item")
                 with pytest.raises(WritesRefused, match="its last snapshot failed"):
                     client.pipeline().set("other", "value").execute()
                 with pytest.raises(WritesRefused, match="its last snapshot failed"):
