@@ -194,7 +194,10 @@ def replay(
     with connection.channel() as channel, confirming_connection(connection) as publishing:
         bound = dlq(channel)
         bound.declare()
-        _, waiting, _ = channel.queue_declare(queue=dlq_name, passive=True)
+        # Counted by declaring it again, not passively: on Redis an empty queue has no
+        # key, and a passive declare of it was a 404 (an operator's walk through the
+        # README: ``dlq replay`` failed on a new data directory and once all had gone).
+        _, waiting, _ = bound.queue_declare()
         producer = ConfirmingProducer(publishing.channel())
         try:
             while (limit is None or replayed < limit) and replayed + skipped < waiting:

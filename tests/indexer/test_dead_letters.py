@@ -166,6 +166,20 @@ def _env(settings: Any) -> dict[str, str]:
     return env
 
 
+def test_a_replay_of_an_empty_queue_replays_nothing(bus: str, tmp_path: Path) -> None:
+    """On Redis an empty queue has no key, and the passive declare that counted its
+    letters was a 404: ``dlq replay`` exited 1 on a new data directory and once every
+    letter had been replayed (an operator's walk through the README)."""
+    settings = bus_settings(tmp_path / "data", bus)
+    settings.data_dir.mkdir()
+    for args in (["dlq", "replay"], ["dlq", "replay", "--reason", "malformed"]):
+        result = CliRunner().invoke(
+            app, ["--data-dir", str(settings.data_dir), *args], env=_env(settings)
+        )
+        assert result.exit_code == 0, result.output
+        assert "replayed 0" in result.output
+
+
 def test_dlq_list_prints_a_letters_text_as_it_came(tmp_path: Path) -> None:
     """A letter's reason quotes the producer's text, which may read as Rich markup: once
     ``dlq list`` stopped at such a letter (``MarkupError``), showing none of them."""
