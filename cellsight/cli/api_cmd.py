@@ -45,7 +45,13 @@ def serve(
     settings = settings_of(ctx)
     bind_host = host or settings.api_host
     bind_port = settings.api_port if port is None else port
-    check_bind(bind_host, bind_port)  # named --host/--port, whose help names the settings
+    # Named as the operator gave it: an option, or the setting it came from.
+    check_bind(
+        bind_host,
+        bind_port,
+        host_option="--host" if host else "api_host (CELLSIGHT_API_HOST)",
+        port_option="--port" if port is not None else "api_port (CELLSIGHT_API_PORT)",
+    )
     app = create_app(settings, freeze_startup=True)  # a process that only serves the API
     try:
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=settings.log_level.lower())

@@ -87,7 +87,12 @@ def demo(
     # --no-serve only shows a few requests and exits: on a free port unless --port is
     # given, so it runs beside a service that holds 8774 (CI's smoke test, an API).
     bind = (settings.api_port if serve else 0) if port is None else port
-    check_bind(settings.api_host, bind, host_option="api_host (CELLSIGHT_API_HOST)")
+    check_bind(
+        settings.api_host,
+        bind,
+        host_option="api_host (CELLSIGHT_API_HOST)",
+        port_option="--port" if port is not None else "api_port (CELLSIGHT_API_PORT)",
+    )
     if fresh:
         _start_over(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)

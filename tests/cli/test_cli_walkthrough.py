@@ -35,6 +35,18 @@ def test_api_on_a_busy_port_is_one_line_naming_the_port(tmp_path: Path, busy_por
     assert "uvicorn" not in err.lower() and "INFO" not in result.stderr
 
 
+def test_api_on_a_busy_port_from_the_environment_names_the_setting(
+    tmp_path: Path, busy_port: int
+) -> None:
+    """It said ``--port``, which the operator never gave (an operator's walk through the
+    README)."""
+    result = cellsight(tmp_path / "d", "api", env={"CELLSIGHT_API_PORT": str(busy_port)})
+    err = assert_one_line_error(
+        result, USAGE, f"api_port (CELLSIGHT_API_PORT) {busy_port}", "not free"
+    )
+    assert "--port" not in err
+
+
 def test_api_on_an_address_not_of_this_machine_names_the_host(tmp_path: Path) -> None:
     result = cellsight(tmp_path / "d", "api", "--host", FOREIGN_ADDRESS, "--port", "0")
     assert_one_line_error(result, USAGE, f"--host {FOREIGN_ADDRESS}")
@@ -49,7 +61,7 @@ def test_demo_no_serve_does_not_need_the_api_port(tmp_path: Path, busy_port: int
     assert "alice (project demo) sees 2 servers" in " ".join(result.stdout.split())
     # Serving, it does need the port: refused before anything starts, naming it.
     served = cellsight(tmp_path / "d", "demo", env=env)
-    assert_one_line_error(served, USAGE, f"--port {busy_port}", "not free")
+    assert_one_line_error(served, USAGE, f"api_port (CELLSIGHT_API_PORT) {busy_port}", "not free")
 
 
 def test_seed_with_fewer_database_urls_than_cells_is_a_usage_error(tmp_path: Path) -> None:
