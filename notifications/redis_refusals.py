@@ -23,7 +23,7 @@ import redis
 from redis.client import Pipeline
 from redis.exceptions import NoPermissionError, OutOfMemoryError, ResponseError
 
-__all__ = ["RefusalAwareRedis", "WritesRefused", "refusal", "refusal_reason"]
+__all__ = ["RefusalAwareRedis", "WritesRefused", "raise_refusal", "refusal", "refusal_reason"]
 
 
 class WritesRefused(redis.exceptions.ConnectionError):
@@ -78,14 +78,20 @@ def refusal(pool: redis.ConnectionPool, exc: ResponseError) -> WritesRefused | N
     return None if reason is None else WritesRefused(f"the Redis server refuses writes: {reason}")
 
 
+def raise_refusal(pool: redis.ConnectionPool, exc: ResponseError) -> None:
+    """Raises ``refusal``'s ``WritesRefused`` from ``exc`` if there is one; the caller
+    re-raises ``exc`` itself otherwise."""
+    if (refused := refusal(pool, exc)) is not None:
+        raise refused from exc
+
+
 class RefusalAwarePipeline(Pipeline):
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         try:
             return super().execute(raise_on_error)
         except ResponseError as exc:
-            if (refused := refusal(self.connection_pool, exc)) is None:
-                raise
-            raise refused from exc
+            raise_refusal(self.connection_pool, exc)
+            raise
 
 
 class RefusalAwareRedis(redis.Redis):
@@ -96,9 +102,8 @@ class RefusalAwareRedis(redis.Redis):
         try:
             return super().execute_command(*args, **options)
         except ResponseError as exc:
-            if (refused := refusal(self.connection_pool, exc)) is None:
-                raise
-            raise refused from exc
+            raise_refusal(self.connection_pool, exc)
+            raise
 
     def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Pipeline:
         return RefusalAwarePipeline(

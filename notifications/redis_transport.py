@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 
 from cellsight.notifications.redis_envelopes import UnreadableEnvelope, quarantined, readable
 from cellsight.notifications.redis_landing import TAKE, Landed, Landings
-from cellsight.notifications.redis_refusals import RefusalAwareRedis, refusal
+from cellsight.notifications.redis_refusals import RefusalAwareRedis, raise_refusal
 from cellsight.notifications.unreadable import UNREADABLE_MARK
 
 __all__ = ["Channel", "Message", "Transport"]
@@ -182,9 +182,8 @@ class Channel(kombu_redis.Channel):
             try:
                 reply = self.client.parse_response(self.client.connection, kind, **options)
             except ResponseError as exc:  # read here, not through ``execute_command``
-                if (refused := refusal(self.pool, exc)) is None:
-                    raise
-                raise refused from exc
+                raise_refusal(self.pool, exc)
+                raise
         except self.connection_errors:
             self.landings.unsettled()  # the server may have landed it
             self.client.connection.disconnect()  # as kombu: the next cycle reconnects

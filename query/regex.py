@@ -88,14 +88,11 @@ def _check_safe(text: str, body: Re) -> None:
         inner = walk(node.item)
         if any(isinstance(n, Repeat) for n in inner):
             raise InvalidRegex(f"regex {text!r}: nested quantifiers (like (a+)+) are not allowed")
-        for alt in (n for n in inner if isinstance(n, Alt)):
-            firsts = [first_chars(b)[0] for b in alt.branches]
-            for i, a in enumerate(firsts):
-                if any(overlap(a, b) for b in firsts[i + 1 :]):
-                    raise InvalidRegex(
-                        f"regex {text!r}: alternatives under a quantifier must start with "
-                        "different characters (like (ab|cd)*, not (a|ab)*)"
-                    )
+        if any(_branches_overlap(n) for n in inner if isinstance(n, Alt)):
+            raise InvalidRegex(
+                f"regex {text!r}: alternatives under a quantifier must start with "
+                "different characters (like (ab|cd)*, not (a|ab)*)"
+            )
     unbounded, bounded = _ways(body)
     if UNBOUNDED_CHOICES**unbounded * bounded > MAX_CHOICES:
         raise InvalidRegex(
@@ -107,6 +104,12 @@ def _check_safe(text: str, body: Re) -> None:
             f"regex {text!r}: too many optional or counted quantifiers and alternatives to "
             f"match safely (at most {MAX_BOUNDED_CHOICES} combinations, such as ten ?)"
         )
+
+
+def _branches_overlap(alt: Alt) -> bool:
+    """Whether two of the alternation's branches can start with the same character."""
+    firsts = [first_chars(b)[0] for b in alt.branches]
+    return any(overlap(a, b) for i, a in enumerate(firsts) for b in firsts[i + 1 :])
 
 
 def _ways(body: Re) -> tuple[int, int]:
@@ -138,11 +141,8 @@ def _re_up_to(body: Re) -> int:
 def _choices(node: Re) -> int:
     if isinstance(node, Alt):
         # Branches that start with different characters: one is tried at each place.
-        firsts = [first_chars(b) for b in node.branches]
-        disjoint = not any(empty for _, empty in firsts) and not any(
-            overlap(a, b) for i, (a, _) in enumerate(firsts) for b, _ in firsts[i + 1 :]
-        )
-        return 1 if disjoint else len(node.branches)
+        empty = any(first_chars(b)[1] for b in node.branches)
+        return 1 if not empty and not _branches_overlap(node) else len(node.branches)
     if isinstance(node, Repeat) and node.max != node.min:
         return UNBOUNDED_CHOICES if node.max is None else node.max - node.min + 1
     return 1
