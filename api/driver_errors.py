@@ -5,7 +5,8 @@ its numeric error code where one type covers both), per dialect. Never by messag
   the driver raises ``sqlite3.OperationalError`` with ``sqlite_errorcode`` =
   ``SQLITE_INTERRUPT``; ``SQLITE_BUSY``/``SQLITE_LOCKED`` are waits that ran out.
 * PostgreSQL (psycopg 3): ``QueryCanceled`` (``statement_timeout``),
-  ``LockNotAvailable`` (``lock_timeout``), ``ConnectionTimeout``.
+  ``LockNotAvailable`` (``lock_timeout``), ``ConnectionTimeout``, and ``NoAnswer``
+  (a server that did not answer at all: ``cellsight.cells.answer_bound``).
 * MariaDB/MySQL (PyMySQL): error codes 1969 (``max_statement_time`` exceeded), 3024
   (MySQL's ``max_execution_time``), 2013 (lost the connection during a query: the
   socket read timeout), 1205 (lock wait timeout).
@@ -33,9 +34,11 @@ _MYSQL_TIMEOUTS = frozenset({1969, 3024, 2013, 1205})
 def _postgres_timeouts() -> tuple[type[BaseException], ...]:
     try:
         from psycopg import errors
+
+        from cellsight.cells.answer_bound import NoAnswer
     except ImportError:  # the production extra is not installed: no PostgreSQL cells
         return ()
-    return (errors.QueryCanceled, errors.LockNotAvailable, errors.ConnectionTimeout)
+    return (errors.QueryCanceled, errors.LockNotAvailable, errors.ConnectionTimeout, NoAnswer)
 
 
 def _mysql_errors() -> tuple[type[BaseException], ...]:

@@ -256,6 +256,23 @@ def _driver_says(
     return bool(args) and mysql is not None and args[0] == mysql
 
 
+def connection_dropped(exc: sa.exc.DBAPIError) -> bool:
+    """Whether the server closed the connection under a statement (a failover, an
+    administrator's ``pg_terminate_backend`` or ``KILL``), so that a new connection may
+    serve at once. Not a connection left for want of an answer (PyMySQL's socket
+    timeout, ``NoAnswer``): asking again would wait as long again."""
+    if not exc.connection_invalidated:
+        return False
+    orig = exc.orig
+    if orig is None or isinstance(orig, TimeoutError) or isinstance(orig.__context__, TimeoutError):
+        return False
+    try:
+        from cellsight.cells.answer_bound import NoAnswer
+    except ImportError:  # no psycopg: no PostgreSQL connection either
+        return True
+    return not isinstance(orig, NoAnswer)
+
+
 def lock_wait_ran_out(orig: BaseException | None) -> bool:
     return _driver_says(
         orig,

@@ -5,7 +5,9 @@ carry ``Timeouts`` (see ``cellsight.cells.database``, which picks the dialect).
   enforced by the server or driver so a slow cell cannot hold a caller past its
   deadline: PostgreSQL ``statement_timeout``; MariaDB ``max_statement_time`` (MySQL
   ``max_execution_time``, SELECTs only) plus PyMySQL's socket read/write timeouts;
-  SQLite a progress handler that interrupts the statement.
+  SQLite a progress handler that interrupts the statement. A server that does not
+  answer at all is left a moment later: PyMySQL's socket timeouts, and for PostgreSQL
+  a watchdog that drops the connection (``cellsight.cells.answer_bound``).
 * ``lock`` (``None``: the server's default): how long a statement waits for a lock
   another session holds (a migration's ``ALTER TABLE``, a ``LOCK TABLE``) before it
   fails, so that a command reading the cells reports the cell instead of waiting as
@@ -61,6 +63,12 @@ def _milliseconds(seconds: float) -> int:
 
 def _whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
+
+
+def backstop(statement: float) -> int:
+    """The client's bound for a statement the server should have cancelled at
+    ``statement`` seconds: a moment later, in the whole seconds PyMySQL takes."""
+    return _whole_seconds(statement + 1)
 
 
 def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> sa.Engine:
@@ -199,7 +207,7 @@ def postgresql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
     if timeouts.lock is not None:
         options.append(f"-c lock_timeout={_milliseconds(timeouts.lock)}")
     connect_args["options"] = " ".join(options)
-    return _driver_arguments_named(
+    engine = _driver_arguments_named(
         sa.create_engine(
             url,
             connect_args=connect_args,
@@ -207,13 +215,20 @@ def postgresql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
             query_cache_size=QUERY_CACHE_SIZE,
         )
     )
+    if timeouts.statement is not None:
+        # Here, not at the top: psycopg is the production extra's.
+        from cellsight.cells.answer_bound import bound_answers
+
+        bound_answers(engine, backstop(timeouts.statement))
+    return engine
 
 
 def mysql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
     connect_args: dict[str, Any] = {"connect_timeout": _whole_seconds(timeouts.connect)}
     if timeouts.statement is not None:
-        # The socket timeout is the backstop; give the server a moment to cancel first.
-        socket_timeout = _whole_seconds(timeouts.statement + 1)
+        # The socket timeout is the backstop (also of the handshake, which the connect
+        # timeout does not cover); give the server a moment to cancel first.
+        socket_timeout = backstop(timeouts.statement)
         connect_args["read_timeout"] = socket_timeout
         connect_args["write_timeout"] = socket_timeout
     # READ COMMITTED, as PostgreSQL's default: InnoDB's REPEATABLE READ takes gap locks on

@@ -109,7 +109,9 @@ class CellRegistry:
     @classmethod
     def from_settings(cls, settings: Settings, *, create: bool = True) -> CellRegistry:
         engines = Engines(
-            connect_timeout=settings.db_connect_timeout, lock_timeout=settings.db_lock_timeout
+            connect_timeout=settings.db_connect_timeout,
+            statement_timeout=settings.db_statement_timeout,
+            lock_timeout=settings.db_lock_timeout,
         )
         registry = cls(settings.resolved_api_db_url, engines)
         if create:

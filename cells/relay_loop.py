@@ -1,5 +1,6 @@
 """The periodic relay: every cell's outbox, pass after pass, beside the indexer or as
-``cellsight outbox relay --every``; a cell that cannot take its deletes is backed off."""
+``cellsight outbox relay --every``; a cell that cannot take its deletes is backed off,
+and a cell that does not answer holds only its own thread."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import sqlalchemy as sa
 
@@ -17,6 +19,7 @@ from cellsight.cells.outbox import Outbox, RelayReport, ensure_tables, said
 log = logging.getLogger(__name__)
 
 BACKOFF_MAX = 300.0  # seconds between passes at a cell whose deletes keep failing
+RELAY_THREADS = 8  # cells relayed at once by one pass
 
 
 def relay_cells(
@@ -33,42 +36,72 @@ def relay_cells(
 def relay_mapped(
     registry: CellRegistry, relay: Outbox, cells: Sequence[CellMapping]
 ) -> dict[str, RelayReport]:
-    """``relay_cells`` over cells already read from the registry."""
-    reports: dict[str, RelayReport] = {}
-    for cell in cells:
-        try:
-            engine = registry.cell_engine(cell)
-            ensure_tables(engine)
-            reports[cell.name] = relay.relay(engine)
-        except (CellsError, sa.exc.SQLAlchemyError) as exc:
-            reports[cell.name] = RelayReport(left=None, error=f"cell {cell.name}: {said(exc)}")
-    return reports
+    """``relay_cells`` over cells already read from the registry, several at once: a
+    cell whose database stops answering holds only its own thread (until the statement
+    timeout), not every cell after it."""
+    if len(cells) <= 1:
+        return {cell.name: relay_one(registry, relay, cell) for cell in cells}
+    with ThreadPoolExecutor(min(RELAY_THREADS, len(cells)), "outbox-relay") as pool:
+        reports = pool.map(lambda cell: relay_one(registry, relay, cell), cells)
+        return {cell.name: report for cell, report in zip(cells, reports, strict=True)}
+
+
+def relay_one(registry: CellRegistry, relay: Outbox, cell: CellMapping) -> RelayReport:
+    """One cell's relay; a cell that cannot be reached gets a report with its error."""
+    try:
+        engine = registry.cell_engine(cell)
+        ensure_tables(engine)
+        return relay.relay(engine)
+    except (CellsError, sa.exc.SQLAlchemyError) as exc:
+        return RelayReport(left=None, error=f"cell {cell.name}: {said(exc)}")
 
 
 def start_periodic_relay(
     registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
 ) -> threading.Thread:
-    """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set."""
+    """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set.
+
+    Each cell is relayed on a thread of its own, at most one at a time per cell: a pass
+    does not wait for a cell still being relayed (its database slow or not answering),
+    so the other cells keep their pace. The threads are daemons, as the loop's is: a
+    process that stops does not wait for a cell that does not answer.
+    """
     # Refused here, in the caller's thread: past TIMEOUT_MAX (or inf, nan) the first
     # ``stop.wait`` raised inside the thread, which died while the caller waited for ever.
     if not 0 < interval <= threading.TIMEOUT_MAX:
         raise ValueError(f"relay interval {interval!r} s: not in (0, {threading.TIMEOUT_MAX:g}]")
 
     backoff = CellBackoff(interval)
+    guard = threading.Lock()  # the backoff and the cells under way
+    under_way: set[str] = set()
+
+    def visit(cell: CellMapping) -> None:
+        try:
+            report = relay_one(registry, relay, cell)
+            if report.error:
+                # Its notifications wait in the outbox: the operator should know.
+                log.warning("outbox relay %s: %s", cell.name, report.error)
+            elif report.published:
+                log.info("outbox relay %s: %s", cell.name, report.as_dict())
+            with guard:
+                backoff.record(cell.name, failed=report.unremoved > 0)
+        except Exception:
+            log.exception("outbox relay of cell %s failed", cell.name)
+        finally:
+            with guard:
+                under_way.discard(cell.name)
 
     def loop() -> None:
         while not stop.wait(interval):
             try:
                 cells = registry.list_cells()
-                due = set(backoff.due([c.name for c in cells]))
-                chosen = [c for c in cells if c.name in due]
-                for name, report in relay_mapped(registry, relay, chosen).items():
-                    if report.error:
-                        # Its notifications wait in the outbox: the operator should know.
-                        log.warning("outbox relay %s: %s", name, report.error)
-                    elif report.published:
-                        log.info("outbox relay %s: %s", name, report.as_dict())
-                    backoff.record(name, failed=report.unremoved > 0)
+                with guard:
+                    due = set(backoff.due([c.name for c in cells])) - under_way
+                    chosen = [c for c in cells if c.name in due]
+                    under_way.update(due)
+                for cell in chosen:
+                    name = f"outbox-relay-{cell.name}"
+                    threading.Thread(target=visit, args=(cell,), name=name, daemon=True).start()
             except Exception:
                 # The relay is a safety net beside the indexer: log and try next time.
                 log.exception("outbox relay pass failed")

@@ -89,6 +89,13 @@ class Settings(BaseSettings):
         "on a database's tables (a migration's ALTER TABLE) before it fails, naming the "
         "database as busy",
     )
+    db_statement_timeout: Seconds = Field(
+        300.0,
+        gt=0,
+        description="Seconds one statement of a command (and of the indexer's outbox relay) "
+        "may take on a database before it fails, naming the database; a server that does "
+        "not answer at all is left a second later (the API's reads have cell_timeout)",
+    )
 
     # Message bus.
     bus_url: str | None = Field(
@@ -346,6 +353,15 @@ def check_regular_file(path: Path, label: str) -> None:
     raise ConfigError(f"{label} {path}: no such file")
 
 
+def _origin(name: str, config: Path | None, overrides: Mapping[str, object]) -> str:
+    """Where a setting's value came from, as the operator gave it: its environment
+    variable (which wins over the file), else the ``--config`` file."""
+    variable = f"{ENV_PREFIX}{name.upper()}"
+    if config is None or name in overrides or any(k.upper() == variable for k in os.environ):
+        return variable
+    return f"--config {config}"
+
+
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     """Build the settings once; ``config`` is a TOML file of the same keys. An unknown
     ``CELLSIGHT_*`` variable is a warning, not an error (where an unknown TOML key is
@@ -361,9 +377,12 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         first = exc.errors()[0]
         name = ".".join(str(p) for p in first["loc"]) or "settings"
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise ConfigError(
-            f"invalid setting {name} (CELLSIGHT_{name.upper()}): {first['msg']}{more}"
-        ) from None
+        why = first["msg"]
+        if first["type"] == "extra_forbidden":  # only the file can hold a key that is none
+            close = difflib.get_close_matches(name.lower(), list(Settings.model_fields), n=1)
+            why = "not a setting" + (f" (did you mean {close[0]}?)" if close else "")
+        origin = _origin(name, config, overrides)
+        raise ConfigError(f"invalid setting {name} ({origin}): {why}{more}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         # Only the --config file is parsed as TOML or decoded from bytes here.
         raise ConfigError(f"--config {config}: invalid TOML: {exc}") from None

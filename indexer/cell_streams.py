@@ -13,6 +13,7 @@ Sync, verify and the counts they compare all use the same scope.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from cellsight.cells.errors import ROW_FAULTS, UnreadableRow, row_fault
+from cellsight.cells.database import connection_dropped, first_line
+from cellsight.cells.errors import ROW_FAULTS, UnreadableRow, row_fault, safe_url
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import get_instance
 from cellsight.cells.schema import compute_nodes, instances
@@ -35,6 +37,8 @@ from cellsight.indexer.row_documents import (
     reference_document,
 )
 from cellsight.notifications.errors import brief
+
+log = logging.getLogger(__name__)
 
 _RAW_INSTANCE_COLUMNS = [sa.type_coerce(c, sa.types.NullType()).label(c.name) for c in instances.c]
 _FAST = FastInstanceDocs([c.name for c in instances.c])
@@ -103,15 +107,34 @@ def _pages(
         page = query.order_by(uuid).limit(size)
         if after is not None:
             page = page.where(uuid > after)
-        try:
-            rows = _read_naming(conn, page, uuid, raw)
-        finally:
-            conn.rollback()  # one short read transaction per page
+        rows = _read_page(conn, page, uuid, raw)
         if rows:
             yield rows
         if len(rows) < size:
             return
         after = rows[-1][at]
+
+
+def _read_page(
+    conn: sa.Connection, page: sa.Select[Any], uuid: sa.ColumnElement[Any], raw: bool
+) -> Sequence[Any]:
+    """One page in a short read transaction of its own; read again, once, on a new
+    connection when the server dropped this one: keyset paging resumes where it was, and
+    a failover or a killed session would otherwise fail a whole sync or verify."""
+    try:
+        return _read_naming(conn, page, uuid, raw)
+    except sa.exc.DBAPIError as exc:
+        if not connection_dropped(exc):
+            raise
+        conn.rollback()
+        log.warning(
+            "database %s dropped the connection (%s): reading the page again",
+            safe_url(conn.engine.url),
+            first_line(exc.orig),
+        )
+        return _read_naming(conn, page, uuid, raw)
+    finally:
+        conn.rollback()  # one short read transaction per page
 
 
 def _read(conn: sa.Connection, query: sa.Select[Any], raw: bool) -> Sequence[Any]:

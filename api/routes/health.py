@@ -2,10 +2,10 @@
 
 ``/healthz``: the process is up and answering (always 200 while it is), with the
 path summary it always gave.
-``/readyz``: which path serves listings and why, each cell's state (one row of its
-``instances`` table, under the cell deadline), the index's state and the background
-prober's last result, the safe-connect flag and the next probe. 503 only when neither
-path can serve: the index is not serving and no cell answers.
+``/readyz``: which path serves listings and why, each cell's state (every column of
+its ``instances`` table asked for, no row, under the cell deadline), the index's state
+and the background prober's last result, the safe-connect flag and the next probe. 503
+only when neither path can serve: the index is not serving and no cell answers.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def _cells(search: InstanceSearch, fanout: FanOut) -> tuple[str, list[dict[str, 
         unavailable("readiness: the API database is unavailable", exc)
         return "down", []
     try:
-        # One row of the instances table: the cell answers, and its schema is there.
-        probe = sa.select(instances.c.id).limit(1)
+        # Every column the listings read, no row: the cell answers, and its schema is
+        # whole (a cell that lost a column is skipped by every listing; it is no "up").
+        probe = sa.select(*instances.c).where(sa.false())
         answered = fanout.map_cells(
             cells, lambda cell, conn: conn.execute(probe).all(), count_skipped=False
         )

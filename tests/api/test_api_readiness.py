@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cellsight.api.app import create_app
-from cellsight.api.headers import PATH
+from cellsight.api.headers import PATH, SKIPPED_CELLS
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.api.test_api_safe_connect import Proxy, proxied  # noqa: F401 (fixture)
@@ -159,6 +159,27 @@ def test_an_api_database_that_cannot_answer_is_a_503_on_every_path(
     message = response.json()["serviceUnavailable"]["message"]
     assert message.startswith("The API database is unavailable")
     assert "instance_mappings" not in response.text and "SELECT" not in response.text
+
+
+def test_a_cell_that_lost_a_column_is_not_up(tmp_path: Path) -> None:
+    """A database-fault probe: a cell whose ``instances`` lost a column was ``up`` on
+    ``/readyz`` while every listing skipped it."""
+    world = build_world(tmp_path / "world", "sqlite")
+    try:
+        first, second, *_ = world.registry.list_cells()
+        engine = world.registry.cell_engine(first)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("ALTER TABLE instances DROP COLUMN display_description")
+        with TestClient(create_app(api_settings(tmp_path), registry=world.registry)) as client:
+            body = client.get("/readyz").json()
+            listed = client.get("/v2.1/servers?all_tenants=1&limit=5", headers=ADMIN)
+        cells = {c["uuid"]: c["state"] for c in body["cells"]}
+        assert cells[first.uuid] == "error" and cells[second.uuid] == "up", cells
+        assert body["status"] == "ready"  # the other cells serve
+        assert listed.status_code == 200 and listed.headers[PATH] == "fanout"
+        assert first.uuid in listed.headers[SKIPPED_CELLS]  # the listing skips the same cell
+    finally:
+        world.close()
 
 
 def test_readiness_names_a_disabled_cell_which_still_serves(tmp_path: Path) -> None:

@@ -78,6 +78,32 @@ def test_a_toml_syntax_error_names_the_config_file(tmp_path: Path) -> None:
     assert_one_line_error(result, USAGE, f"--config {config}", "line 2")
 
 
+@pytest.mark.parametrize(
+    ("line", "says"),
+    [
+        ("db_conect_timeout = 1", "db_conect_timeout ({config}): not a setting (did you mean "
+         "db_connect_timeout?)"),
+        ("db_connect_timeout = 'soon'", "db_connect_timeout ({config}): Input should be"),
+    ],
+)  # fmt: skip
+def test_a_bad_key_or_value_in_the_config_file_names_the_file(
+    tmp_path: Path, line: str, says: str
+) -> None:
+    """An operator's probe: both named the environment variable, which was not set."""
+    config = tmp_path / "cellsight.toml"
+    config.write_text(line + "\n")
+    result = cellsight(tmp_path / "d", "--config", str(config), "cells", "list")
+    err = assert_one_line_error(result, USAGE, says.format(config=f"--config {config}"))
+    assert "CELLSIGHT_" not in err
+    # The variable wins over the file: a bad one is named as such.
+    result = cellsight(
+        tmp_path / "d", "--config", str(config), "cells", "list",
+        env={"CELLSIGHT_DB_CONNECT_TIMEOUT": "soon"},
+    )  # fmt: skip
+    if line.startswith("db_connect_timeout"):
+        assert_one_line_error(result, USAGE, "db_connect_timeout (CELLSIGHT_DB_CONNECT_TIMEOUT)")
+
+
 def test_replaying_an_unknown_reason_code_is_refused_naming_the_known_ones(
     tmp_path: Path,
 ) -> None:
