@@ -189,8 +189,9 @@ def _print_report(report: Any) -> None:
         title=f"{report.resource}: {report.target} ({report.seconds:.1f} s)",
     )  # fmt: skip
     for c in report.cells:
-        if c.failed is not None:  # its counts stopped where it failed: none is shown
-            table.add_row(escape(c.name), "[red]error[/]", *["-"] * 7)
+        if c.failed is not None:  # its counts stopped where it failed: only repairs shown
+            repaired = f"{c.repaired:,}" if report.repair and c.repaired else "-"
+            table.add_row(escape(c.name), "[red]error[/]", *["-"] * 6, repaired)
         else:
             table.add_row(
                 escape(c.name), f"{c.rows:,}", f"{c.documents:,}", str(c.missing), str(c.stale),
@@ -206,7 +207,12 @@ def _print_report(report: Any) -> None:
                 highlight=False,
             )
         for error in c.errors:
-            why = f"not compared: {error}" if error == c.failed else str(error)
+            if error != c.failed:
+                why = str(error)
+            elif c.repaired:  # the repairs made before it failed stay made
+                why = f"compared partly ({c.repaired:,} repaired), then failed: {error}"
+            else:
+                why = f"not compared: {error}"
             err_console.print(f"[red]{escape(c.name)}[/]: {escape(why)}", highlight=False)
     console.print(table)
     if report.unattributed:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cli import _register, app
+from cellsight.indexer.verify_report import CellDrift, VerifyReport
 from cellsight.settings import Settings
 from tests.support.outages import lose
 from tests.support.sync_world import seeded_settings
@@ -68,3 +69,23 @@ def test_repair_shows_the_failed_cell_alike(one_cell_lost: Settings) -> None:
     assert result.exit_code == 1, result.output
     assert row_of(result.stdout, "cell2") == ["cell2", "error", *["-"] * 7]
     assert row_of(result.stdout, "cell1")[-1] == "0"  # repaired: nothing to repair
+
+
+def test_a_cell_that_failed_after_repairs_says_what_was_repaired(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A database-fault probe: a ``verify --repair`` that failed partway said the cell
+    was "not compared", though the documents it had repaired stayed repaired."""
+    from cellsight.cli.index_sync_cmd import _print_report
+
+    failed = "DatabaseUnavailable: database 'x' is unavailable: gone"
+    partly = CellDrift("u1", "cell1", missing=3, repaired=3, failed=failed, errors=[failed])
+    untouched = CellDrift("u2", "cell2", failed=failed, errors=[failed])
+    report = VerifyReport("instance", "alias", True, "now", cells=[partly, untouched])
+    _print_report(report)
+    out, err = capsys.readouterr()
+    assert row_of(out, "cell1") == ["cell1", "error", *["-"] * 6, "3"]
+    assert row_of(out, "cell2") == ["cell2", "error", *["-"] * 7]
+    err = err.replace("\n", "")
+    assert f"cell1: compared partly (3 repaired), then failed: {failed}" in err
+    assert f"cell2: not compared: {failed}" in err
