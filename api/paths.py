@@ -40,7 +40,7 @@ from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import instance_mappings
 from cellsight.indexer.documents import comparable
-from cellsight.indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.engines.base import EngineError, EngineTimeout, SearchEngine
 from cellsight.indexer.fields import NEVER_NULL
 from cellsight.indexer.index_roles import is_synced
 from cellsight.query.tree import Compare, Not, Op, Scalar, SearchRequest, SortKey, conjunction
@@ -225,6 +225,13 @@ class InstanceSearch:
         if path == "index":
             try:
                 stored = self.engine.search("instance", request)
+            except EngineTimeout as exc:
+                if not self._answers():
+                    self.safe_connect.failed(exc)
+                    reason, why = f"index failed, answered from the cells: {exc}", "index failed"
+                else:
+                    self.safe_connect.slow(exc)
+                    reason, why = f"index search slow, answered from the cells: {exc}", "index slow"
             except EngineError as exc:
                 self.safe_connect.failed(exc)
                 reason, why = f"index failed, answered from the cells: {exc}", "index failed"
@@ -243,6 +250,14 @@ class InstanceSearch:
         result = self.fanout.search(request, self.cells_for(project))
         self.metrics.paths.labels("fanout", why[:60]).inc()
         return Page(result.documents, "fanout", reason, result.skipped, result.rows_read)
+
+    def _answers(self) -> bool:
+        """Whether the engine answers at all (after a search of ours timed out)."""
+        try:
+            self.engine.ping()
+        except EngineError:
+            return False
+        return True
 
     def marker_values(
         self, marker: str, order: tuple[SortKey, ...], principal: Principal

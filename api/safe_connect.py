@@ -6,6 +6,12 @@ is set no request touches the index. After ``cooldown`` seconds one request (onl
 however many arrive) probes the index again: success clears the flag, failure doubles
 the wait, up to ``max_cooldown``. ``cooldown == 0`` keeps the flag until restart (the
 original design). Thread-safe: requests run in a thread pool.
+
+A search that ran past its timeout while the engine still answers a ping is a heavy
+query, not an outage (``slow``): that request is answered by fan-out and the flag is
+left alone, so one member's costly filter does not send every listing to the cells.
+``SLOW_TRIPS`` such searches in a row with no search answered in between set the flag
+as a failure does: an engine slow for everyone is left alone for a while too.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+SLOW_TRIPS = 3
 
 
 class SafeConnect:
@@ -41,6 +49,7 @@ class SafeConnect:
         self._failures = 0
         self._next_probe = 0.0
         self._probing = False
+        self._slow = 0  # searches past their timeout since the last one answered
 
     @property
     def flagged(self) -> bool:
@@ -80,8 +89,19 @@ class SafeConnect:
             wait = min(self.cooldown * 2 ** (self._failures - 1), self.max_cooldown)
             self._next_probe = now + wait
 
+    def slow(self, exc: BaseException) -> bool:
+        """A search past its timeout on an engine that answers: whether the flag is now
+        set (a probe's slow answer keeps it; ``SLOW_TRIPS`` in a row set it)."""
+        with self._lock:
+            self._slow += 1
+            trips = self._set or self._slow >= SLOW_TRIPS
+        if trips:
+            self.failed(exc)
+        return trips
+
     def succeeded(self) -> None:
         with self._lock:
+            self._slow = 0
             if self._set:
                 log.warning("search index answers again; serving from the index")
             self._set = False

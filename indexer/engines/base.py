@@ -41,6 +41,11 @@ class EngineUnavailable(EngineError):
     do not ack."""
 
 
+class EngineTimeout(EngineUnavailable):
+    """No answer to one request within its timeout (the HTTP client's read timeout, the
+    embedded search's deadline): the engine may be down, or this one request heavy."""
+
+
 class IndexMissing(EngineError):
     """The alias, index or document does not exist (not created, or deleted under us)."""
 

@@ -11,11 +11,17 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from elasticsearch import ApiError, Elasticsearch, TransportError, UnsupportedProductError
+from elasticsearch import (
+    ApiError,
+    ConnectionTimeout,
+    Elasticsearch,
+    TransportError,
+    UnsupportedProductError,
+)
 from elasticsearch.helpers import streaming_bulk
 from elasticsearch.serializer import OrjsonSerializer
 
-from cellsight.indexer.engines.base import EngineError, EngineUnavailable
+from cellsight.indexer.engines.base import EngineError, EngineTimeout, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
 from cellsight.indexer.engines.http_errors import from_status
@@ -56,7 +62,9 @@ class ElasticsearchEngine(HttpEngine):
             raise EngineError(f"{self.url} is not Elasticsearch: {exc}") from exc
         except ApiError as exc:
             raise from_status(exc.meta.status, exc.body, f"elasticsearch {where}") from exc
-        except TransportError as exc:  # connection refused or reset, timeout, TLS
+        except ConnectionTimeout as exc:
+            raise EngineTimeout(f"elasticsearch at {self.url}: {exc}") from exc
+        except TransportError as exc:  # connection refused or reset, TLS
             raise EngineUnavailable(f"elasticsearch at {self.url}: {exc}") from exc
 
     def _send(

@@ -13,11 +13,11 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from opensearchpy import ConnectionError, OpenSearch, TransportError
+from opensearchpy import ConnectionError, ConnectionTimeout, OpenSearch, TransportError
 from opensearchpy.helpers import streaming_bulk
 from opensearchpy.serializer import JSONSerializer
 
-from cellsight.indexer.engines.base import EngineUnavailable
+from cellsight.indexer.engines.base import EngineTimeout, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
 from cellsight.indexer.engines.http_errors import from_status
@@ -73,6 +73,8 @@ class OpenSearchEngine(HttpEngine):
         """The client's exceptions as engine errors, by type and status code."""
         try:
             yield
+        except ConnectionTimeout as exc:
+            raise EngineTimeout(f"opensearch at {self.url}: {exc}") from exc
         except TransportError as exc:
             # "no answer" (refused, reset, timeout) is a ConnectionError with status "N/A"
             if isinstance(exc, ConnectionError) or not isinstance(exc.status_code, int):

@@ -8,8 +8,8 @@ is code-point order, as the tree requires.
 
 Each search has a deadline: a progress handler interrupts the statement past it, and
 the ``REGEXP`` function refuses to start another match past it (one ``re`` call cannot
-be interrupted). A timed-out search is ``EngineUnavailable``, like an overloaded
-cluster, so the API can fall back to the cells.
+be interrupted). A timed-out search is ``EngineTimeout``, like a cluster's, so the API
+can fall back to the cells.
 
 Plans. A page is ``WHERE filter ORDER BY keys LIMIT n``; it is fast when SQLite walks
 an index in the sort order and stops after n matching rows, and slow when it reads every
@@ -39,7 +39,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import TableClause
 
-from cellsight.indexer.engines.base import EngineUnavailable, StoredDocument
+from cellsight.indexer.engines.base import EngineTimeout, StoredDocument
 from cellsight.indexer.engines.sqlite_rows import decode_json
 from cellsight.indexer.engines.sqlite_schema import Schema, doc_table, order_index
 from cellsight.indexer.fields import DocField, Kind
@@ -288,7 +288,7 @@ def _within(
 
 
 def _run(conn: sqlite3.Connection, statements: Callable[[Deadline], _T], timeout: float) -> _T:
-    """``statements`` run on ``conn`` under one deadline (``EngineUnavailable`` past it)."""
+    """``statements`` run on ``conn`` under one deadline (``EngineTimeout`` past it)."""
     deadline = Deadline()
     deadline.arm(timeout)
     install(conn, deadline)
@@ -297,7 +297,7 @@ def _run(conn: sqlite3.Connection, statements: Callable[[Deadline], _T], timeout
         return statements(deadline)
     except sqlite3.OperationalError as exc:
         if deadline.expired or time.monotonic() > deadline.at:
-            raise EngineUnavailable(f"embedded search ran past {timeout:g} s") from exc
+            raise EngineTimeout(f"embedded search ran past {timeout:g} s") from exc
         raise
     finally:
         conn.set_progress_handler(None, 0)

@@ -1,5 +1,6 @@
-"""An HTTP proxy in front of a real engine (osmem) that spoils chosen ``_bulk`` requests:
-what a cluster under load does to a long bulk sync, one request at a time.
+"""An HTTP proxy in front of a real engine (osmem) that spoils chosen ``_bulk`` requests
+(or those of another endpoint, ``_search``): what a cluster under load does to a long
+bulk sync, or to one heavy listing, one request at a time.
 
 Every other request, and every bulk request not chosen, is forwarded as it came and
 answered with the engine's own answer. Once ``arm``ed, a chosen one gets the fault:
@@ -31,8 +32,9 @@ HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"
 class BulkFaults:
     """``url`` (``http://127.0.0.1:<port>``) → ``target``, spoiling nothing until armed."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, endpoint: str = "/_bulk") -> None:
         parts = urlsplit(target)
+        self.endpoint = endpoint
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
         self.fault: int | str | None = None
         self.first = 0
@@ -91,7 +93,7 @@ class BulkFaults:
             self.bodies, self.spoiled = [], []
 
     def _fault_for(self, path: str, body: bytes) -> int | str | None:
-        if not path.split("?")[0].endswith("/_bulk"):
+        if not path.split("?")[0].endswith(self.endpoint):
             return None
         with self._lock:
             if self.fault is None:

@@ -1,0 +1,82 @@
+"""A search that runs past ``search_timeout`` while the engine still answers is a heavy
+query, not an outage: that request is answered by fan-out (the same body) and the
+safe-connect flag stays down, so the next listing is the index's again. Only
+``SLOW_TRIPS`` such searches in a row set the flag.
+
+Found from outside: one member's costly filter (a regex the subset allows) ran past
+the deadline and sent every client's listings to the cells for the cool-down.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cellsight.api.headers import PATH
+from cellsight.api.safe_connect import SLOW_TRIPS, SafeConnect
+from cellsight.indexer.engines.base import EngineTimeout
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
+from tests.support.api_world import ADMIN, World, load_index, make_client
+from tests.support.bulk_faults import TIMEOUT, BulkFaults
+from tests.support.clock import ManualClock
+
+LISTING = "/v2.1/servers/detail?all_tenants=1&limit=20"
+
+
+def test_slow_searches_set_the_flag_only_in_a_row() -> None:
+    flag = SafeConnect(10.0, clock=ManualClock(0.0))
+    slow = EngineTimeout("ran past 1 s")
+    for _ in range(SLOW_TRIPS - 1):
+        assert flag.slow(slow) is False and not flag.flagged
+    flag.succeeded()  # a search answered: the count starts again
+    for _ in range(SLOW_TRIPS - 1):
+        assert flag.slow(slow) is False
+    assert flag.slow(slow) is True and flag.flagged
+    assert "ran past 1 s" in flag.status()["reason"]
+
+
+def test_a_slow_probe_keeps_the_flag() -> None:
+    clock = ManualClock(0.0)
+    flag = SafeConnect(10.0, clock=clock)
+    flag.failed(ConnectionError("refused"))
+    clock.now = 10.0
+    assert flag.use_index()  # the probe, which is slow
+    assert flag.slow(EngineTimeout("ran past 1 s")) is True
+    assert not flag.use_index()  # the next probe waits out a doubled cool-down
+
+
+@pytest.fixture
+def faults(osmem_url: str) -> Iterator[BulkFaults]:
+    proxy = BulkFaults(osmem_url, endpoint="/_search")
+    yield proxy
+    proxy.close()
+
+
+def test_a_heavy_search_is_answered_by_the_cells_and_leaves_the_index_serving(
+    faults: BulkFaults, sqlite_world: World, tmp_path: Path
+) -> None:
+    engine = OpenSearchEngine(faults.url, prefix=f"w{uuid.uuid4().hex[:8]}", timeout=1.0)
+    load_index(engine, sqlite_world)
+    with make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=600.0) as client:
+        first = client.get(LISTING, headers=ADMIN)
+        assert first.status_code == 200 and first.headers[PATH] == "index"
+
+        faults.arm(TIMEOUT, first=1, times=1)  # this one search gets no answer in time
+        heavy = client.get(LISTING, headers=ADMIN)
+        assert heavy.status_code == 200 and heavy.headers[PATH] == "fanout"
+        assert heavy.json() == first.json()
+        assert client.get("/healthz").json()["safe_connect"] == {"flag": False}
+        assert client.get(LISTING, headers=ADMIN).headers[PATH] == "index"
+
+        faults.arm(TIMEOUT, first=1, times=None)  # every search: slow for everyone
+        paths = [client.get(LISTING, headers=ADMIN).headers[PATH] for _ in range(SLOW_TRIPS)]
+        assert paths == ["fanout"] * SLOW_TRIPS
+        health = client.get("/healthz").json()
+        assert health["safe_connect"]["flag"] is True and health["path"] == "fanout"
+        searched = len(faults.bodies)
+        assert client.get(LISTING, headers=ADMIN).headers[PATH] == "fanout"
+        assert len(faults.bodies) == searched  # while the flag is set, no search is sent
+    engine.close()
