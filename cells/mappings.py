@@ -333,6 +333,12 @@ class CellRegistry:
                 found.update({r.instance_uuid: r.cell_uuid for r in rows})
         return found
 
+    def purged_before(self, instance_uuids: Sequence[str], floor: datetime) -> set[str]:
+        """Those a purge at ``floor`` may have removed from the index (``cells.purged``)."""
+        from cellsight.cells.purged import purged_before
+
+        return purged_before(self, instance_uuids, floor)
+
     def count_mappings(self, cell_uuid: str | None = None) -> int:
         query = sa.select(sa.func.count()).select_from(instance_mappings)
         if cell_uuid is not None:

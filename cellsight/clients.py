@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -26,6 +26,7 @@ from cellsight.urls import redact_url, split_url
 if TYPE_CHECKING:
     from cellsight.indexer.consumer import ConsumerConfig
     from cellsight.indexer.engines.base import SearchEngine
+    from cellsight.indexer.writer import CellLookup
 
 
 # The transports Cellsight is built and tested on: RabbitMQ's AMQP, and Redis (the
@@ -230,18 +231,15 @@ def build_engine(settings: Settings) -> SearchEngine:
     )
 
 
-def build_cell_resolver(settings: Settings) -> Callable[[Sequence[str]], dict[str, str]]:
-    """Instance uuid → cell uuid from the instance mappings, for Nova's own payloads
-    (Cellsight's producer puts the cell in the payload)."""
+def build_cell_resolver(settings: Settings) -> CellLookup:
+    """What the writer asks of the cells: the cell of Nova's own payloads (Cellsight's
+    producer puts it in the payload), and whether an instance was purged."""
     from cellsight.cells.mappings import CellRegistry
 
-    registry = CellRegistry.from_settings(settings)
-    return registry.cells_of
+    return CellRegistry.from_settings(settings)
 
 
-def build_write_side(
-    settings: Settings,
-) -> tuple[SearchEngine, Callable[[Sequence[str]], dict[str, str]]]:
+def build_write_side(settings: Settings) -> tuple[SearchEngine, CellLookup]:
     """The engine and cell resolver of an indexer's writer process, built in that process
     (``functools.partial(build_write_side, settings)`` is what it is handed)."""
     return build_engine(settings), build_cell_resolver(settings)

@@ -34,7 +34,7 @@ from cellsight.indexer.deadletter import (
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_flight
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
-from cellsight.indexer.writer import BatchWriter, CellResolver, Outcome, Verdict
+from cellsight.indexer.writer import BatchWriter, CellLookup, Outcome, Verdict
 from cellsight.notifications import queues
 from cellsight.notifications.bus import refused, turned_away
 from cellsight.settings import MAX_PREFETCH
@@ -98,7 +98,7 @@ class IndexerConsumer:
         config: ConsumerConfig,
         *,
         stop: threading.Event | None = None,
-        cell_resolver: CellResolver | None = None,
+        cell_resolver: CellLookup | None = None,
         write_process: WriterFactory | None = None,
         collect_between_batches: bool = False,
         revive_bus: Callable[[], object] | None = None,

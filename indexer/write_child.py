@@ -26,11 +26,11 @@ from cellsight.indexer.write_wire import (
     pack,
     unpack,
 )
-from cellsight.indexer.writer import BatchWriter, CellResolver
+from cellsight.indexer.writer import BatchWriter, CellLookup
 
 log = logging.getLogger(__name__)
 
-WriteSide = tuple[SearchEngine, CellResolver | None]
+WriteSide = tuple[SearchEngine, CellLookup | None]
 WriterFactory = Callable[[], WriteSide]
 """Builds the child's engine and cell resolver (picklable: a module-level function or a
 ``functools.partial`` of one, called in the child)."""

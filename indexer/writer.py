@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from tenacity import (
     Retrying,
@@ -53,7 +53,18 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 TAGS_VERSION = ("tags_version",)
-CellResolver = Callable[[Sequence[str]], dict[str, str]]
+
+
+class CellLookup(Protocol):
+    """What the writer asks of the cells (``CellRegistry`` and ``cells.purged``)."""
+
+    def cells_of(self, instance_uuids: Sequence[str]) -> dict[str, str]:
+        """Instance uuid → cell uuid, for Nova's own payloads (no cell in them)."""
+
+    def purged_before(self, instance_uuids: Sequence[str], floor: datetime) -> set[str]:
+        """Those a purge at ``floor`` may have removed from the index."""
+
+
 # What a commit waits out, unacked: the engine's outages, and the API database's, which
 # the cell lookup of Nova's own payloads reads (an indexer that stopped for it would
 # index nothing until restarted, where one that waits resumes on its own).
@@ -70,7 +81,7 @@ class BatchWriter:
         engine: SearchEngine,
         *,
         stop: threading.Event | None = None,
-        cell_resolver: CellResolver | None = None,
+        cell_resolver: CellLookup | None = None,
         max_backoff: float = 30.0,
         floor_ttl: float = 30.0,
         record_metrics: bool = True,
@@ -176,9 +187,14 @@ class BatchWriter:
             if lookup
             else {}
         )
+        unknown = sorted({p.op.id for p in below_floor if p.op.id not in stored})
+        # A very late event must not recreate a purged instance; without a document and
+        # older than the floor, a live one looks the same here: its cell tells.
+        gone = set(unknown)
+        if unknown and floor is not None and self.cell_resolver is not None:
+            gone = self.cell_resolver.purged_before(unknown, floor)
         for p in below_floor:
-            if p.op.id not in stored:
-                # Its tombstone was purged: a very late event must not recreate it.
+            if p.op.id in gone:
                 outcomes[p.position] = Outcome(
                     Verdict.STALE,
                     "below_purge_floor",
@@ -188,7 +204,7 @@ class BatchWriter:
         merge_tags(instances, stored)
         missing_cell = [p for p in instances if not p.op.document.get("cell_uuid")]
         if missing_cell and self.cell_resolver is not None:
-            cells = self.cell_resolver(sorted({p.op.id for p in missing_cell}))
+            cells = self.cell_resolver.cells_of(sorted({p.op.id for p in missing_cell}))
             for p in missing_cell:
                 p.op.document["cell_uuid"] = cells.get(p.op.id)
 

@@ -22,7 +22,6 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Sequence
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -34,6 +33,7 @@ from cellsight.settings import Settings
 if TYPE_CHECKING:
     from cellsight.cli.logs import LogSetup
     from cellsight.indexer.engines.base import SearchEngine
+    from cellsight.indexer.writer import CellLookup
 
 JOIN_POLL = 0.5  # seconds between checks that every worker is alive
 PARENT_POLL = 0.5  # seconds between a worker's checks that its supervisor is alive
@@ -135,9 +135,7 @@ def consume(
         engine.close()
 
 
-def _write_side(
-    settings: Settings, log_setup: LogSetup
-) -> tuple[SearchEngine, Callable[[Sequence[str]], dict[str, str]]]:
+def _write_side(settings: Settings, log_setup: LogSetup) -> tuple[SearchEngine, CellLookup]:
     """``clients.build_write_side`` in an indexer's writer process, which logs as the
     command does (the engine's client lives there)."""
     from cellsight.cli import logs
