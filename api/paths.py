@@ -159,7 +159,7 @@ class InstanceSearch:
             self.metrics.bug("index probe", exc, log)
             return f"error: {type(exc).__name__}"
         self._record(synced, identity)
-        self.safe_connect.succeeded()
+        self.safe_connect.succeeded(searched=False)
         return "synced" if synced else "unsynced: not marked synced by a completed bulk sync"
 
     def mark_unsynced(self) -> None:

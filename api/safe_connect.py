@@ -99,14 +99,19 @@ class SafeConnect:
             self.failed(exc)
         return trips
 
-    def succeeded(self) -> None:
+    def succeeded(self, *, searched: bool = True) -> None:
+        """The index answered: clears the flag. Only a search (not the background probe,
+        which reads its records) also clears the count of slow searches and failures: an
+        engine that answers the probe while every search runs past its timeout would
+        otherwise never be left alone, however slow, and its backoff never grow."""
         with self._lock:
-            self._slow = 0
+            if searched:
+                self._slow = 0
+                self._failures = 0
             if self._set:
                 log.warning("search index answers again; serving from the index")
             self._set = False
             self._probing = False
-            self._failures = 0
             self._reason = ""
 
     def next_probe_in(self) -> float | None:

@@ -11,10 +11,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from elastic_transport import Transport, TransportApiResponse
 from elasticsearch import (
     ApiError,
     ConnectionTimeout,
     Elasticsearch,
+    SerializationError,
     TransportError,
     UnsupportedProductError,
 )
@@ -25,10 +27,23 @@ from cellsight.indexer.engines.base import EngineError, EngineTimeout, EngineUna
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
 from cellsight.indexer.engines.http_errors import from_status
+from cellsight.notifications.errors import brief
 
 
 def _as_is(action: BulkAction) -> BulkAction:
     return action
+
+
+class JsonAnswers(Transport):
+    """A 2xx answer whose body is empty or no JSON object or array (a proxy's page) is
+    a ``SerializationError``, as a body that does not parse is (see the OpenSearch
+    engine's, where an engine probe found the bulk helper stopping the indexer on it)."""
+
+    def perform_request(self, method: str, target: str, **kwargs: Any) -> TransportApiResponse:
+        answer = super().perform_request(method, target, **kwargs)
+        if method != "HEAD" and not isinstance(answer.body, dict | list):
+            raise SerializationError(f"{method} {target}: answered {brief(answer.body, 60)}")
+        return answer
 
 
 class ElasticsearchEngine(HttpEngine):
@@ -48,6 +63,7 @@ class ElasticsearchEngine(HttpEngine):
             "retry_on_timeout": False,
             # the client's own orjson serializer (bulk lines included): as on OpenSearch
             "serializer": OrjsonSerializer(),
+            "transport_class": JsonAnswers,
         }
         if "maxsize" not in options:  # the client refuses both
             defaults["connections_per_node"] = self.pool_connections
@@ -64,6 +80,11 @@ class ElasticsearchEngine(HttpEngine):
             raise from_status(exc.meta.status, exc.body, f"elasticsearch {where}") from exc
         except ConnectionTimeout as exc:
             raise EngineTimeout(f"elasticsearch at {self.url}: {exc}") from exc
+        except SerializationError as exc:  # a 2xx whose body is no JSON: a proxy between
+            raise EngineUnavailable(
+                f"elasticsearch at {self.url}: {where}: an answer that is not JSON "
+                f"({brief(str(exc), 200)})"
+            ) from exc
         except TransportError as exc:  # connection refused or reset, TLS
             raise EngineUnavailable(f"elasticsearch at {self.url}: {exc}") from exc
 

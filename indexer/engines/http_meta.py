@@ -37,7 +37,9 @@ class HttpMeta(HttpCore):
             body = self._send("GET", doc_path(self.meta_alias(), key))
         except IndexMissing:  # no such key, or no meta index yet
             return None
-        value = body.get("_source", {}).get("value")
+        # A body of another shape is no record (a proxy's answer that still parses).
+        source = body.get("_source") if isinstance(body, dict) else None
+        value = source.get("value") if isinstance(source, dict) else None
         return dict(value) if isinstance(value, dict) else None
 
     def put_meta(self, key: str, value: dict[str, Any]) -> None:

@@ -13,7 +13,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
-from opensearchpy import ConnectionError, ConnectionTimeout, OpenSearch, TransportError
+from opensearchpy import (
+    ConnectionError,
+    ConnectionTimeout,
+    OpenSearch,
+    SerializationError,
+    Transport,
+    TransportError,
+)
 from opensearchpy.helpers import streaming_bulk
 from opensearchpy.serializer import JSONSerializer
 
@@ -21,6 +28,7 @@ from cellsight.indexer.engines.base import EngineTimeout, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
 from cellsight.indexer.engines.http_errors import from_status
+from cellsight.notifications.errors import brief
 
 
 def _as_is(action: BulkAction) -> BulkAction:
@@ -48,6 +56,19 @@ class OrjsonSerializer(JSONSerializer):
             return super().loads(s)
 
 
+class JsonAnswers(Transport):
+    """A 2xx answer whose body is empty or no JSON object or array (a proxy's page, a
+    truncated answer that still parses) is a ``SerializationError``, as a body that does
+    not parse is: the client handed it on, and the bulk helper then failed on it with a
+    ``TypeError`` that stopped the indexer (an engine probe)."""
+
+    def perform_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        answer = super().perform_request(method, url, *args, **kwargs)
+        if method != "HEAD" and not isinstance(answer, dict | list):
+            raise SerializationError(f"{method} {url}: answered {brief(answer, 60)}")
+        return answer
+
+
 class OpenSearchEngine(HttpEngine):
     """``client_options`` go to ``opensearchpy.OpenSearch`` (auth, TLS, connection_class).
 
@@ -65,6 +86,7 @@ class OpenSearchEngine(HttpEngine):
             "retry_on_timeout": False,
             "serializer": OrjsonSerializer(),
             "pool_maxsize": self.pool_connections,
+            "transport_class": JsonAnswers,
         }
         return OpenSearch(hosts=[url], **(defaults | options))
 
@@ -75,6 +97,11 @@ class OpenSearchEngine(HttpEngine):
             yield
         except ConnectionTimeout as exc:
             raise EngineTimeout(f"opensearch at {self.url}: {exc}") from exc
+        except SerializationError as exc:  # a 2xx whose body is no JSON: a proxy between
+            raise EngineUnavailable(
+                f"opensearch at {self.url}: {where}: an answer that is not JSON "
+                f"({brief(str(exc), 200)})"
+            ) from exc
         except TransportError as exc:
             # "no answer" (refused, reset, timeout) is a ConnectionError with status "N/A"
             if isinstance(exc, ConnectionError) or not isinstance(exc.status_code, int):

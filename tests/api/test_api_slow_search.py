@@ -38,6 +38,23 @@ def test_slow_searches_set_the_flag_only_in_a_row() -> None:
     assert "ran past 1 s" in flag.status()["reason"]
 
 
+def test_the_background_probe_leaves_the_count_of_slow_searches() -> None:
+    """An engine probe: the probe (which reads records, not a search) reset the count,
+    so a client listing one page at a time waited out every search, for ever."""
+    flag = SafeConnect(10.0, clock=ManualClock(0.0))
+    slow = EngineTimeout("ran past 1 s")
+    for _ in range(SLOW_TRIPS - 1):
+        flag.slow(slow)
+    flag.succeeded(searched=False)  # a probe between two searches
+    assert flag.slow(slow) is True and flag.flagged
+    flag.succeeded(searched=False)  # the probe after the cool-down clears the flag ...
+    assert not flag.flagged
+    assert flag.slow(slow) is True  # ... and the next slow search sets it again
+    assert flag.next_probe_in() == 20.0  # with a doubled wait
+    flag.succeeded()  # a search answered: all is forgotten
+    assert not flag.flagged and flag.slow(slow) is False
+
+
 def test_a_slow_probe_keeps_the_flag() -> None:
     clock = ManualClock(0.0)
     flag = SafeConnect(10.0, clock=clock)
@@ -80,3 +97,23 @@ def test_a_heavy_search_is_answered_by_the_cells_and_leaves_the_index_serving(
         assert client.get(LISTING, headers=ADMIN).headers[PATH] == "fanout"
         assert len(faults.bodies) == searched  # while the flag is set, no search is sent
     engine.close()
+
+
+def test_a_record_answered_with_no_json_is_served_by_the_cells(
+    osmem_url: str, sqlite_world: World, tmp_path: Path
+) -> None:
+    """An engine probe: a 200 whose body did not parse, on the engine's records (the
+    synced marker, the purge floor), made every listing a 500."""
+    records = BulkFaults(osmem_url, endpoint="-meta/_doc/")
+    engine = OpenSearchEngine(records.url, prefix=f"g{uuid.uuid4().hex[:8]}", timeout=2.0)
+    try:
+        load_index(engine, sqlite_world)
+        records.arm(b'{"_id":', first=1, times=None)
+        with make_client(tmp_path, sqlite_world, engine) as client:
+            for path in (LISTING, "/v2.1/servers?all_tenants=1"):
+                listing = client.get(path, headers=ADMIN)
+                assert listing.status_code == 200 and listing.headers[PATH] == "fanout"
+            assert records.spoiled  # the records were asked for, and spoiled
+    finally:
+        engine.close()
+        records.close()

@@ -81,7 +81,7 @@ def canned() -> Iterator[Callable[[Handler], str]]:
                 status, headers, body = handler(
                     self.command, self.path, dict(self.headers), self.rfile.read(length)
                 )
-                raw = json.dumps(body).encode()
+                raw = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")
                 self.send_header("Content-Length", str(len(raw)))

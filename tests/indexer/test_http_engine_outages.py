@@ -126,3 +126,34 @@ def test_item_overload_is_retry_and_whole_bulk_overload_is_unavailable(
     with pytest.raises(EngineUnavailable):
         eng.bulk([op("a", 1)])
     eng.close()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"", b'{"errors":true,"items":[' + b"x" * 50_000, b"<html>ok</html>", b'"a string"'],
+    ids=["empty", "cut-short", "html", "a-string"],
+)
+def test_a_2xx_answer_that_is_no_json_object_is_unavailable(
+    kind: str, answer: bytes, canned: Callable[[Handler], str]
+) -> None:
+    """An engine probe: a proxy answering 200 with an empty, HTML or cut-short body
+    stopped the indexer (the bulk helper's ``TypeError``, or the client's
+    ``SerializationError`` with the whole body in its message) and made the API answer
+    500 (the purge floor's record read). It is the engine being unavailable: retried."""
+
+    def handler(method: str, path: str, headers: Mapping[str, str], raw: bytes) -> Reply:
+        if path.startswith("/_alias/"):
+            return 200, {}, {"t-instance-1": {"aliases": {"t-instance-write": {}}}}
+        return 200, {}, answer
+
+    eng = make_engine(kind, canned(handler))
+    for call in (
+        lambda: eng.get("instance", "a"),
+        lambda: eng.bulk([op("a", 1)]),
+        lambda: eng.get_meta("purge_floor:instance"),
+        eng.ping,
+    ):
+        with pytest.raises(EngineUnavailable) as caught:
+            call()
+        assert "not JSON" in str(caught.value) and len(str(caught.value)) < 500
+    eng.close()
