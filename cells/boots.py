@@ -4,9 +4,10 @@ transaction of the cell (``cellsight.cells.room``).
 
 Boot writes two databases. The instance mapping (API database) is written first,
 then the instance rows (cell database). If the cell transaction fails, the mapping is
-deleted again; if that clean-up fails too, a mapping to a missing row remains, which
-readers treat as "not found" and anti-entropy removes. The reverse order could leave
-an instance row that no lookup by uuid can find.
+deleted again; if that clean-up fails too (or the process dies in between), a mapping
+to a missing row remains, which readers treat as "not found" and ``cells remove
+--force`` removes once it is older than any build (``cell_removal.DEAD_BUILD``). The
+reverse order could leave an instance row that no lookup by uuid can find.
 """
 
 from __future__ import annotations

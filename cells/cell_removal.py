@@ -9,8 +9,11 @@ transaction of the API database that holds the cell's row under an exclusive loc
 removes only the mappings it checked: a placement takes that row under a shared lock
 (``CellRegistry.place_instances``), so none lands in a cell being removed, and a build
 that was mapped before the checks but has no row yet (still being built) refuses the
-removal. ``skip_database_check`` is for a cell whose database is gone for good: nothing
-is read there, and every instance mapped to it is unmapped, living or not.
+removal, unless it was mapped more than ``DEAD_BUILD`` ago: a build killed between its
+mapping and its cell transaction leaves such a mapping for ever, which ``force``
+removes with the cell. ``skip_database_check`` is for a cell whose database is gone
+for good: nothing is read there, and every instance mapped to it is unmapped, living or
+not.
 
 What the index holds of the cell (its deleted instances' documents, its nodes) stays
 until ``index sync`` rebuilds without it.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
@@ -30,6 +34,9 @@ from cellsight.cells.reads import count_instances, list_compute_nodes
 from cellsight.cells.schema import cell_mappings, instance_mappings, instances
 
 CHUNK = 500  # uuids per IN (...) query
+# A build holds a mapping without a row for its cell transaction: seconds, at most the
+# statement and lock timeouts. One older than this was left by a build that died.
+DEAD_BUILD = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -63,12 +70,13 @@ def remove_cell(
     return Removal(cell, nodes, len(mapped))
 
 
-def _mapped(conn: sa.Connection, cell_uuid: str) -> set[str]:
-    """The uuids of the instances mapped to the cell."""
+def _mapped(conn: sa.Connection, cell_uuid: str, *, before: datetime | None = None) -> set[str]:
+    """The uuids of the instances mapped to the cell (``before``: mapped before then)."""
     m = instance_mappings.c
-    return {
-        str(u) for (u,) in conn.execute(sa.select(m.instance_uuid).where(m.cell_uuid == cell_uuid))
-    }
+    query = sa.select(m.instance_uuid).where(m.cell_uuid == cell_uuid)
+    if before is not None:
+        query = query.where(m.created_at < before)
+    return {str(u) for (u,) in conn.execute(query)}
 
 
 def _what_it_holds(
@@ -81,11 +89,19 @@ def _what_it_holds(
     blockers = []
     if living:
         blockers.append(f"{_count(living, 'instance')} not deleted")
-    pending = len(mapped - set(rows))
-    if pending:
+    rowless = mapped - set(rows)
+    with connect(registry.api_engine) as conn:
+        dead = _mapped(conn, cell.uuid, before=datetime.now(UTC) - DEAD_BUILD) & rowless
+    if building := len(rowless - dead):
         blockers.append(
-            f"{_count(pending, 'instance')} mapped to it without a row (being built: try "
+            f"{_count(building, 'instance')} mapped to it without a row (being built: try "
             "again once builds have finished)"
+        )
+    if dead and not force:
+        blockers.append(
+            f"{_count(len(dead), 'instance')} mapped to it without a row for over "
+            f"{DEAD_BUILD.seconds // 60} minutes, left by builds that did not finish "
+            "(--force removes them with it)"
         )
     if not force:
         if nodes:

@@ -6,19 +6,21 @@ placements racing it, and the CLI's one-line answers."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cellsight.cells.cell_removal import remove_cell
-from cellsight.cells.database import connect
+from cellsight.cells.database import connect, write_transaction
 from cellsight.cells.errors import CellNotEmpty, NoValidHost, UnknownCell
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.operations import Operations
 from cellsight.cells.reads import count_instances
 from cellsight.cells.reservations import Reservations
+from cellsight.cells.schema import instance_mappings
 from cellsight.cli.errors import LOCKED, RUNTIME, USAGE
 from cellsight.clients import build_engine
 from cellsight.indexer.index_roles import is_synced
@@ -211,3 +213,30 @@ def test_a_removal_waits_for_no_sync(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
     finally:
         engine.close()
+
+
+def test_a_mapping_left_by_a_dead_build_is_removed_with_force_once_old(
+    registry: CellRegistry, add_cell: Callable[..., CellMapping]
+) -> None:
+    """A crash probe: a boot or reservation killed between its mapping (API database)
+    and its cell transaction left a mapping without a row, which refused the removal
+    for ever as "being built"."""
+    target = add_cell("target", hosts=())
+    orphan = "0b3a6c1e-0000-4000-8000-00000000000c"
+    registry.place_instances(target.uuid, [(orphan, "p1", "u1")])
+    registry.set_disabled(target.name, True)
+    with pytest.raises(CellNotEmpty, match="being built"):
+        remove_cell(registry, target.name, force=True)  # a build may still be under way
+    m = instance_mappings.c
+    with write_transaction(registry.api_engine) as conn:
+        an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+        conn.execute(
+            instance_mappings.update()
+            .where(m.instance_uuid == orphan)
+            .values(created_at=an_hour_ago)
+        )
+    with pytest.raises(CellNotEmpty, match="left by builds that did not finish") as refused:
+        remove_cell(registry, target.name)
+    assert "being built" not in str(refused.value)
+    removed = remove_cell(registry, target.name, force=True)
+    assert removed.mappings == 1 and registry.count_mappings(target.uuid) == 0
