@@ -5,7 +5,8 @@ process, a proxy that stops forwarding) is not noticed by anything else: psycopg
 for data with no timeout, ``statement_timeout`` is the frozen server's to enforce, and
 TCP keepalives and ``tcp_user_timeout`` are answered by the peer's kernel. So every call
 of the engine's dialect that waits on the server (execute, commit, rollback, the pool's
-ping and reset) is watched: past its bound one process-wide thread shuts the
+ping and reset, a new connection's ``initialize``; an executemany gets the bound once per
+``ROWS_PER_BOUND`` rows) is watched: past its bound one process-wide thread shuts the
 connection's socket down, the wait ends in psycopg's own "server closed the connection"
 (a disconnect: SQLAlchemy invalidates the connection), and that error is re-raised as
 ``NoAnswer``, a psycopg ``OperationalError`` naming the bound.
@@ -17,6 +18,8 @@ handshake's included (``cellsight.cells.dialects``). SQLite has no server.
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
 import os
 import socket
 import threading
@@ -28,6 +31,11 @@ from typing import Any
 
 import psycopg
 import sqlalchemy as sa
+
+log = logging.getLogger(__name__)
+# An executemany (a seed's chunk, a sync's rows) is one call of the driver, pipelined:
+# it gets the bound once per this many rows, as if each were a statement of its own.
+ROWS_PER_BOUND = 1000
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -51,7 +59,8 @@ class Watchdog:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self._reset()
-        # A sync's worker processes are forked: the parent's thread is not theirs.
+        # Cellsight's own worker processes are spawned; a forked child (a library's, a
+        # caller's) would inherit a lock and a thread that are not its own.
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
@@ -109,8 +118,13 @@ class Watchdog:
                             break
                         queue.popitem(last=False)
                         ticket.fired = True
-                        with contextlib.suppress(OSError):
+                        try:
                             ticket.drop()
+                        except Exception:
+                            # Gone already (libpq lost it: "the connection is lost"):
+                            # nothing to drop. This thread must not die: the other
+                            # deadlines stand.
+                            log.debug("dropping a connection past its bound", exc_info=True)
                 self._cond.wait(None if nearest is None else nearest - now)
 
 
@@ -144,6 +158,26 @@ def bound_answers(engine: sa.Engine, seconds: float) -> None:
 
         setattr(dialect, name, watched)
 
+    executemany = dialect.do_executemany
+
+    def watched_many(cursor: Any, statement: Any, parameters: Any, *args: Any) -> Any:
+        bound = seconds * max(1, math.ceil(len(parameters) / ROWS_PER_BOUND))
+        with WATCHDOG.watching(bound, _shut_down(cursor.connection)):
+            return executemany(cursor, statement, parameters, *args)
+
+    dialect.do_executemany = watched_many
+
+    # A new connection's first queries (the server's version and settings, the hstore
+    # type's lookup) are run by ``initialize`` on the driver's own cursor, unwrapped.
+    initialize = dialect.initialize
+
+    def watched_initialize(connection: Any) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        with WATCHDOG.watching(seconds, _shut_down(dbapi_connection)):
+            initialize(connection)
+
+    dialect.initialize = watched_initialize
+
     def on_connection(name: str) -> None:
         method = getattr(dialect, name)
 
@@ -153,7 +187,7 @@ def bound_answers(engine: sa.Engine, seconds: float) -> None:
 
         setattr(dialect, name, watched)
 
-    for name in ("do_execute", "do_executemany", "do_execute_no_params"):
+    for name in ("do_execute", "do_execute_no_params"):
         on_cursor(name)
-    for name in ("do_commit", "do_rollback", "do_ping"):
+    for name in ("do_commit", "do_rollback", "do_ping", "get_isolation_level"):
         on_connection(name)

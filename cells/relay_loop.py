@@ -57,14 +57,22 @@ def relay_one(registry: CellRegistry, relay: Outbox, cell: CellMapping) -> Relay
 
 
 def start_periodic_relay(
-    registry: CellRegistry, relay: Outbox, interval: float, stop: threading.Event
+    registry: CellRegistry,
+    relay: Outbox,
+    interval: float,
+    stop: threading.Event,
+    *,
+    settle: float = 30.0,
 ) -> threading.Thread:
     """Relay every cell's outbox every ``interval`` seconds until ``stop`` is set.
 
     Each cell is relayed on a thread of its own, at most one at a time per cell: a pass
     does not wait for a cell still being relayed (its database slow or not answering),
-    so the other cells keep their pace. The threads are daemons, as the loop's is: a
-    process that stops does not wait for a cell that does not answer.
+    so the other cells keep their pace. Once ``stop`` is set, the loop waits up to
+    ``settle`` seconds for the passes under way (their publishes confirmed, their rows
+    deleted) before it ends: join it before closing the relay's publisher. The threads
+    are daemons, as the loop's is: a process that stops does not wait longer for a cell
+    that does not answer.
     """
     # Refused here, in the caller's thread: past TIMEOUT_MAX (or inf, nan) the first
     # ``stop.wait`` raised inside the thread, which died while the caller waited for ever.
@@ -91,7 +99,17 @@ def start_periodic_relay(
             with guard:
                 under_way.discard(cell.name)
 
+    visits: list[threading.Thread] = []
+
     def loop() -> None:
+        try:
+            passes()
+        finally:
+            deadline = time.monotonic() + settle
+            for visit_thread in visits:
+                visit_thread.join(max(0.0, deadline - time.monotonic()))
+
+    def passes() -> None:
         while not stop.wait(interval):
             try:
                 cells = registry.list_cells()
@@ -99,9 +117,14 @@ def start_periodic_relay(
                     due = set(backoff.due([c.name for c in cells])) - under_way
                     chosen = [c for c in cells if c.name in due]
                     under_way.update(due)
+                visits[:] = [t for t in visits if t.is_alive()]
                 for cell in chosen:
                     name = f"outbox-relay-{cell.name}"
-                    threading.Thread(target=visit, args=(cell,), name=name, daemon=True).start()
+                    visit_thread = threading.Thread(
+                        target=visit, args=(cell,), name=name, daemon=True
+                    )
+                    visit_thread.start()
+                    visits.append(visit_thread)
             except Exception:
                 # The relay is a safety net beside the indexer: log and try next time.
                 log.exception("outbox relay pass failed")

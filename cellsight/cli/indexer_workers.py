@@ -122,13 +122,15 @@ def consume(
                 f"{bus.display_url}, {consumer.in_flight} write(s) in flight in {where}"
             )
             # One relay per indexer (worker 0): the outbox's lease serialises relays anyway.
-            relay_notifier = relay_beside_indexer(settings, bus, stop) if worker == 0 else None
+            relaying = relay_beside_indexer(settings, bus, stop) if worker == 0 else None
             try:
                 consumer.run()
             finally:
                 stop.set()
-                if relay_notifier is not None:
-                    relay_notifier.close()
+                if relaying is not None:
+                    notifier, thread = relaying
+                    thread.join(2 * settings.publish_timeout)  # its passes under way
+                    notifier.close()
             console.print(f"{name} stopped: {consumer.totals}")
             return consumer.totals
     finally:

@@ -25,9 +25,12 @@ app = typer.Typer(
 )
 
 
-def relay_beside_indexer(settings: Settings, bus: Bus, stop: threading.Event) -> Notifier | None:
-    """Start the periodic relay (``outbox_relay_interval``) on ``bus``; the caller closes
-    the returned notifier after ``stop``. None when the interval is off."""
+def relay_beside_indexer(
+    settings: Settings, bus: Bus, stop: threading.Event
+) -> tuple[Notifier, threading.Thread] | None:
+    """Start the periodic relay (``outbox_relay_interval``) on ``bus``; after ``stop``
+    the caller joins the returned thread (it waits for the passes under way) and closes
+    the notifier. None when the interval is off."""
     if not settings.outbox_relay_interval:
         return None
     from cellsight.cells.mappings import CellRegistry
@@ -37,10 +40,14 @@ def relay_beside_indexer(settings: Settings, bus: Bus, stop: threading.Event) ->
 
     notifier = build_notifier(settings, bus=bus)
     relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
-    start_periodic_relay(
-        CellRegistry.from_settings(settings), relay, settings.outbox_relay_interval, stop
+    thread = start_periodic_relay(
+        CellRegistry.from_settings(settings),
+        relay,
+        settings.outbox_relay_interval,
+        stop,
+        settle=settings.publish_timeout,
     )
-    return notifier
+    return notifier, thread
 
 
 @app.command("relay")
@@ -129,9 +136,11 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
         with open_registry(ctx, make=True) as registry, build_notifier(settings) as notifier:
             relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
             console.print(f"relaying every {every:g} s until SIGTERM/SIGINT", highlight=False)
-            worker = start_periodic_relay(registry, relay, every, stop)
+            worker = start_periodic_relay(
+                registry, relay, every, stop, settle=settings.publish_timeout
+            )
             stop.wait()
-            worker.join(timeout=settings.publish_timeout + every)
+            worker.join(timeout=2 * settings.publish_timeout + every)
     finally:
         for sig, handler in previous.items():
             # Once stopping, a second signal has nothing more to say: put back, the

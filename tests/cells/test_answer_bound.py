@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -66,6 +67,21 @@ def test_disarmed_watches_leave_nothing_behind() -> None:
     for _ in range(10_000):
         dog.disarm(dog.arm(300.0, lambda: None))
     assert all(not queue for queue in dog._due.values())
+
+
+def test_a_drop_that_fails_leaves_the_watchdog_watching() -> None:
+    """A review: a drop raising anything but ``OSError`` (psycopg's "the connection is
+    lost", once libpq has lost it) ended the thread, and no later deadline fired."""
+    dog = Watchdog()
+    fired = threading.Event()
+
+    def lost() -> None:
+        raise RuntimeError("the connection is lost")
+
+    dog.arm(0.01, lost)
+    dog.arm(0.05, fired.set)
+    assert fired.wait(10)
+    assert dog._thread is not None and dog._thread.is_alive()
 
 
 @pytest.fixture(params=["postgresql", "mariadb"])
@@ -121,6 +137,88 @@ def test_a_server_that_stops_answering_is_left_after_the_bound(
     proxy.thaw()
     with connect(engine) as conn:  # the dropped connection is not handed out again
         assert conn.exec_driver_sql("SELECT 3").scalar_one() == 3
+
+
+@pytest.mark.parametrize("needle", [b"hstore", b"isolation"])
+def test_a_new_postgresql_connection_is_left_if_its_set_up_gets_no_answer(
+    postgres_server: sa.URL, needle: bytes
+) -> None:
+    """A review: the queries SQLAlchemy runs on an engine's first connection (the hstore
+    type's lookup, the isolation level) use the driver's cursor, which was not watched."""
+    proxy = Proxy((postgres_server.host or "127.0.0.1", postgres_server.port or 0))
+    proxy.start()
+    engines = Engines(connect_timeout=CONNECT, statement_timeout=STATEMENT)
+    try:
+        proxy.freeze_on(needle)
+        engine = engines.get(postgres_server.set(port=proxy.port).render_as_string(False))
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnavailable), connect(engine) as conn:
+            conn.exec_driver_sql("SELECT 1")
+        assert time.monotonic() - started < backstop(STATEMENT) + CONNECT + 1.0
+    finally:
+        engines.dispose()
+        proxy.stop()
+
+
+def test_an_executemany_gets_the_bound_once_per_thousand_rows(postgres_server: sa.URL) -> None:
+    """A review: a seed's chunk of 10,000 rows is one driver call, pipelined; under the
+    bound of one statement a healthy load was cut short. (PostgreSQL only: PyMySQL's
+    read timeout bounds each socket read, not a call.)"""
+    name, url = create_database(postgres_server)
+    proxy = Proxy((postgres_server.host or "127.0.0.1", postgres_server.port or 0))
+    proxy.start()
+    engines = Engines(connect_timeout=CONNECT, statement_timeout=STATEMENT)
+    try:
+        engine = engines.get(sa.make_url(url).set(port=proxy.port).render_as_string(False))
+        with connect(engine) as conn:
+            conn.exec_driver_sql("CREATE TABLE many (n integer)")
+            conn.commit()
+            rows = [{"n": n} for n in range(2_500)]
+            proxy.freeze_on(b"INSERT INTO many")
+            with pytest.raises(sa.exc.OperationalError) as caught:
+                conn.execute(sa.text("INSERT INTO many (n) VALUES (:n)"), rows)
+        assert isinstance(caught.value.orig, NoAnswer)
+        expected = f"no answer from the server in {3 * backstop(STATEMENT)} s"
+        assert str(caught.value.orig) == expected
+    finally:
+        engines.dispose()
+        proxy.stop()
+        drop_database(postgres_server, name)
+
+
+def test_stopping_the_periodic_relay_waits_for_the_passes_under_way(tmp_path: Path) -> None:
+    """A review: the relay's own threads were left running once it was stopped, and its
+    caller then closed the publisher under them."""
+    registry = CellRegistry(f"sqlite:///{tmp_path / 'api.db'}", Engines(connect_timeout=5))
+    registry.create_schema()
+    cell = registry.add_cell("c1", f"sqlite:///{tmp_path / 'c1.db'}")
+    add_compute_node(registry.cell_engine(cell), "h1", availability_zone="az1")
+    Operations(registry, FailingPublisher()).boot(BootRequest("vm", "m1.small", "p1", "u1"))
+    publishing, release = threading.Event(), threading.Event()
+
+    class Slow(CollectingPublisher):
+        def publish_many(self, notifications: Any) -> None:
+            publishing.set()
+            release.wait(10)
+            super().publish_many(notifications)
+
+    slow = Slow()
+    stop = threading.Event()
+    thread = start_periodic_relay(registry, Outbox(slow), 0.05, stop, settle=10)
+    try:
+        assert publishing.wait(10)
+        stop.set()
+        thread.join(0.2)
+        assert thread.is_alive()  # waiting for the pass under way
+        release.set()
+        thread.join(10)
+        assert not thread.is_alive() and len(slow.sent) >= 4
+        with connect(registry.cell_engine(cell)) as conn:
+            assert pending(conn) == 0  # published, then deleted, before the loop ended
+    finally:
+        release.set()
+        stop.set()
+        registry.close()
 
 
 def test_the_periodic_relay_goes_on_while_one_cell_does_not_answer(
