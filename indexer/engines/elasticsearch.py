@@ -26,8 +26,7 @@ from elasticsearch.serializer import OrjsonSerializer
 from cellsight.indexer.engines.base import EngineError, EngineTimeout, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
-from cellsight.indexer.engines.http_errors import from_status
-from cellsight.notifications.errors import brief
+from cellsight.indexer.engines.http_errors import from_status, json_complaint, not_json
 
 
 def _as_is(action: BulkAction) -> BulkAction:
@@ -41,8 +40,8 @@ class JsonAnswers(Transport):
 
     def perform_request(self, method: str, target: str, **kwargs: Any) -> TransportApiResponse:
         answer = super().perform_request(method, target, **kwargs)
-        if method != "HEAD" and not isinstance(answer.body, dict | list):
-            raise SerializationError(f"{method} {target}: answered {brief(answer.body, 60)}")
+        if (complaint := json_complaint(method, target, answer.body)) is not None:
+            raise SerializationError(complaint)
         return answer
 
 
@@ -81,10 +80,7 @@ class ElasticsearchEngine(HttpEngine):
         except ConnectionTimeout as exc:
             raise EngineTimeout(f"elasticsearch at {self.url}: {exc}") from exc
         except SerializationError as exc:  # a 2xx whose body is no JSON: a proxy between
-            raise EngineUnavailable(
-                f"elasticsearch at {self.url}: {where}: an answer that is not JSON "
-                f"({brief(str(exc), 200)})"
-            ) from exc
+            raise not_json("elasticsearch", self.url, where, exc) from exc
         except TransportError as exc:  # connection refused or reset, TLS
             raise EngineUnavailable(f"elasticsearch at {self.url}: {exc}") from exc
 

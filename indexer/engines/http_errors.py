@@ -16,6 +16,7 @@ from cellsight.indexer.engines.base import (
     WriteResult,
     WriteStatus,
 )
+from cellsight.notifications.errors import brief
 
 # Document-level failures that say "this document can never be indexed as it is".
 _REJECT_TYPES = frozenset(
@@ -86,3 +87,18 @@ def combine(results: Sequence[WriteResult]) -> WriteResult:
     if results and all(r.status is WriteStatus.STALE for r in results):
         return WriteResult(WriteStatus.STALE)
     return WriteResult(WriteStatus.OK)
+
+
+def not_json(distribution: str, url: str, where: str, exc: BaseException) -> EngineUnavailable:
+    """A 2xx whose body is empty or no JSON (a proxy in front of the cluster): the engine
+    is unavailable for now; the client's message is cut short (it holds the body)."""
+    return EngineUnavailable(
+        f"{distribution} at {url}: {where}: an answer that is not JSON ({brief(str(exc), 200)})"
+    )
+
+
+def json_complaint(method: str, target: str, body: Any) -> str | None:
+    """Why a client's decoded answer is no JSON object or array (None: it is one)."""
+    if method == "HEAD" or isinstance(body, dict | list):
+        return None
+    return f"{method} {target}: answered {brief(body, 60)}"

@@ -27,8 +27,7 @@ from opensearchpy.serializer import JSONSerializer
 from cellsight.indexer.engines.base import EngineTimeout, EngineUnavailable
 from cellsight.indexer.engines.http import MAX_CHUNK_BYTES, BulkAction, BulkItem, HttpEngine
 from cellsight.indexer.engines.http_core import PIT_KEEP_ALIVE
-from cellsight.indexer.engines.http_errors import from_status
-from cellsight.notifications.errors import brief
+from cellsight.indexer.engines.http_errors import from_status, json_complaint, not_json
 
 
 def _as_is(action: BulkAction) -> BulkAction:
@@ -64,8 +63,8 @@ class JsonAnswers(Transport):
 
     def perform_request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         answer = super().perform_request(method, url, *args, **kwargs)
-        if method != "HEAD" and not isinstance(answer, dict | list):
-            raise SerializationError(f"{method} {url}: answered {brief(answer, 60)}")
+        if (complaint := json_complaint(method, url, answer)) is not None:
+            raise SerializationError(complaint)
         return answer
 
 
@@ -98,10 +97,7 @@ class OpenSearchEngine(HttpEngine):
         except ConnectionTimeout as exc:
             raise EngineTimeout(f"opensearch at {self.url}: {exc}") from exc
         except SerializationError as exc:  # a 2xx whose body is no JSON: a proxy between
-            raise EngineUnavailable(
-                f"opensearch at {self.url}: {where}: an answer that is not JSON "
-                f"({brief(str(exc), 200)})"
-            ) from exc
+            raise not_json("opensearch", self.url, where, exc) from exc
         except TransportError as exc:
             # "no answer" (refused, reset, timeout) is a ConnectionError with status "N/A"
             if isinstance(exc, ConnectionError) or not isinstance(exc.status_code, int):

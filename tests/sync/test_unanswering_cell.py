@@ -21,15 +21,12 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from cellsight.clients import build_engine
-from cellsight.indexer.lock import MaintenanceLock
-from cellsight.settings import load_settings
 from tests.cli.test_cli_errors import cellsight
+from tests.support.cli_cells import OWNER, assert_lock_free, synced_beside_lite
 from tests.support.proxy import Proxy
 from tests.support.services import create_database, drop_database, server_fixture
 
 pytestmark = pytest.mark.services
-OWNER = ("--project", "p1", "--user", "u1")
 BOUNDS = {"CELLSIGHT_DB_STATEMENT_TIMEOUT": "1", "CELLSIGHT_DB_CONNECT_TIMEOUT": "2"}
 # The slowest a command may be here: the connect and statement bounds a few times over
 # (a retried connect, a ping, the pool's reset), far below "for ever".
@@ -47,15 +44,7 @@ def frozen_world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tup
     data = tmp_path / "data"
     lite = f"sqlite:///{tmp_path / 'lite.db'}"
     try:
-        for args in (
-            ("cells", "add", "--name", "far", "--db-url", far.render_as_string(False)),
-            ("cells", "add", "--name", "lite", "--db-url", lite, "--create"),
-            ("cells", "add-host", "--cell", "lite", "--host", "h1"),
-            ("ops", "boot", "--cell", "lite", "--name", "vm", "--flavor", "m1.small", *OWNER),
-            ("index", "sync"),
-        ):
-            done = cellsight(data, *args)
-            assert done.returncode == 0, (args, done.stderr)
+        synced_beside_lite(data, "far", far.render_as_string(False), lite)
         yield data, proxy
     finally:
         proxy.stop()
@@ -68,15 +57,6 @@ def _timed(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     took = time.monotonic() - started
     assert took < PROMPT, (args, took, done.stderr)
     return done
-
-
-def _lock_is_free(data: Path) -> None:
-    engine = build_engine(load_settings(data_dir=data))
-    try:
-        with MaintenanceLock(engine, "instance", "the next command"):
-            pass
-    finally:
-        engine.close()
 
 
 def test_status_and_relay_name_a_cell_frozen_before_it_answers(
@@ -110,7 +90,7 @@ def test_sync_and_verify_name_a_cell_that_stops_answering_once_connected(
     cells = {c["name"]: c for c in report["cells"]}
     assert "is unavailable" in cells["far"]["failed"], cells["far"]
     assert cells["lite"]["failed"] is None and cells["lite"]["rows"] == 1, cells["lite"]
-    _lock_is_free(data)
+    assert_lock_free(data)
 
     proxy.thaw()
     proxy.freeze_on(b"FROM instances")
@@ -118,7 +98,7 @@ def test_sync_and_verify_name_a_cell_that_stops_answering_once_connected(
     assert sync.returncode == 1
     last = sync.stderr.strip().splitlines()[-1]
     assert "cell far is unreadable" in last and "is unavailable" in last, sync.stderr
-    _lock_is_free(data)
+    assert_lock_free(data)
 
     proxy.thaw()  # and once it answers again, everything does
     again = cellsight(data, "index", "verify", "--json")

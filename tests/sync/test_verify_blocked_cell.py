@@ -17,15 +17,12 @@ import pytest
 import sqlalchemy as sa
 
 from cellsight.cli.errors import INTERRUPTED
-from cellsight.clients import build_engine
-from cellsight.indexer.lock import MaintenanceLock
-from cellsight.settings import load_settings
 from tests.cli.test_cli_errors import cellsight
+from tests.support.cli_cells import assert_lock_free, synced_beside_lite
 from tests.support.services import create_database, drop_database
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.services
-OWNER = ("--project", "p1", "--user", "u1")
 
 
 @pytest.fixture
@@ -75,12 +72,7 @@ def test_an_interrupted_verify_does_not_wait_for_a_blocked_cell(
         _, err = verify.communicate(timeout=30)
         assert verify.returncode == INTERRUPTED, err
         assert err.strip().splitlines()[-1] == "error: interrupted", err
-        engine = build_engine(load_settings(data_dir=data))
-        try:
-            with MaintenanceLock(engine, "instance", "the next verify"):
-                pass  # released by the interrupted one
-        finally:
-            engine.close()
+        assert_lock_free(data)  # released by the interrupted one
     finally:
         locker.close()
 
@@ -93,16 +85,7 @@ def test_verify_and_sync_give_up_on_a_locked_cell_and_name_it(
     maintenance lock is released (they waited as long as the lock was held)."""
     url, _ = cell_database
     data = tmp_path / "data"
-    lite = f"sqlite:///{tmp_path / 'lite.db'}"
-    for args in (
-        ("cells", "add", "--name", "pg", "--db-url", url),
-        ("cells", "add", "--name", "lite", "--db-url", lite, "--create"),
-        ("cells", "add-host", "--cell", "lite", "--host", "h1"),
-        ("ops", "boot", "--cell", "lite", "--name", "vm", "--flavor", "m1.small", *OWNER),
-        ("index", "sync"),
-    ):
-        done = cellsight(data, *args)
-        assert done.returncode == 0, (args, done.stderr)
+    synced_beside_lite(data, "pg", url, f"sqlite:///{tmp_path / 'lite.db'}")
     locker = sa.create_engine(url).connect()
     try:
         locker.exec_driver_sql("BEGIN")
@@ -119,11 +102,6 @@ def test_verify_and_sync_give_up_on_a_locked_cell_and_name_it(
         assert sync.returncode == 1
         last = sync.stderr.strip().splitlines()[-1]
         assert "cell pg" in last and "is busy" in last, sync.stderr
-        engine = build_engine(load_settings(data_dir=data))
-        try:
-            with MaintenanceLock(engine, "instance", "the next verify"):
-                pass
-        finally:
-            engine.close()
+        assert_lock_free(data)
     finally:
         locker.close()
