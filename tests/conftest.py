@@ -63,7 +63,7 @@ def nova_like_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     Nova's samples (same names), for every test that is not about Nova conformance."""
     from tests.support.novagen import write_sample_set
 
-    return write_sample_set(tmp_path_factory.mktemp("nova-like"))  # type: ignore[no-any-return]
+    return write_sample_set(tmp_path_factory.mktemp("nova-like"))
 
 
 @pytest.fixture

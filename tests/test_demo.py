@@ -57,7 +57,7 @@ def instance_rows(data: Path) -> list[dict[str, Any]]:
 
     registry = CellRegistry.from_settings(load_settings(data_dir=data))
     try:
-        rows = []
+        rows: list[dict[str, Any]] = []
         for cell in registry.list_cells():
             with connect(registry.cell_engine(cell)) as conn:
                 rows.extend(dict(r) for r in iter_instances(conn, include_deleted=True))

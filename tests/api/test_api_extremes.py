@@ -48,7 +48,7 @@ def client(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def fault(response: object) -> dict[str, object]:
     body = response.json()  # type: ignore[attr-defined]
     (inner,) = body.values()
-    return inner  # type: ignore[no-any-return]
+    return inner
 
 
 @pytest.mark.parametrize(

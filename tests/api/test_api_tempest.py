@@ -36,7 +36,7 @@ tempest_auth = pytest.importorskip("tempest.lib.auth")
 tempest_exceptions = pytest.importorskip("tempest.lib.exceptions")
 
 
-class FixedToken(tempest_auth.AuthProvider):  # type: ignore[misc, name-defined]
+class FixedToken(tempest_auth.AuthProvider):  # type: ignore[name-defined]
     """A token and an endpoint, no identity service (Cellsight's dev-mode tokens)."""
 
     def __init__(self, endpoint: str, token: str) -> None:  # no Credentials to check

@@ -127,6 +127,7 @@ def test_the_listener_goes_on_after_a_node_event_whose_payload_is_another_class(
         assert cache.heard.wait(30)
         assert [d["offline"] for d in cache.get().documents] == [False]
         cache.heard.clear()
+        assert node.cell_uuid is not None
         odd = Selection.from_allocation(
             compute_node_uuid=node.uuid,
             service_host="h1",

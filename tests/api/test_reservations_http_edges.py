@@ -114,13 +114,13 @@ def test_nul_characters_and_non_uuid_paths_are_4xx(client: TestClient) -> None:
     )
     assert changed.status_code == 400, changed.text
     for path in ("%00", "a%00b", "%C3%A9", "%ED%A0%80", "x" * 300):
-        for method, suffix, body in [
+        for method, suffix, payload in [
             ("PUT", "", {"reservation": {"name": "a"}}),
             ("POST", "/commit", None),
             ("DELETE", "", None),
         ]:
             got = client.request(
-                method, f"/v2.1/reservations/{path}{suffix}", json=body, headers=ADMIN
+                method, f"/v2.1/reservations/{path}{suffix}", json=payload, headers=ADMIN
             )
             assert got.status_code == 404, (method, path, got.text)
     # Nova's show answers 404 for an id that is not a uuid, on every dialect.

@@ -46,7 +46,12 @@ def test_a_watch_that_ends_in_time_is_never_fired() -> None:
     last = threading.Event()
     early = dog.arm(0.05, lambda: fired.append("early"))
     assert dog.disarm(early) is False
-    dog.arm(0.1, lambda: (fired.append("late"), last.set()))
+
+    def late() -> None:
+        fired.append("late")
+        last.set()
+
+    dog.arm(0.1, late)
     # The later deadline firing proves the earlier one was passed over, not pending.
     assert last.wait(10)
     assert fired == ["late"]
@@ -57,7 +62,13 @@ def test_watches_of_several_bounds_fire_in_deadline_order() -> None:
     fired: list[float] = []
     done = threading.Event()
     for seconds in (0.3, 0.1, 0.2):
-        dog.arm(seconds, lambda s=seconds: (fired.append(s), len(fired) == 3 and done.set()))
+
+        def fire(s: float = seconds) -> None:
+            fired.append(s)
+            if len(fired) == 3:
+                done.set()
+
+        dog.arm(seconds, fire)
     assert done.wait(10)
     assert fired == [0.1, 0.2, 0.3]
 

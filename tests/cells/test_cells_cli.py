@@ -62,8 +62,8 @@ def test_add_list_and_named_errors(cli: Invoke, tmp_path: Path) -> None:
         "cells", "seed", "--instances", "1", "--db-url", f"sqlite:///{tmp_path / 'east.db'}"
     )
     assert seeded.exit_code == 2 and "is already registered" in one_line(seeded.output)
-    listed = cli("cells", "list").output
-    assert "west" not in listed and "east" in listed
+    listing = cli("cells", "list").output
+    assert "west" not in listing and "east" in listing
     assert (tmp_path / "east.db").is_file()  # the failed seed left the cell's file be
     # A cell is named by its name or its uuid: neither may be another cell's other one
     # (a cell named with east's uuid was taken, and "cells disable UUID" disabled east).

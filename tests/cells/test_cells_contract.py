@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
@@ -34,6 +34,7 @@ from cellsight.notifications.errors import PublishError
 from cellsight.notifications.payloads import (
     InstanceActionPayload,
     InstanceCreatePayload,
+    InstancePayload,
     InstanceUpdatePayload,
 )
 from tests.support.cell_contract import NOW, full_payload, row_of
@@ -231,7 +232,7 @@ def test_a_bus_failing_mid_seed_leaves_the_rest_in_the_outbox(
     with connect(engine) as conn:
         assert outbox.pending(conn) == 0
         rows = {r["uuid"] for r in iter_instances(conn)}
-    told = [n.payload.uuid for n in publisher.sent + relayed.sent]  # type: ignore[union-attr]
+    told = [cast(InstancePayload, n.payload).uuid for n in publisher.sent + relayed.sent]
     assert sorted(told) == sorted(rows) and len(rows) == 25
 
 
@@ -284,6 +285,7 @@ def test_a_server_lost_mid_use_is_database_unavailable(
         with pytest.raises(DatabaseUnavailable) as lost, connect(engine) as conn:
             end_own_session(engine, conn, pg)
             conn.execute(sa.text("SELECT 1")).scalar_one()
+        assert engine.url.database is not None
         assert engine.url.database in str(lost.value)
         with connect(engine) as conn:
             assert conn.execute(sa.text("SELECT 1")).scalar_one() == 1

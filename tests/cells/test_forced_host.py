@@ -6,6 +6,7 @@ rewritten the rows: a sequential scan returned the other node, found by a review
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +19,7 @@ from cellsight.cells.operations import Operations
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservations import MODIFY, Reservations
 from cellsight.cells.schema import compute_nodes
+from cellsight.notifications.objects import ComputeNodePayload
 from tests.support.publishers import CollectingPublisher
 
 
@@ -75,4 +77,6 @@ def test_a_modify_to_a_host_the_database_compares_equal_is_announced(
             sa.select(compute_nodes.c.revision).where(compute_nodes.c.host == "h1")
         ).one()
     assert [n.event_type for n in sent if n.event_type != NODE_UPDATE] == [MODIFY]
-    assert [n.payload.revision for n in sent if n.event_type == NODE_UPDATE] == [revision]
+    assert [
+        cast(ComputeNodePayload, n.payload).revision for n in sent if n.event_type == NODE_UPDATE
+    ] == [revision]

@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +22,8 @@ from cellsight.cells.operations import Operations
 from cellsight.cells.outbox import Outbox
 from cellsight.cells.relay_loop import BACKOFF_MAX, CellBackoff, relay_cells, start_periodic_relay
 from cellsight.notifications.envelope import Notification
-from cellsight.notifications.notifier import Notifier
+from cellsight.notifications.notifier import Notifier, RetryPolicy
+from cellsight.notifications.payloads import InstancePayload
 from tests.support.publishers import CollectingPublisher, FailingPublisher
 from tests.support.refusals import MESSAGE, refuse_deletes
 
@@ -221,7 +222,7 @@ def test_an_undelivered_notification_is_told_by_its_instance(
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    retry = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1}
+    retry: RetryPolicy = {"max_retries": 1, "interval_start": 0.1, "interval_step": 0.1}
     with Notifier(f"amqp://guest:guest@127.0.0.1:{port}//", timeout=1.0, retry_policy=retry) as bus:
         with caplog.at_level(logging.WARNING, logger="cellsight.cells.outbox"):
             uuid = boot(Operations(registry, bus, publisher_id="t"))
@@ -286,7 +287,11 @@ def test_a_delivery_with_a_time_budget_leaves_the_rest_in_order(
     assert waiting(registry, cell) == 0
     # Every notification once, in commit order: each boot's in turn, its node's last.
     assert len(up.sent) == backlog
-    instances = [n.payload.uuid for n in up.sent if n.event_type.startswith("instance.")]
+    instances = [
+        cast(InstancePayload, n.payload).uuid
+        for n in up.sent
+        if n.event_type.startswith("instance.")
+    ]
     assert instances == [u for u in uuids for _ in range(BOOT_EVENTS - 1)]
     assert [n.event_type for n in up.sent[:BOOT_EVENTS]] == [
         "instance.create.start",

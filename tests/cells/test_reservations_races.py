@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,9 +201,12 @@ def test_a_boot_no_move_would_place_maps_nothing(
         Reservations(ops).reserve(flavor="m1.medium", host=f"{c.name}-h1")
     placed: list[str] = []
     place = registry.place_instances
-    monkeypatch.setattr(
-        registry, "place_instances", lambda cell, rows: (placed.append(cell), place(cell, rows))
-    )
+
+    def placing(cell: str, rows: Sequence[tuple[str, str, str | None]]) -> None:
+        placed.append(cell)
+        place(cell, rows)
+
+    monkeypatch.setattr(registry, "place_instances", placing)
     with pytest.raises(NoValidHost, match="no cell has room"):
         ops.boot(BootRequest("big", "m1.large", "p", "u"))
     assert placed == []

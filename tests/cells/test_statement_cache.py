@@ -40,6 +40,8 @@ def test_a_cells_statement_cache_stays_small_under_many_query_shapes(
                 assert search_cell(conn, SearchRequest(MatchAll(), order, 5)) == []
             # The last shape again: cached, as the shapes a cluster's clients repeat are.
             assert search_cell(conn, SearchRequest(MatchAll(), shapes[-1], 5)) == []
+        assert engine._compiled_cache is not None
+        assert engine._compiled_cache is not None
         held = len(engine._compiled_cache)  # SQLAlchemy's LRU: pruned past 1.5 x its size
         assert 0 < held <= QUERY_CACHE_SIZE * 3 // 2
     finally:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.nodeevents import register_node
 from cellsight.cells.operations import Operations
 from cellsight.cells.reads import get_instance
 from cellsight.cli.demo_live import LiveStream
+from cellsight.notifications.payloads import InstancePayload
 from tests.support.publishers import CollectingPublisher
 
 NODE = {"vcpus": 64, "memory_mb": 262144, "local_gb": 4000}
@@ -29,8 +31,16 @@ def test_the_stream_reserves_then_commits_and_runs_every_kind(tmp_path: Path) ->
         stream.step()
 
     assert {"boot", "delete", "reserve", "commit", "rename", "resize"} <= set(stream.done)
-    reserved = {n.payload.uuid for n in publisher.sent if n.event_type == "instance.reserve"}
-    created = {n.payload.uuid for n in publisher.sent if n.event_type == "instance.create.end"}
+    reserved = {
+        cast(InstancePayload, n.payload).uuid
+        for n in publisher.sent
+        if n.event_type == "instance.reserve"
+    }
+    created = {
+        cast(InstancePayload, n.payload).uuid
+        for n in publisher.sent
+        if n.event_type == "instance.create.end"
+    }
     committed = reserved & created
     assert len(committed) == stream.done["commit"] > 0
     with registry.cell_engine(cell).connect() as conn:

@@ -93,7 +93,9 @@ def test_every_cellsight_variable_the_stack_sets_is_a_setting() -> None:
     assert cellsight, "the stack sets no Cellsight settings?"
     assert cellsight <= fields, cellsight - fields
     # and the values parse: Settings accepts the stack's environment as a whole
-    values = {n: v for n, v in env_file(ROOT / "deploy" / "stack.env").items() if n in cellsight}
+    values: dict[str, Any] = {
+        n: v for n, v in env_file(ROOT / "deploy" / "stack.env").items() if n in cellsight
+    }
     values.update(
         {
             k: str(v)

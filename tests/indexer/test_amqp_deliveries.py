@@ -304,7 +304,7 @@ def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encodin
     then decodes by the content encoding."""
     text = '{"event_type": "compute.instance.update", "caf\u00e9": 1}'
     packed, _ = compress(text.encode(encoding), "application/x-gzip")
-    props = {"application_headers": {"compression": "application/x-gzip"}}
+    props: dict[str, Any] = {"application_headers": {"compression": "application/x-gzip"}}
     props["content_encoding"] = encoding
     got = routed(deliver_frames(1, packed, props, [10]))
     (delivery,) = got
@@ -315,7 +315,7 @@ def test_a_compressed_body_is_then_decoded_by_its_encoding_as_kombu_does(encodin
 def test_a_body_that_does_not_decompress_is_not_decoded_either() -> None:
     """Its bytes stay as they came, not read as latin-1 text (a review found the
     decoding applied to the bytes that failed to decompress)."""
-    props = {"application_headers": {"compression": "application/x-gzip"}}
+    props: dict[str, Any] = {"application_headers": {"compression": "application/x-gzip"}}
     props["content_encoding"] = "latin-1"
     got = routed(deliver_frames(1, b"not gzip \xe9", props, []))
     assert [d.body for d in got] == [b"not gzip \xe9"]

@@ -291,7 +291,11 @@ def test_bursts_of_empty_bodies_stop_at_the_messages_wanted(rabbitmq_url: str) -
                 if frames.ready():
                     before = len(received)
                     target = before + 5
-                    frames.read_frames(3 * 5, lambda target=target: len(received) >= target)
+
+                    def enough(target: int = target) -> bool:
+                        return len(received) >= target
+
+                    frames.read_frames(3 * 5, enough)
                     bursts.append(len(received) - before)
                 else:
                     conn.drain_events(timeout=10)

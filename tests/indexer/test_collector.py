@@ -144,7 +144,7 @@ class Spy(BatchCollector):
         self.batches = 0
         self.idles = 0
 
-    def batch_done(self) -> int:
+    def batch_done(self) -> int | None:
         self.batches += 1
         return super().batch_done()
 

@@ -88,8 +88,12 @@ def test_later_batches_are_written_but_acked_only_after_the_first(
     gated = GatedEngine(engine)
     uuids = _publish(settings, samples_dir, 40)
     with running_indexer(
-        settings, gated, batch_count=5, batch_age=0.02, max_in_flight=3
-    ) as consumer:  # type: ignore[arg-type]
+        settings,
+        gated,  # type: ignore[arg-type]
+        batch_count=5,
+        batch_age=0.02,
+        max_in_flight=3,
+    ) as consumer:
         assert consumer.in_flight == 3
         wait_for(gated.first_started.is_set, what="first write")
         wait_for(lambda: gated.finished >= 2, what="later writes while the first is held")

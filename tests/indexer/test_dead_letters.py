@@ -35,7 +35,7 @@ def _bad_bodies(nova_like_dir: Path) -> dict[str, bytes]:
         return json.dumps(body).encode()
 
     def data(body: dict[str, Any]) -> dict[str, Any]:
-        return body["payload"]["nova_object.data"]  # type: ignore[no-any-return]
+        return body["payload"]["nova_object.data"]
 
     service = _sample(nova_like_dir, "service-update")
     service["event_type"] = "instance.pause.end"

@@ -232,7 +232,7 @@ def _node_payload(**changes: Any) -> dict[str, Any]:
         cell_uuid="cell1",
         memory_mb=65536,
         vcpus=32,
-        updated_at="2024-05-01T10:00:00.123456Z",  # type: ignore[arg-type]
+        updated_at="2024-05-01T10:00:00.123456Z",
         revision=7,
     )
     payload = node.to_primitive()

@@ -128,7 +128,7 @@ def test_a_rolled_back_first_write_leaves_the_update_to_the_next(
     upsert = Writer._upsert
     failures = [sqlite3.OperationalError("database or disk is full")]
 
-    def fails_once(self: Writer, *args: Any) -> set[int]:
+    def fails_once(self: Writer, *args: Any) -> tuple[set[int], dict[int, int]]:
         if failures:
             raise failures.pop()
         return upsert(self, *args)

@@ -28,7 +28,7 @@ def old_index(request: pytest.FixtureRequest) -> Iterator[SearchEngine]:
     url, prefix = osmem_clone_url(request), f"t{uuid.uuid4().hex[:8]}"
     engine = make_engine(str(request.param), url, prefix=prefix, timeout=10.0)
     assert isinstance(engine, HttpCore)
-    body: dict[str, Any] = engine._index_body("instance", bulk_load=False)  # type: ignore[attr-defined]
+    body: dict[str, Any] = engine._index_body("instance", bulk_load=False)
     del body["mappings"]["properties"]["tags_version"]
     body["aliases"] = {engine.read_alias("instance"): {}, engine.write_alias("instance"): {}}
     engine._send("PUT", f"/{engine.prefix}-instance-20250101000000000000", body=body)

@@ -65,7 +65,7 @@ def v10_with_tags_of_v2(engine: SearchEngine) -> str:
 class PausingEngine(EmbeddedEngine):
     """The embedded engine, whose whole-document reads can run a hook first."""
 
-    before_full_read: Callable[[], None] | None = None
+    before_full_read: Callable[[], object] | None = None
 
     def get_many(
         self,

@@ -24,7 +24,7 @@ from tests.support.decoding import reference_plan
 
 
 @pytest.mark.parametrize("model", FAST_CLASSES, ids=lambda m: m.__name__)
-def test_structs_have_the_models_fields_and_defaults(model: type) -> None:
+def test_structs_have_the_models_fields_and_defaults(model: type[base.VersionedObject]) -> None:
     struct = next(s for s, m in fastdecode._TOPS.items() if m is model)
     data = next(f.type for f in msgspec.structs.fields(struct) if f.name == "data")
     fields = {f.name: f for f in msgspec.structs.fields(data)}
@@ -89,7 +89,7 @@ NOVA_OWN = {
 
 
 @pytest.mark.parametrize("model", FAST_CLASSES[:4], ids=lambda m: m.__name__)
-def test_the_wire_order_is_novas(model: type) -> None:
+def test_the_wire_order_is_novas(model: type[base.VersionedObject]) -> None:
     expected: list[str] = []
     for cls in reversed(model.__mro__):  # the base first: each class puts its own before
         own = NOVA_OWN.get(cls.__name__, NOVA_INSTANCE if cls is InstancePayload else [])

@@ -262,7 +262,7 @@ def test_a_closing_consumer_puts_back_what_is_on_its_landing(redis_bus: RedisBus
     source = redis_bus.prefix + queue.name
     (item,) = redis_bus.client.lrange(source, 0, -1)
     with redis_bus.connection() as conn:
-        landings = conn.default_channel.landings  # type: ignore[attr-defined]
+        landings = conn.default_channel.landings
         landings.hold(redis_bus.client, [source])
         redis_bus.client.rpoplpush(source, landings.landing(source))  # as a take leaves it
         assert redis_bus.client.llen(source) == 0

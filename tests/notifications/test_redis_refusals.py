@@ -83,9 +83,9 @@ def test_publishers_and_consumers_wait_out_a_server_that_cannot_persist(
                 # it connects for a consumer).
                 with bus.connection() as conn, pytest.raises(WritesRefused):
                     conn.channel()
-                with bus.connection() as conn, pytest.raises(OperationalError) as err:
+                with bus.connection() as conn, pytest.raises(OperationalError) as failed:
                     _ = conn.default_channel
-                assert turned_away(err.value)
+                assert turned_away(failed.value)
             notifier.publish(notifications[2])
             with bus.connection() as conn:
                 got = drain(conn, queue, 3)
@@ -106,7 +106,9 @@ def test_an_error_for_good_is_not_taken_for_a_refusal(tmp_path: Path) -> None:
                 client.lpush("text", "item")
             assert not isinstance(err.value, WritesRefused)
             with pytest.raises(redis.ResponseError, match="WRONGTYPE") as err:
-                client.pipeline().lpush("text", "item").execute()
+                pipe = client.pipeline()
+                pipe.lpush("text", "item")
+                pipe.execute()
             assert not isinstance(err.value, WritesRefused)
             # A snapshot that fails where the server is told to go on writing: the error
             # is the command's own (a review found it taken for a refusal).
@@ -121,7 +123,9 @@ def test_an_error_for_good_is_not_taken_for_a_refusal(tmp_path: Path) -> None:
                 with pytest.raises(WritesRefused, match="its last snapshot failed"):
                     client.lpush("text", "item")
                 with pytest.raises(WritesRefused, match="its last snapshot failed"):
-                    client.pipeline().set("other", "value").execute()
+                    pipe = client.pipeline()
+                    pipe.set("other", "value")
+                    pipe.execute()
                 with pytest.raises(WritesRefused, match="its last snapshot failed"):
                     client.ping()  # Redis refuses even PING then
                 assert client.get("text") == b"not a list"  # reads go on

@@ -44,7 +44,9 @@ def _agree(event_type: str, seed: int, change: Callable[[dict[str, Any]], None])
         return True
     (outcome,), planned = plan([raw])
     indexed = outcome is None and len(planned) == 1
-    assert indexed or outcome.reason_code in ("malformed", "out_of_range"), outcome
+    assert indexed or (
+        outcome is not None and outcome.reason_code in ("malformed", "out_of_range")
+    ), outcome
     errors = list(VALIDATORS[payload["nova_object.name"]].iter_errors(payload))
     assert indexed == (not errors), (indexed, [e.message for e in errors][:3])
     return indexed

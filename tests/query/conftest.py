@@ -169,7 +169,11 @@ def paths(
 ) -> dict[str, Search]:
     out: dict[str, Search] = {f"cell-{d}": _cell_search(e) for d, e in query_cells.items()}
     for name, engine in query_engines.items():
-        out[name] = lambda req, e=engine: e.search("instance", req)
+
+        def engine_search(req: SearchRequest, e: SearchEngine = engine) -> list[StoredDocument]:
+            return e.search("instance", req)
+
+        out[name] = engine_search
     out["embedded-walk"] = _walking(analyzed_engine, math.inf)
     out["embedded-walk-cut"] = _walking(analyzed_engine, 0.0)
     return out

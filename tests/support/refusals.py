@@ -52,7 +52,9 @@ def unpersisting(client: redis.Redis) -> Iterator[None]:
     one is asked for. Until the next one succeeds (asked for on exit, with the file
     back), Redis refuses every write, PING included, with ``MISCONF``."""
     config = client.config_get("dir") | client.config_get("dbfilename")
-    snapshot = Path(config["dir"]) / config["dbfilename"]
+    directory, filename = config["dir"], config["dbfilename"]
+    assert directory is not None and filename is not None
+    snapshot = Path(directory) / filename
     kept = snapshot.with_name(snapshot.name + ".kept")
     if snapshot.exists():
         snapshot.rename(kept)

@@ -59,7 +59,7 @@ def _install() -> None:
             else:
                 os.kill(os.getpid(), sig)
 
-    rich.progress.Progress.advance = advancing  # type: ignore[method-assign]
+    rich.progress.Progress.advance = advancing  # type: ignore[method-assign, assignment]
 
     undo = seed_undo.Made.undo
 

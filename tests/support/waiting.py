@@ -7,7 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 30.0, what: str = "condition") -> None:
+def wait_for(
+    predicate: Callable[[], object], timeout: float = 30.0, what: str = "condition"
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

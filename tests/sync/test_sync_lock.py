@@ -170,10 +170,10 @@ def test_a_sync_failing_after_its_lock_was_taken_over_leaves_the_aliases_alone(
         engine.drop_index(index)
         raise EngineRejected(f"index {index} does not exist")
 
-    engine.finish_bulk_load = taken_over_then_failing  # type: ignore[method-assign]
+    engine.finish_bulk_load = taken_over_then_failing
     with pytest.raises(SyncFailed, match="lock was lost"):
         run_sync(engine, world.registry, SyncOptions())
-    engine.finish_bulk_load = finish  # type: ignore[method-assign]
+    engine.finish_bulk_load = finish
     after = layout(engine, "instance")
     assert after.serving is not None and after.serving.name == serving.name
     assert sorted(after.writers) == sorted([serving.name, theirs])  # as the other left them

@@ -123,8 +123,8 @@ def test_the_same_uuid_in_two_cells_is_indexed_once_and_syncs(
     run_sync(engine, registry, SyncOptions(keep_old=0))
     uuid = sorted(world.revisions(one))[2]
     with registry.cell_engine(one).connect() as conn:
-        found = conn.execute(sa.select(instances).where(instances.c.uuid == uuid)).one()
-    row = dict(found._mapping)
+        original = conn.execute(sa.select(instances).where(instances.c.uuid == uuid)).one()
+    row = dict(original._mapping)
     row.pop("id")
     row["revision"] += offset
     with registry.cell_engine(two).begin() as conn:
