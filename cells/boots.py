@@ -5,9 +5,10 @@ transaction of the cell (``cellsight.cells.room``).
 Boot writes two databases. The instance mapping (API database) is written first,
 then the instance rows (cell database). If the cell transaction fails, the mapping is
 deleted again; if that clean-up fails too (or the process dies in between), a mapping
-to a missing row remains, which readers treat as "not found" and ``cells remove
---force`` removes once it is older than any build (``cell_removal.DEAD_BUILD``). The
-reverse order could leave an instance row that no lookup by uuid can find.
+to a missing row remains, which readers treat as "not found", and which a new boot or
+reservation of its uuid, or ``cells remove --force``, removes once it is older than any
+build (``leftovers``). The reverse order could leave an instance row that no lookup by
+uuid can find.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from cellsight.cells.errors import (
 from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import Actor, BootRequest, new_instance_row
+from cellsight.cells.leftovers import place_reclaiming
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_nodes
 from cellsight.cells.nodeevents import Place, node_events, places_of, read_nodes
@@ -183,8 +185,8 @@ def mapped(
     """``fn()`` (the cell's transaction) with the instances mapped to ``cell`` first; the
     mappings are removed again if it raises."""
     try:
-        ops.registry.place_instances(
-            cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
+        place_reclaiming(
+            ops.registry, cell.uuid, [(u, request.project_id, request.user_id) for u in uuids]
         )
     except sa.exc.IntegrityError:
         taken = next((u for u in uuids if ops.registry.cells_of([u])), uuids[0])

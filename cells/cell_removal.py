@@ -9,7 +9,7 @@ transaction of the API database that holds the cell's row under an exclusive loc
 removes only the mappings it checked: a placement takes that row under a shared lock
 (``CellRegistry.place_instances``), so none lands in a cell being removed, and a build
 that was mapped before the checks but has no row yet (still being built) refuses the
-removal, unless it was mapped more than ``DEAD_BUILD`` ago: a build killed between its
+removal, unless it was mapped longer ago than any build takes: a build killed between its
 mapping and its cell transaction leaves such a mapping for ever, which ``force``
 removes with the cell. ``skip_database_check`` is for a cell whose database is gone
 for good: nothing is read there, and every instance mapped to it is unmapped, living or
@@ -23,20 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect, write_transaction
 from cellsight.cells.errors import CellNotEmpty
+from cellsight.cells.leftovers import dead_before, dead_build_age
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.reads import count_instances, list_compute_nodes
 from cellsight.cells.schema import cell_mappings, instance_mappings, instances
 
 CHUNK = 500  # uuids per IN (...) query
-# A build holds a mapping without a row for its cell transaction: seconds, at most the
-# statement and lock timeouts. One older than this was left by a build that died.
-DEAD_BUILD = timedelta(minutes=15)
 
 
 @dataclass(frozen=True)
@@ -91,7 +89,7 @@ def _what_it_holds(
         blockers.append(f"{_count(living, 'instance')} not deleted")
     rowless = mapped - set(rows)
     with connect(registry.api_engine) as conn:
-        dead = _mapped(conn, cell.uuid, before=datetime.now(UTC) - DEAD_BUILD) & rowless
+        dead = _mapped(conn, cell.uuid, before=dead_before(registry)) & rowless
     if building := len(rowless - dead):
         blockers.append(
             f"{_count(building, 'instance')} mapped to it without a row (being built: try "
@@ -100,7 +98,8 @@ def _what_it_holds(
     if dead and not force:
         blockers.append(
             f"{_count(len(dead), 'instance')} mapped to it without a row for over "
-            f"{DEAD_BUILD.seconds // 60} minutes, left by builds that did not finish "
+            f"{dead_build_age(registry).total_seconds() // 60:.0f} minutes, left by builds "
+            "that did not finish "
             "(--force removes them with it)"
         )
     if not force:

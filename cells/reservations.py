@@ -35,6 +35,7 @@ from cellsight.cells.errors import CellsError, DuplicateInstance, InstanceNotFou
 from cellsight.cells.events import create_events
 from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor, host_name_of
+from cellsight.cells.leftovers import place_reclaiming
 from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_hosts, lock_nodes, locked_ids
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
@@ -156,7 +157,7 @@ class Reservations:
         target, selections = self._place(spec, cell, host)
         forced: list[Selection] = []  # the named host's, once claimed
         try:
-            self.registry.place_instances(target.uuid, [(uuid, project_id or "", user_id)])
+            place_reclaiming(self.registry, target.uuid, [(uuid, project_id or "", user_id)])
         except sa.exc.IntegrityError:
             raise DuplicateInstance(uuid) from None
 
