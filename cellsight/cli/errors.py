@@ -9,7 +9,9 @@ Exit codes, the one convention every command follows:
 2     usage: a bad option, value, URL or configuration, or a name that is unknown
       or already taken (a cell, a flavor, an instance uuid)
 3     another sync, verify or purge of the same type holds the lock
-130   interrupted (Ctrl-C or SIGTERM), cleaned up
+130   interrupted (Ctrl-C or SIGTERM), cleaned up; a SIGTERM before the command
+      has begun (while it is imported) ends it by the signal, 143, as a
+      service manager expects, with nothing to clean up
 141   the reader of stdout went away (``| head``): stopped quietly, 128 + SIGPIPE
       (``cellsight.cli.pipes``)
 ====  ==========================================================================

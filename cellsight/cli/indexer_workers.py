@@ -210,7 +210,10 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
         for i in range(workers)
     ]
 
+    signalled = threading.Event()
+
     def _forward(signum: int, frame: FrameType | None) -> None:
+        signalled.set()
         stopping.set()
 
     signal.signal(signal.SIGTERM, _forward)
@@ -243,4 +246,7 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
             proc.join(0)
     codes = [p.exitcode for p in procs]
     console.print(f"indexer: workers exited with {codes}")
-    return 0 if all(code == 0 for code in codes) and forwarded else 1
+    # Told to stop, a worker our SIGTERM reached before it set its handler (still
+    # starting: it had taken nothing) stopped as asked too.
+    stopped = {0, -signal.SIGTERM} if signalled.is_set() else {0}
+    return 0 if all(code in stopped for code in codes) and forwarded else 1

@@ -170,3 +170,23 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
         proc.communicate(timeout=10)
+
+
+def test_workers_stopped_while_still_starting_stop_cleanly(tmp_path: Path) -> None:
+    """A probe: SIGTERM just after the workers were started reached them before they set
+    their handler (still importing), they died of it, and the supervisor, told to stop,
+    exited 1 as if a worker had failed."""
+    settings = bus_settings(tmp_path / "data", "embedded")
+    proc = _workers(settings, 2)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # printed once the workers are started
+        assert first.startswith("indexer: 2 worker processes"), first
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, first + out + err
+    assert "workers exited with" in out, out
