@@ -53,6 +53,15 @@ def _workers(settings: Settings, n: int) -> subprocess.Popen[str]:
     )
 
 
+def _started(proc: subprocess.Popen[str], n: int) -> str:
+    """The supervisor's first line, printed once the shared parts exist and its ``n``
+    workers are started: "indexer: n worker processes: [pid, ...]"."""
+    assert proc.stdout is not None
+    first = proc.stdout.readline()
+    assert first.startswith(f"indexer: {n} worker processes"), first
+    return first
+
+
 def _consumers(settings: Settings) -> int:
     with Connection(settings.bus_url) as conn, conn.channel() as ch:
         try:
@@ -114,9 +123,7 @@ def test_three_workers_on_a_fresh_data_dir_with_the_embedded_bus(tmp_path: Path)
     settings = bus_settings(tmp_path / "data", "embedded")
     proc = _workers(settings, 3)
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # printed once the shared parts exist
-        assert first.startswith("indexer: 3 worker processes"), first
+        _started(proc, 3)
         registry = sqlite_cluster(settings)
         notifier = build_notifier(settings)
         ops = Operations(registry, CountingPublisher(notifier), publisher_id="test")
@@ -152,8 +159,8 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     proc = _workers(settings, 2)
     pids: list[int] = []
     try:
+        first = _started(proc, 2)
         assert proc.stdout is not None
-        first = proc.stdout.readline()  # "indexer: 2 worker processes: [pid, pid]"
         pids = [int(p) for p in re.findall(r"\d+", first.partition(":")[2].partition(":")[2])]
         assert len(pids) == 2, first
         ready = 0
@@ -179,9 +186,7 @@ def test_workers_stopped_while_still_starting_stop_cleanly(tmp_path: Path) -> No
     settings = bus_settings(tmp_path / "data", "embedded")
     proc = _workers(settings, 2)
     try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # printed once the workers are started
-        assert first.startswith("indexer: 2 worker processes"), first
+        first = _started(proc, 2)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
