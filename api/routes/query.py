@@ -209,7 +209,9 @@ def _instances(
     answer = query_instances(state, principal, parsed.tree, parsed.fields)
     wanted = {REGISTRY["instance"][f].doc_field for f in fields if f in REGISTRY["instance"]}
     snapshot = None
-    if wanted & INSTANCE_LIVE and answer.documents:
+    # Whether a host is down is for administrators (Nova's ``host_status`` policies):
+    # a member sees its servers' power state as last reported, never "offline".
+    if principal.is_admin and wanted & INSTANCE_LIVE and answer.documents:
         try:
             snapshot = nodes.node_cache(state).get()
         except Exception:

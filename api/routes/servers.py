@@ -117,6 +117,9 @@ def show_server(
             raise unavailable(
                 f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
             ) from None
+        if mapping.queued_for_delete:
+            # Deleted: as Nova (``_get_instance_from_cell``), not found, never UNKNOWN.
+            raise not_found from None
         # Nova's show from a down cell dates it by its mapping, as the listing does.
         entry = Unreachable(mapping.instance_uuid, mapping.project_id, mapping.created_at)
         out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"

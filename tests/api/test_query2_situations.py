@@ -20,7 +20,7 @@ from cellsight.api.query2.instances import MAPPING_FIELDS
 from cellsight.cells.database import connect
 from cellsight.cells.reads import list_compute_nodes
 from cellsight.cells.schema import compute_nodes, instance_mappings
-from tests.support.api_world import World, build_world, project_tokens
+from tests.support.api_world import ADMIN, World, build_world, project_tokens
 from tests.support.query2_world import (
     Pair,
     instance_documents,
@@ -153,6 +153,21 @@ def test_an_offline_node_reports_status_4(world: World, pair: Pair) -> None:
         pair.fanout, "instance", {"fields": ["power_state"], "filter": ["!", on_node]}
     )
     assert all(row[0][0] in (0, 3) for row in elsewhere.json()["data"])
+    # An authorization probe: to a member, whose servers these may be, a host being down
+    # is not told (Nova's host_status policies are administrators'): as last reported.
+    ids = [["==", "uuid", row[0][1]] for row in data]
+    seen = []
+    for token in project_tokens(world):
+        own = query(
+            pair.fanout,
+            "instance",
+            # By uuid: members may not filter on a host.
+            {"fields": ["uuid", "power_state"], "filter": ["|", *ids]},
+            token,
+        ).json()["data"]
+        assert all(row[1][0] == 0 for row in own), own
+        seen.extend(own)
+    assert sorted(row[0][1] for row in seen) == sorted(row[0][1] for row in data)
 
 
 def test_node_state_is_cached_then_refreshed(
@@ -252,3 +267,22 @@ def node_documents_alive(world: World, dead: str) -> list[dict[str, Any]]:
         with connect(world.registry.cell_engine(cell)) as conn:
             out.extend({"uuid": r["uuid"]} for r in list_compute_nodes(conn))
     return out
+
+
+def test_a_deleted_instance_of_a_skipped_cell_is_not_found(world: World, pair: Pair) -> None:
+    """An authorization probe: its show at 2.69 was a 200 UNKNOWN record; Nova's
+    ``_get_instance_from_cell`` takes an instance queued for delete in a down cell for
+    deleted (404), and only a live one gets the minimal record."""
+    dead = _break_cell(world, pair, "cell2")
+    queued = _mappings(world, dead)
+    deleted = next(u for u, q in queued.items() if q)
+    live = next(u for u, q in queued.items() if not q)
+    v269 = {**ADMIN, "OpenStack-API-Version": "compute 2.69"}
+    for client in pair.both():
+        gone = client.get(f"/v2.1/servers/{deleted}", headers=v269)
+        assert gone.status_code == 404, gone.text
+        assert gone.json()["itemNotFound"]["message"] == f"Instance {deleted} could not be found."
+        shown = client.get(f"/v2.1/servers/{live}", headers=v269)
+        assert shown.status_code == 200 and shown.json()["server"]["status"] == "UNKNOWN"
+        old = client.get(f"/v2.1/servers/{deleted}", headers=ADMIN)
+        assert old.status_code == 503, old.text  # below 2.69 a down cell is named, as before
