@@ -310,7 +310,9 @@ class Matcher:
         return automaton.search(value, check)
 
 
-@lru_cache(maxsize=256)
+# Above the operators a query v2 filter may hold (``sexpr.MAX_TERMS``): a filter of
+# more distinct patterns than this compiled each of them again for every document.
+@lru_cache(maxsize=2048)
 def matcher(pattern: str) -> Matcher:
     """The ``Matcher`` of ``pattern`` (``InvalidRegex`` outside the subset)."""
     return Matcher(pattern)

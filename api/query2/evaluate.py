@@ -10,6 +10,7 @@ known part decides; callers keep a row when the result is not ``False`` ("may ma
 from __future__ import annotations
 
 import operator
+import time
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +33,37 @@ from cellsight.query.tree import (
 )
 
 Truth = bool | None
+CLOCK: Callable[[], float] = time.monotonic  # of every ``Deadline`` (tests move it)
+
+
+class EvaluationDeadline(Exception):
+    """Evaluating a filter over documents in memory ran past its bound."""
+
+    def __init__(self, bound: float, items: int) -> None:
+        super().__init__(
+            f"evaluating the filter ran past {bound:g} s ({items} items read); narrow it or "
+            "use fewer regular expressions or globs"
+        )
+
+
+class Deadline:
+    """The bound of one evaluation over many documents: the engines and the cells bound
+    a search by time, and a filter evaluated here (hundreds of regular expressions on
+    every node, a resource-exhaustion probe) held a core for minutes otherwise."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] | None = None) -> None:
+        self.seconds = seconds
+        self.clock = clock or CLOCK
+        self._end = self.clock() + seconds
+        self.items = 0
+
+    def check(self) -> None:
+        """Before each document: raises ``EvaluationDeadline`` once the bound is past."""
+        self.items += 1
+        if self.clock() > self._end:
+            raise EvaluationDeadline(self.seconds, self.items - 1)
+
+
 _OPS: dict[Op, Callable[[Any, Any], bool]] = {
     Op.EQ: operator.eq,
     Op.NE: operator.ne,
@@ -48,16 +80,16 @@ def evaluate(node: Node, doc: Mapping[str, Any], known: Collection[str] | None =
         return True
     if isinstance(node, MatchNone):
         return False
-    if isinstance(node, And):
-        results = [evaluate(child, doc, known) for child in node.children]
-        if any(r is False for r in results):
-            return False
-        return None if any(r is None for r in results) else True
-    if isinstance(node, Or):
-        results = [evaluate(child, doc, known) for child in node.children]
-        if any(r is True for r in results):
-            return True
-        return None if any(r is None for r in results) else False
+    if isinstance(node, And | Or):
+        # Kleene: one False decides an and, one True an or; an unknown only if none does.
+        decides = isinstance(node, Or)
+        unknown = False
+        for child in node.children:
+            result = evaluate(child, doc, known)
+            if result is decides:
+                return decides
+            unknown = unknown or result is None
+        return None if unknown else not decides
     if isinstance(node, Not):
         inner = evaluate(node.child, doc, known)
         return None if inner is None else not inner

@@ -29,7 +29,7 @@ from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import BadRequest, unavailable
 from cellsight.api.fanout import FanOut, SkippedCell
 from cellsight.api.paths import InstanceSearch, scope
-from cellsight.api.query2.evaluate import evaluate
+from cellsight.api.query2.evaluate import Deadline, evaluate
 from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.schema import instance_mappings
@@ -100,7 +100,10 @@ def query_instances(
     referenced: frozenset[str],
     *,
     max_rows: int | None = None,
+    deadline: Deadline | None = None,
 ) -> InstanceAnswer:
+    """``deadline`` bounds the evaluation of the placeholders (``EvaluationDeadline``);
+    by default ``search_timeout`` from their start."""
     max_rows = MAX_ROWS if max_rows is None else max_rows
     full = with_defaults(tree, referenced)
     keys = lookup_keys(tree)
@@ -111,7 +114,12 @@ def query_instances(
     if answer.skipped:
         project = None if principal.is_admin else principal.project_id
         answer.placeholders = _placeholders(
-            state.registry, answer, full, project, max_rows - len(answer.documents)
+            state.registry,
+            answer,
+            full,
+            project,
+            max_rows - len(answer.documents),
+            deadline or Deadline(state.settings.search_timeout),
         )
     return answer
 
@@ -198,7 +206,12 @@ def _mapped_cells(registry: CellRegistry, uuids: list[str], project: str | None)
 
 
 def _placeholders(
-    registry: CellRegistry, answer: InstanceAnswer, tree: Node, project: str | None, room: int
+    registry: CellRegistry,
+    answer: InstanceAnswer,
+    tree: Node,
+    project: str | None,
+    room: int,
+    deadline: Deadline,
 ) -> list[dict[str, Any]]:
     """The mapping's view of instances in skipped cells that ``tree`` surely selects."""
     m = instance_mappings.c
@@ -216,6 +229,7 @@ def _placeholders(
     for row in rows:
         if row.instance_uuid in have:
             continue
+        deadline.check()
         doc = {
             "uuid": row.instance_uuid,
             "tenant_id": row.project_id,

@@ -20,7 +20,7 @@ from typing import Any
 from starlette.datastructures import State
 
 from cellsight.api.fanout import FanOut
-from cellsight.api.query2.evaluate import evaluate
+from cellsight.api.query2.evaluate import Deadline, evaluate
 from cellsight.api.query2.node_cache import CellLoad, NodeCache, NodeSnapshot
 from cellsight.api.query2.rows import NODE_LIVE
 from cellsight.api.safe_connect import SafeConnect
@@ -170,18 +170,24 @@ def _matches(snapshot: NodeSnapshot, tree: Node, doc: Mapping[str, Any]) -> bool
     return evaluate(tree, doc, vouched(snapshot, doc)) is True
 
 
-def select(snapshot: NodeSnapshot, tree: Node) -> list[dict[str, Any]]:
-    """The cached node documents ``tree`` matches, in uuid order.
+def select(snapshot: NodeSnapshot, tree: Node, deadline: Deadline) -> list[dict[str, Any]]:
+    """The cached node documents ``tree`` matches, in uuid order; ``EvaluationDeadline``
+    once ``deadline`` is past.
 
     Remembered per snapshot: the snapshot is immutable, so a repeated query on a warm
     cache costs a dictionary lookup, not an evaluation of every node."""
     memo = snapshot.selections
     try:
         chosen = memo.get(tree)
+        remember = True
     except TypeError:  # a tree holding an unhashable value: evaluate, do not remember
-        return [dict(d) for d in snapshot.documents if _matches(snapshot, tree, d)]
+        chosen, remember = None, False
     if chosen is None:
-        chosen = [d for d in snapshot.documents if _matches(snapshot, tree, d)]
-        if len(memo) < MEMO_LIMIT:
+        chosen = []
+        for doc in snapshot.documents:
+            deadline.check()
+            if _matches(snapshot, tree, doc):
+                chosen.append(doc)
+        if remember and len(memo) < MEMO_LIMIT:
             memo[tree] = chosen
     return [dict(d) for d in chosen]

@@ -41,6 +41,7 @@ from cellsight.api.errors import BadRequest, Forbidden, NotFound
 from cellsight.api.fanout import SkippedCell
 from cellsight.api.param_values import parse_bool
 from cellsight.api.query2 import nodes
+from cellsight.api.query2.evaluate import Deadline, EvaluationDeadline
 from cellsight.api.query2.fields import REGISTRY, RESOURCES, definitions
 from cellsight.api.query2.instances import MAPPING_FIELDS, query_instances
 from cellsight.api.query2.rows import INSTANCE_LIVE, NODE_LIVE, Item, render
@@ -177,10 +178,13 @@ def _answer(state: State, principal: Principal, resource: str, body: QueryBody) 
     except FilterError as exc:
         raise BadRequest(str(exc), parameter="filter") from None
     _forbid(principal, resource, body.fields, parsed.fields)
-    if resource == "node":
-        items, path, skipped = _nodes(state, parsed.tree, body.bypass_cache)
-    else:
-        items, path, skipped = _instances(state, principal, body.fields, parsed)
+    try:
+        if resource == "node":
+            items, path, skipped = _nodes(state, parsed.tree, body.bypass_cache)
+        else:
+            items, path, skipped = _instances(state, principal, body.fields, parsed)
+    except EvaluationDeadline as exc:
+        raise BadRequest(f"The filter is too costly: {exc}", parameter="filter") from None
     out = {headers.PATH: path}
     if skipped:
         out[headers.SKIPPED_CELLS] = headers.skipped_cells(skipped)
@@ -192,12 +196,13 @@ def _answer(state: State, principal: Principal, resource: str, body: QueryBody) 
 
 def _nodes(state: State, tree: Node, bypass: bool) -> tuple[list[Item], str, list[SkippedCell]]:
     snapshot = nodes.node_cache(state).get(bypass=bypass)
+    deadline = Deadline(state.settings.search_timeout)  # from here: the cache is not the filter's
     items = [
         # A node of a cell that did not answer: its last known identity, no live data.
         Item(doc, known=doc.keys() - NODE_LIVE)
         if snapshot.stale(doc)
         else Item(doc, offline=NODE_LIVE if doc.get("offline") else frozenset())
-        for doc in nodes.select(snapshot, tree)
+        for doc in nodes.select(snapshot, tree, deadline)
     ]
     path = "index" if snapshot.source == "index" else "fanout"
     return items, path, list(snapshot.skipped_cells)

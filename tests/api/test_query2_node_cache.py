@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from prometheus_client import REGISTRY as METRICS
 
 from cellsight.api.fanout import FanOut, Saturated
+from cellsight.api.query2.evaluate import Deadline
 from cellsight.api.query2.node_cache import DEFAULT_TTL, CellLoad, NodeCache, NodeSnapshot
 from cellsight.api.query2.nodes import _from_cells
 from cellsight.cells.instances import BootRequest
@@ -268,12 +269,12 @@ def test_a_remembered_selection_never_outlives_its_snapshot(rig: Rig) -> None:
     from cellsight.api.query2.sexpr import parse_filter
 
     tree = parse_filter("node", ["?", "offline"])
-    assert select(rig.cache.get(), tree) == []
+    assert select(rig.cache.get(), tree, Deadline(60.0)) == []
     assert rig.cache.get() is rig.cache.get()  # warm: the same immutable snapshot
     set_node_state(rig.ops, "cell2", "cell2-b", offline=True)
-    assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]
+    assert [d["host"] for d in select(rig.cache.get(), tree, Deadline(60.0))] == ["cell2-b"]
     rig.clock.now += DEFAULT_TTL
-    assert [d["host"] for d in select(rig.cache.get(), tree)] == ["cell2-b"]
+    assert [d["host"] for d in select(rig.cache.get(), tree, Deadline(60.0))] == ["cell2-b"]
 
 
 def test_a_failing_read_of_dropped_cells_falls_back_to_the_usual_one(rig: Rig) -> None:
@@ -400,7 +401,8 @@ def test_a_filter_never_selects_a_node_by_a_figure_its_answer_withholds(rig: Rig
     assert len(set(free.values())) == 1  # every node alike: one value selects them all
 
     def hosts(snapshot: NodeSnapshot, *tree: Any) -> list[str]:
-        return sorted(d["host"] for d in select(snapshot, parse_filter("node", list(tree))))
+        chosen = select(snapshot, parse_filter("node", list(tree)), Deadline(60.0))
+        return sorted(d["host"] for d in chosen)
 
     equal = ["==", "memory_mb_free", free["cell1-a"]]
     answering = ["cell1-a", "cell1-b", "cell1-c", "cell2-a", "cell2-c"]

@@ -6,6 +6,7 @@ unreachable, a compute node marked offline, the index's database made unopenable
 
 from __future__ import annotations
 
+import itertools
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -286,3 +287,41 @@ def test_a_deleted_instance_of_a_skipped_cell_is_not_found(world: World, pair: P
         assert shown.status_code == 200 and shown.json()["server"]["status"] == "UNKNOWN"
         old = client.get(f"/v2.1/servers/{deleted}", headers=ADMIN)
         assert old.status_code == 503, old.text  # below 2.69 a down cell is named, as before
+
+
+def _ticking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every reading of an evaluation's clock is a second later than the one before."""
+    from cellsight.api.query2 import evaluate
+
+    ticks = itertools.count()
+    monkeypatch.setattr(evaluate, "CLOCK", lambda: float(next(ticks)))
+
+
+def test_a_filter_evaluated_in_memory_is_bounded_by_search_timeout(
+    world: World, pair: Pair, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resource-exhaustion probe: 499 regular expressions on every node (node queries
+    are evaluated in memory) held a core for minutes after the client had gone, and on
+    the mappings of a skipped cell (a member's query) for half a minute."""
+
+    def costly(n: int) -> list[Any]:
+        return ["|", *(["=~", "name", f".?.?.?.?.?.?.?.?.?.?z{i}"] for i in range(n))]
+
+    answered = query(pair.fanout, "node", {"fields": ["name"], "filter": costly(3)})
+    assert answered.status_code == 200
+    _ticking(monkeypatch)  # search_timeout is 5 s: the sixth node is past it
+    assert len(node_documents(world)) > 5
+    # Another filter: a repeated one is answered from the snapshot's memo, unevaluated.
+    refused = query(pair.fanout, "node", {"fields": ["name"], "filter": costly(4)})
+    assert refused.status_code == 400, refused.text
+    message = refused.json()["badRequest"]["message"]
+    assert "too costly" in message and "ran past 5 s (5 items read)" in message
+    member = project_tokens(world)[0]
+    dead = _break_cell(world, pair, "cell2")
+    on_uuid = ["|", *(["=~", "uuid", f"^{c}"] for c in "0123456789abcdef")]
+    placeholders = query(pair.fanout, "instance", {"fields": ["uuid"], "filter": on_uuid}, member)
+    assert placeholders.status_code == 400, placeholders.text
+    assert "too costly" in placeholders.json()["badRequest"]["message"]
+    monkeypatch.undo()
+    answered = query(pair.fanout, "instance", {"fields": ["uuid"], "filter": on_uuid}, member)
+    assert answered.status_code == 200 and dead in answered.headers[SKIPPED_CELLS]
