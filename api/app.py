@@ -126,6 +126,7 @@ def create_app(
     app.state.fanout = fanout
     app.state.search = search
     app.state.prober = prober
+    app.state.cell_states = health.CellStates()
     app.state.metrics = metrics
     app.add_middleware(RequestTimer, metrics=metrics)
     app.add_middleware(PathSegmentsAsData)

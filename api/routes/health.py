@@ -10,6 +10,9 @@ only when neither path can serve: the index is not serving and no cell answers.
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,6 +29,31 @@ from cellsight.api.paths import InstanceSearch
 from cellsight.cells.schema import instances
 
 router = APIRouter(tags=["health"])
+
+READY_TTL = 1.0  # seconds a readiness read of the cells answers every /readyz
+
+
+class CellStates:
+    """The cells' states as ``/readyz`` last read them, for ``READY_TTL`` seconds: the
+    endpoint takes no token, and a query in every cell per request let anyone load the
+    cells (a resource-exhaustion probe: 195 requests/s took a member's listing from 12
+    to 663 ms). One read at a time; callers meanwhile wait for it and share it."""
+
+    def __init__(self, ttl: float = READY_TTL, clock: Callable[[], float] = time.monotonic):
+        self.ttl = ttl
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._value: tuple[str, list[dict[str, Any]]] = ("down", [])
+
+    def get(
+        self, read: Callable[[], tuple[str, list[dict[str, Any]]]]
+    ) -> tuple[str, list[dict[str, Any]]]:
+        with self._lock:
+            if self._read_at is None or self.clock() - self._read_at >= self.ttl:
+                self._value = read()
+                self._read_at = self.clock()
+            return self._value
 
 
 @router.get("/healthz", summary="Liveness: the process answers (and which path serves)")
@@ -70,7 +98,7 @@ def readyz(request: Request) -> JSONResponse:
     search: InstanceSearch = state.search
     prober: IndexProber = state.prober
     status = search.status()
-    api_db, cells = _cells(search, state.fanout)
+    api_db, cells = state.cell_states.get(lambda: _cells(search, state.fanout))
     any_cell = any(c["state"] in ("up", "busy") for c in cells)
     ready = status["path"] == "index" or any_cell
     body = {

@@ -20,10 +20,12 @@ from fastapi.testclient import TestClient
 
 from cellsight.api.app import create_app
 from cellsight.api.headers import PATH, SKIPPED_CELLS
+from cellsight.api.routes.health import READY_TTL, CellStates
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.api.test_api_safe_connect import Proxy, proxied  # noqa: F401 (fixture)
 from tests.support.api_world import ADMIN, World, api_settings, build_world, load_index
+from tests.support.clock import ManualClock
 
 FAST = {"safe_connect_cooldown": 0.2, "index_probe_interval": 0.2}
 
@@ -110,13 +112,20 @@ def test_not_ready_only_when_neither_path_can_serve(tmp_path: Path) -> None:
     registry.create_schema()
     cell_db = tmp_path / "cell1.db"
     registry.add_cell("cell1", f"sqlite:///{cell_db}")
-    with TestClient(create_app(api_settings(tmp_path, **FAST), registry=registry)) as client:
+    app = create_app(api_settings(tmp_path, **FAST), registry=registry)
+    clock = ManualClock(0.0)
+    app.state.cell_states = CellStates(clock=clock)
+    with TestClient(app) as client:
         assert client.get("/readyz").status_code == 200
         registry.engines.dispose()
-        client.app.state.fanout.engines.dispose()  # type: ignore[attr-defined]
+        app.state.fanout.engines.dispose()
         for leftover in tmp_path.glob("cell1.db-*"):
             leftover.unlink()
         cell_db.write_bytes(b"garbage " * 2000)  # the only cell now cannot answer
+        # Within READY_TTL the cells' last read answers: /readyz takes no token, and a
+        # read of every cell per request let anyone load them (a probe).
+        assert client.get("/readyz").status_code == 200
+        clock.now = READY_TTL
         response = client.get("/readyz")
         assert response.status_code == 503, response.text
         body = response.json()
