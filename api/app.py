@@ -71,6 +71,8 @@ def create_app(
         safe_connect,
         metrics,
         per_project_cells=settings.instance_list_per_project_cells,
+        index_searches=settings.index_searches,
+        admission_wait=settings.fanout_admission_wait,
     )
 
     served = False  # the index has answered a probe since start

@@ -81,11 +81,11 @@ def _describe(exc: BaseException) -> str:
 
 
 class Saturated(ServiceUnavailable):
-    """No room in the fan-out pool within the admission wait."""
+    """No room in the fan-out pool (or for an index search) within the admission wait."""
 
-    def __init__(self, retry_after: int) -> None:
+    def __init__(self, retry_after: int, busy_with: str = "other listings from the cells") -> None:
         super().__init__(
-            "The API is busy answering other listings from the cells; retry shortly.",
+            f"The API is busy answering {busy_with}; retry shortly.",
             headers={"Retry-After": str(retry_after)},
         )
 

@@ -42,6 +42,12 @@ class ApiMetrics:
             ["result"],
             registry=self.registry,
         )
+        self.index_admission = Counter(
+            "cellsight_api_index_admission",
+            "Index searches admitted or refused (index_searches at once)",
+            ["result"],
+            registry=self.registry,
+        )
         self.cell_queries = Histogram(
             "cellsight_api_cell_query_seconds",
             "One cell's query on the fan-out path, from its start",

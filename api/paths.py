@@ -17,7 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,7 @@ import sqlalchemy as sa
 from cellsight.api.auth import Principal
 from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import unavailable
-from cellsight.api.fanout import FanOut, SkippedCell
+from cellsight.api.fanout import Admission, FanOut, Saturated, SkippedCell
 from cellsight.api.index_probe import DeferredEngine
 from cellsight.api.markers import marker_document
 from cellsight.api.merge_order import sort_values
@@ -106,8 +107,12 @@ class InstanceSearch:
         metrics: ApiMetrics | None = None,
         *,
         per_project_cells: bool = False,
+        index_searches: int = 16,
+        admission_wait: float = 2.0,
     ) -> None:
         self.registry = registry
+        self.admission = Admission(index_searches)
+        self.admission_wait = admission_wait
         self.per_project_cells = per_project_cells
         self.engine = engine
         self.fanout = fanout
@@ -236,36 +241,61 @@ class InstanceSearch:
         request = without_purged(request, self.purge_floor)
         why = "index" if path == "index" else reason.split(":", 1)[0]
         if path == "index":
-            try:
-                stored = self.engine.search("instance", request)
-            except EngineTimeout as exc:
-                answers = self._answers()
-                if answers is None:
-                    self.safe_connect.failed(exc)
-                    reason, why = f"index failed, answered from the cells: {exc}", "index failed"
-                else:
-                    if not answers:
-                        # Ordinary searches are slow too: the engine is, not this query.
-                        self.safe_connect.slow(exc)
-                    reason, why = f"index search slow, answered from the cells: {exc}", "index slow"
-            except EngineError as exc:
-                self.safe_connect.failed(exc)
-                reason, why = f"index failed, answered from the cells: {exc}", "index failed"
-            except Exception as exc:
-                # Not the engine's failure but ours (a query it cannot take): answer
-                # from the cells without flagging the index; counted, and logged with
-                # its traceback once per kind.
-                self.metrics.bug("index search", exc, log)
-                self.safe_connect.release_probe()
-                why = f"index search error ({type(exc).__name__})"
-                reason = f"{why}, answered from the cells"
-            else:
-                self.safe_connect.succeeded()
-                self.metrics.paths.labels("index", why).inc()
-                return Page([comparable(s.document) for s in stored], "index", reason)
+            with self._admitted():
+                page = self._from_index(request, reason)
+            if isinstance(page, Page):
+                return page
+            reason, why = page
         result = self.fanout.search(request, self.cells_for(project))
         self.metrics.paths.labels("fanout", why[:60]).inc()
         return Page(result.documents, "fanout", reason, result.skipped, result.rows_read)
+
+    @contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """One of ``index_searches`` at once, or ``Saturated`` after the admission wait:
+        a process starved of CPU by a hundred clients ran searches past their timeout,
+        then answered them from the cells too, adding work where there was too much,
+        and reported healthy cells as timed out (a resource-exhaustion probe)."""
+        if not self.admission.acquire(1, self.admission_wait):
+            self.metrics.index_admission.labels("refused").inc()
+            self.safe_connect.release_probe()  # if this request was to probe the index
+            raise Saturated(1, "other searches")
+        self.metrics.index_admission.labels("admitted").inc()
+        try:
+            yield
+        finally:
+            self.admission.release(1)
+
+    def _from_index(self, request: SearchRequest, reason: str) -> Page | tuple[str, str]:
+        """The index's page, or why the cells answer instead (reason, its metric label)."""
+        try:
+            stored = self.engine.search("instance", request)
+        except EngineTimeout as exc:
+            answers = self._answers()
+            if answers is None:
+                self.safe_connect.failed(exc)
+                reason, why = f"index failed, answered from the cells: {exc}", "index failed"
+            else:
+                if not answers:
+                    # Ordinary searches are slow too: the engine is, not this query.
+                    self.safe_connect.slow(exc)
+                reason, why = f"index search slow, answered from the cells: {exc}", "index slow"
+        except EngineError as exc:
+            self.safe_connect.failed(exc)
+            reason, why = f"index failed, answered from the cells: {exc}", "index failed"
+        except Exception as exc:
+            # Not the engine's failure but ours (a query it cannot take): answer
+            # from the cells without flagging the index; counted, and logged with
+            # its traceback once per kind.
+            self.metrics.bug("index search", exc, log)
+            self.safe_connect.release_probe()
+            why = f"index search error ({type(exc).__name__})"
+            reason = f"{why}, answered from the cells"
+        else:
+            self.safe_connect.succeeded()
+            self.metrics.paths.labels("index", "index").inc()
+            return Page([comparable(s.document) for s in stored], "index", reason)
+        return reason, why
 
     def _answers(self) -> bool | None:
         """After a search of ours timed out: whether the engine answers an ordinary

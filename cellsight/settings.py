@@ -223,7 +223,15 @@ class Settings(BaseSettings):
         "names another cell is left out there while the index lists it",
     )
     fanout_admission_wait: Seconds = Field(
-        2.0, ge=0, description="Seconds a fan-out waits for room in the pool before a 503"
+        2.0,
+        ge=0,
+        description="Seconds a fan-out, or an index search, waits for room before a 503",
+    )
+    index_searches: int = Field(
+        16,
+        ge=1,
+        le=1024,
+        description="Index searches run at once; more wait fanout_admission_wait, then 503",
     )
     cell_timeout: Seconds = Field(
         5.0, gt=0, description="Per-cell deadline on the fan-out path, seconds"
