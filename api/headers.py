@@ -2,8 +2,9 @@
 
 * ``X-Cellsight-Path``: ``index`` or ``fanout``, the path that answered.
 * ``X-Cellsight-Skipped-Cells``: the cells a fan-out skipped, comma-separated, each
-  ``name;uuid=…;reason=timeout|error`` (the name percent-encoded). Absent when every
-  cell answered.
+  ``name;uuid=…;reason=timeout|error`` (the name percent-encoded); to a caller who is no
+  administrator each is ``cell;reason=…``, since Nova shows no cell to its users (an
+  authorization probe). Absent when every cell answered.
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ PATH = "X-Cellsight-Path"
 SKIPPED_CELLS = "X-Cellsight-Skipped-Cells"
 
 
-def skipped_cells(skipped: Sequence[SkippedCell]) -> str:
+def skipped_cells(skipped: Sequence[SkippedCell], *, admin: bool) -> str:
+    if not admin:
+        return ", ".join(f"cell;reason={s.reason}" for s in skipped)
     return ", ".join(f"{quote(s.name, safe='')};uuid={s.uuid};reason={s.reason}" for s in skipped)
+
+
+def named_cell(name: str, *, admin: bool) -> str:
+    """`` (name)`` after "the cell" in a message to an administrator; nothing to others."""
+    return f" ({name})" if admin else ""
 
 
 def parse_skipped(value: str | None) -> list[tuple[str, str, str]]:

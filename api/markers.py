@@ -16,6 +16,7 @@ from cellsight.api.cell_documents import row_document
 from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES
 from cellsight.api.errors import BadRequest, ServiceUnavailable, unavailable
 from cellsight.api.fanout import FanOut
+from cellsight.api.headers import named_cell
 from cellsight.cells.database import connect
 from cellsight.cells.errors import InstanceNotFound, UnknownCell, UnreadableRow
 from cellsight.cells.mappings import CellRegistry
@@ -51,11 +52,12 @@ def marker_document(
         with connect(fanout.engine(cell)) as conn:
             row = get_instance(conn, mapping.instance_uuid)
     except UnreadableRow as exc:  # a value that fails as it is fetched: retrying won't help
-        raise _unreadable(marker, cell.name, exc) from None
+        raise _unreadable(marker, cell.name, principal, exc) from None
     except CELL_FAILURES as exc:
-        # Only reached for an instance the caller may see: naming its cell leaks nothing.
+        # Named to administrators: Nova shows no cell to its users.
         raise unavailable(
-            f"The cell holding marker [{marker}] ({cell.name}) is unavailable; "
+            f"The cell holding marker [{marker}]"
+            f"{named_cell(cell.name, admin=principal.is_admin)} is unavailable; "
             "retry, or list without the marker",
             exc,
         ) from None
@@ -66,14 +68,17 @@ def marker_document(
     try:
         return row_document(row, cell.uuid)
     except UnreadableRow as exc:
-        raise _unreadable(marker, cell.name, exc) from None
+        raise _unreadable(marker, cell.name, principal, exc) from None
 
 
-def _unreadable(marker: str, cell_name: str, exc: UnreadableRow) -> ServiceUnavailable:
+def _unreadable(
+    marker: str, cell_name: str, principal: Principal, exc: UnreadableRow
+) -> ServiceUnavailable:
     """Written by hand past what reads as an instance (an adversarial probe: a 500): the
     page after it cannot be placed, as for a cell that fails."""
+    where = f" in cell {cell_name}" if principal.is_admin else ""
     return unavailable(
-        f"The row of marker [{marker}] in cell {cell_name} does not read as an "
-        "instance; list without the marker",
+        f"The row of marker [{marker}]{where} does not read as an instance; list without "
+        "the marker",
         exc,
     )

@@ -17,6 +17,7 @@ from cellsight.api.cell_documents import row_document
 from cellsight.api.driver_errors import API_DB_FAILURES, CELL_FAILURES, classify
 from cellsight.api.encoding import FastJSONResponse
 from cellsight.api.errors import BadRequest, NotFound, unavailable
+from cellsight.api.fanout import SkippedCell
 from cellsight.api.params import parse_list_query
 from cellsight.api.paths import InstanceSearch
 from cellsight.api.render import LinkContext, Unreachable, detail, summary, unknown
@@ -81,7 +82,7 @@ def list_servers(
     out = microversion.response_headers(ctx.version)
     out[headers.PATH] = page.path
     if page.skipped:
-        out[headers.SKIPPED_CELLS] = headers.skipped_cells(page.skipped)
+        out[headers.SKIPPED_CELLS] = headers.skipped_cells(page.skipped, admin=principal.is_admin)
     return FastJSONResponse(body, headers=out)
 
 
@@ -115,14 +116,17 @@ def show_server(
         written by hand): as Nova shows an instance of a down cell."""
         if not ctx.version.at_least(DOWN_CELL_VERSION):
             raise unavailable(
-                f"The cell holding instance {server_id} ({cell.name}) is unavailable", exc
+                f"The cell holding instance {server_id}"
+                f"{headers.named_cell(cell.name, admin=principal.is_admin)} is unavailable",
+                exc,
             ) from None
         if mapping.queued_for_delete:
             # Deleted: as Nova (``_get_instance_from_cell``), not found, never UNKNOWN.
             raise not_found from None
         # Nova's show from a down cell dates it by its mapping, as the listing does.
         entry = Unreachable(mapping.instance_uuid, mapping.project_id, mapping.created_at)
-        out[headers.SKIPPED_CELLS] = f"{cell.name};uuid={cell.uuid};reason={classify(exc)}"
+        skipped = SkippedCell(cell.uuid, cell.name, classify(exc))
+        out[headers.SKIPPED_CELLS] = headers.skipped_cells([skipped], admin=principal.is_admin)
         return FastJSONResponse({"server": unknown(entry, ctx, detailed=True)}, headers=out)
 
     try:

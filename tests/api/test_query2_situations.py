@@ -324,7 +324,8 @@ def test_a_filter_evaluated_in_memory_is_bounded_by_search_timeout(
     assert "too costly" in placeholders.json()["badRequest"]["message"]
     monkeypatch.undo()
     answered = query(pair.fanout, "instance", {"fields": ["uuid"], "filter": on_uuid}, member)
-    assert answered.status_code == 200 and dead in answered.headers[SKIPPED_CELLS]
+    assert answered.status_code == 200 and answered.headers[SKIPPED_CELLS] == "cell;reason=error"
+    assert dead  # named to administrators only (the test below)
 
 
 def test_an_answer_is_bounded_in_values(
@@ -345,3 +346,31 @@ def test_an_answer_is_bounded_in_values(
         assert past.status_code == 400, past.text
         message = past.json()["badRequest"]["message"]
         assert f"would hold {n} items of 4 fields, more than {3 * n:,} values" in message
+
+
+def test_a_skipped_cell_is_named_to_administrators_only(world: World, pair: Pair) -> None:
+    """An authorization probe: members learned the name and uuid of the cell holding
+    their servers from the header and the 503s; Nova shows no cell to its users."""
+    member = project_tokens(world)[0]
+    project = member["X-Auth-Token"].split(":")[1]
+    own = next(
+        r["uuid"]
+        for c, r in world.rows()
+        if r["project_id"] == project and not r["deleted"] and c == _cell_uuid(world, "cell2")
+    )
+    dead = _break_cell(world, pair, "cell2")
+    for token, named in ((ADMIN, True), (member, False)):
+        listing = pair.fanout.get("/v2.1/servers", headers=token)
+        assert listing.status_code == 200
+        header = listing.headers[SKIPPED_CELLS]
+        assert (dead in header and "cell2" in header) is named, header
+        shown = pair.fanout.get(f"/v2.1/servers/{own}", headers=token)
+        assert shown.status_code == 503
+        assert ("(cell2)" in shown.text) is named, shown.text
+        marked = pair.fanout.get(f"/v2.1/servers?marker={own}", headers=token)
+        assert marked.status_code == 503
+        assert ("(cell2)" in marked.text) is named, marked.text
+
+
+def _cell_uuid(world: World, name: str) -> str:
+    return next(c.uuid for c in world.registry.list_cells() if c.name == name)
