@@ -54,6 +54,8 @@ def create_app(
                 statement_timeout=settings.cell_timeout,
             ),
         )
+        # Its reservations reclaim a dead build's uuid after the builds' bound, not its own.
+        registry.build_timeout = settings.db_statement_timeout
     metrics = ApiMetrics()
     fanout = FanOut(
         cell_timeout=settings.cell_timeout,

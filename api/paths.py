@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -28,7 +27,8 @@ import sqlalchemy as sa
 from cellsight.api.auth import Principal
 from cellsight.api.driver_errors import API_DB_FAILURES
 from cellsight.api.errors import unavailable
-from cellsight.api.fanout import Admission, FanOut, Saturated, SkippedCell
+from cellsight.api.fanout import FanOut, Saturated, SkippedCell
+from cellsight.api.index_admission import IndexAdmission
 from cellsight.api.index_probe import DeferredEngine
 from cellsight.api.markers import marker_document
 from cellsight.api.merge_order import sort_values
@@ -111,13 +111,12 @@ class InstanceSearch:
         admission_wait: float = 2.0,
     ) -> None:
         self.registry = registry
-        self.admission = Admission(index_searches)
-        self.admission_wait = admission_wait
         self.per_project_cells = per_project_cells
         self.engine = engine
         self.fanout = fanout
         self.safe_connect = safe_connect
         self.metrics = metrics or ApiMetrics()
+        self.admission = IndexAdmission(index_searches, admission_wait, self.metrics)
         self._synced = False
         self._unsynced_at: float | None = None
         self._identity: Hashable = None  # the store whose marker was read
@@ -186,23 +185,25 @@ class InstanceSearch:
             self._synced = False
             self._unsynced_at = None
 
-    def choose(self) -> tuple[str, str]:
-        """(path, why) for the next request; a probe's failure sets the flag."""
-        if not self.safe_connect.use_index():
-            return "fanout", "safe-connect flag set: " + self.safe_connect.status().get(
-                "reason", ""
-            )
+    def choose(self) -> tuple[str, str, bool]:
+        """(path, why, whether this request probes the index) for the next request; a
+        probe's failure sets the flag."""
+        use, probe = self.safe_connect.try_index()
+        if not use:
+            reason = self.safe_connect.status().get("reason", "")
+            return "fanout", f"safe-connect flag set: {reason}", False
         try:
             synced = self._is_synced()
             # Read even when not synced: the floor holds for the cells' rows either way.
             self._read_floor()
         except EngineError as exc:
             self.safe_connect.failed(exc)
-            return "fanout", f"index failed: {exc}"
+            return "fanout", f"index failed: {exc}", False
         if not synced:
-            self.safe_connect.release_probe()
-            return "fanout", "index not marked synced by a completed bulk sync"
-        return "index", "index synced and answering"
+            if probe:
+                self.safe_connect.release_probe()
+            return "fanout", "index not marked synced by a completed bulk sync", False
+        return "index", "index synced and answering", probe
 
     # -------------------------------------------------------------- listing
 
@@ -236,13 +237,14 @@ class InstanceSearch:
             project = principal.project_id
         if request.limit < 1:
             return Page([], "none", "limit is 0")
-        path, reason = self.choose() if prefer_index else ("fanout", "fan-out requested")
+        path, reason, probe = (
+            self.choose() if prefer_index else ("fanout", "fan-out requested", False)
+        )
         # After choose(), which may have refreshed the floor; the same on both paths.
         request = without_purged(request, self.purge_floor)
         why = "index" if path == "index" else reason.split(":", 1)[0]
         if path == "index":
-            with self._admitted():
-                page = self._from_index(request, reason)
+            page = self._from_index(request, reason, None if principal.is_admin else project, probe)
             if isinstance(page, Page):
                 return page
             reason, why = page
@@ -250,33 +252,29 @@ class InstanceSearch:
         self.metrics.paths.labels("fanout", why[:60]).inc()
         return Page(result.documents, "fanout", reason, result.skipped, result.rows_read)
 
-    @contextmanager
-    def _admitted(self) -> Iterator[None]:
-        """One of ``index_searches`` at once, or ``Saturated`` after the admission wait:
-        a process starved of CPU by a hundred clients ran searches past their timeout,
-        then answered them from the cells too, adding work where there was too much,
-        and reported healthy cells as timed out (a resource-exhaustion probe)."""
-        if not self.admission.acquire(1, self.admission_wait):
-            self.metrics.index_admission.labels("refused").inc()
-            self.safe_connect.release_probe()  # if this request was to probe the index
-            raise Saturated(1, "other searches")
-        self.metrics.index_admission.labels("admitted").inc()
+    def _from_index(
+        self, request: SearchRequest, reason: str, project: str | None, probe: bool
+    ) -> Page | tuple[str, str]:
+        """The index's page, or why the cells answer instead (reason, its metric label).
+        The search holds an admission slot (``index_admission``); what follows a
+        timeout does not, so a member's costly searches hold theirs no longer."""
         try:
-            yield
-        finally:
-            self.admission.release(1)
-
-    def _from_index(self, request: SearchRequest, reason: str) -> Page | tuple[str, str]:
-        """The index's page, or why the cells answer instead (reason, its metric label)."""
-        try:
-            stored = self.engine.search("instance", request)
+            with self.admission.admitted(project):
+                stored = self.engine.search("instance", request)
+        except Saturated:
+            if probe:
+                self.safe_connect.release_probe()
+            raise
         except EngineTimeout as exc:
             answers = self._answers()
             if answers is None:
                 self.safe_connect.failed(exc)
                 reason, why = f"index failed, answered from the cells: {exc}", "index failed"
             else:
-                if not answers:
+                if answers:
+                    # This query's own cost; a probe that met it found the engine well.
+                    self.safe_connect.succeeded(searched=False)
+                else:
                     # Ordinary searches are slow too: the engine is, not this query.
                     self.safe_connect.slow(exc)
                 reason, why = f"index search slow, answered from the cells: {exc}", "index slow"

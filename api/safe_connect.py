@@ -58,18 +58,23 @@ class SafeConnect:
 
     def use_index(self) -> bool:
         """Whether this request may try the index (at most one probe at a time)."""
+        return self.try_index()[0]
+
+    def try_index(self) -> tuple[bool, bool]:
+        """``use_index``, and whether this request is then the probe (which must end in
+        ``failed``, ``succeeded`` or ``release_probe``)."""
         with self._lock:
             if not self._set:
-                return True
+                return True, False
             if (
                 not self.request_probes
                 or self.cooldown == 0
                 or self._probing
                 or self.clock() < self._next_probe
             ):
-                return False
+                return False, False
             self._probing = True
-            return True
+            return True, True
 
     def failed(self, exc: BaseException) -> None:
         with self._lock:
@@ -91,8 +96,9 @@ class SafeConnect:
             self._next_probe = now + wait
 
     def slow(self, exc: BaseException) -> bool:
-        """A search past its timeout on an engine that answers: whether the flag is now
-        set (a probe's slow answer keeps it; ``SLOW_TRIPS`` in a row set it)."""
+        """A search past its timeout on an engine that answers a ping, but an ordinary
+        search in time neither: whether the flag is now set (a probe's slow answer keeps
+        it; ``SLOW_TRIPS`` in a row set it)."""
         with self._lock:
             self._slow += 1
             trips = self._set or self._slow >= SLOW_TRIPS

@@ -28,12 +28,16 @@ log = logging.getLogger(__name__)
 
 # A build holds a mapping without a row for its cell transaction: seconds, each statement
 # at most the statement timeout. Older than this (or than three statement timeouts, for
-# an operator who raised it), the build that made it has died.
+# an operator who raised it: a heuristic, since a transaction runs several statements and
+# a conflict is retried), the build that made it has died.
 DEAD_BUILD = timedelta(minutes=15)
 
 
 def dead_build_age(registry: CellRegistry) -> timedelta:
-    statement = registry.engines.timeouts.statement
+    """From the builds' statement bound (``db_statement_timeout``) where the registry
+    knows it, else its own engines' (a process that reclaims, as the API, may bound its
+    own statements tighter than the CLI bounds a boot's)."""
+    statement = registry.build_timeout or registry.engines.timeouts.statement
     if not statement:
         return DEAD_BUILD
     return max(DEAD_BUILD, timedelta(seconds=3 * statement))
@@ -75,7 +79,8 @@ def reclaim(registry: CellRegistry, uuids: Sequence[str]) -> list[str]:
             with connect(registry.cell_engine(cell_uuid)) as conn:
                 query = sa.select(instances.c.uuid).where(instances.c.uuid.in_(sorted(mapped)))
                 rows = {str(u) for (u,) in conn.execute(query)}
-        except CellsError as exc:  # unknown, unreachable or unreadable: undecided
+        except (CellsError, sa.exc.SQLAlchemyError) as exc:  # unknown, unreachable, broken
+            # Undecided: the uuid stays taken, as before (never this boot's error).
             log.warning("leftover mappings in cell %s not reclaimed: %s", cell_uuid, exc)
             continue
         leftovers.extend((uuid, cell_uuid) for uuid in sorted(mapped - rows))

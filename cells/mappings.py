@@ -101,6 +101,9 @@ class CellRegistry:
     def __init__(self, api_url: str, engines: Engines | None = None) -> None:
         self.engines = engines or Engines()
         self.api_url = api_url
+        # The longest a boot's statements may take (``db_statement_timeout``), where the
+        # process's own bound is another (the API's is ``cell_timeout``): ``leftovers``.
+        self.build_timeout: float | None = None
         # The API database is made on first use (its tables by create_schema); a cell's
         # only by add_cell or the seeder: cell_engine opens existing ones only.
         create_database(api_url, connect_timeout=self.engines.timeouts.connect)
@@ -114,6 +117,7 @@ class CellRegistry:
             lock_timeout=settings.db_lock_timeout,
         )
         registry = cls(settings.resolved_api_db_url, engines)
+        registry.build_timeout = settings.db_statement_timeout
         if create:
             registry.create_schema()
         return registry

@@ -310,9 +310,11 @@ class Matcher:
         return automaton.search(value, check)
 
 
-# Above the operators a query v2 filter may hold (``sexpr.MAX_TERMS``): a filter of
-# more distinct patterns than this compiled each of them again for every document.
-@lru_cache(maxsize=2048)
+# Shared by every request: at least the operators one query v2 filter may hold
+# (``sexpr.MAX_TERMS``), since a filter of more distinct patterns than it holds compiled
+# each of them again for every document (a probe). Filters of that many patterns at
+# once still evict each other's; a ``Matcher`` holds an automaton per thread using it.
+@lru_cache(maxsize=1024)
 def matcher(pattern: str) -> Matcher:
     """The ``Matcher`` of ``pattern`` (``InvalidRegex`` outside the subset)."""
     return Matcher(pattern)

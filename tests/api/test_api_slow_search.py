@@ -127,3 +127,26 @@ def test_a_record_answered_with_no_json_is_served_by_the_cells(
     finally:
         engine.close()
         records.close()
+
+
+def test_a_probe_that_meets_a_costly_query_clears_the_flag(
+    faults: BulkFaults, sqlite_world: World, tmp_path: Path
+) -> None:
+    """A review: a request probing the index (no background prober: the app run without
+    its lifespan) whose search timed out while ordinary searches answered kept the probe
+    role for good, and the flag was never cleared."""
+    engine = OpenSearchEngine(faults.url, prefix=f"p{uuid.uuid4().hex[:8]}", timeout=1.0)
+    load_index(engine, sqlite_world)
+    client = make_client(tmp_path, sqlite_world, engine, safe_connect_cooldown=10.0)
+    flag: SafeConnect = client.app.state.safe_connect  # type: ignore[attr-defined]
+    clock = ManualClock(0.0)
+    flag.clock = clock
+    flag.failed(ConnectionError("refused"))
+    assert client.get(LISTING, headers=ADMIN).headers[PATH] == "fanout"  # cooling down
+    clock.now = 10.0
+    faults.arm(TIMEOUT, first=1, times=1)  # the probe's own search alone is slow
+    probe = client.get(LISTING, headers=ADMIN)
+    assert probe.status_code == 200 and probe.headers[PATH] == "fanout"
+    assert not flag.flagged  # the engine answered an ordinary search: it is well
+    assert client.get(LISTING, headers=ADMIN).headers[PATH] == "index"
+    engine.close()

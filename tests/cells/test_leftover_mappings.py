@@ -4,6 +4,7 @@ and with no row in its cell, a new boot or reservation of that uuid takes it bac
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -120,8 +121,40 @@ def test_the_age_of_a_dead_build_grows_with_the_statement_timeout(
     slow = CellRegistry(registry.api_url, Engines(statement_timeout=3600))
     try:
         assert dead_build_age(slow) == timedelta(hours=3)
+        # A review: the API bounds its own statements by cell_timeout, and reclaimed
+        # after 15 minutes a uuid a CLI boot under a longer db_statement_timeout held.
+        slow.build_timeout = 1800
+        assert dead_build_age(slow) == timedelta(minutes=90)
     finally:
         slow.close()
+
+
+def test_the_api_reclaims_after_the_builds_bound_not_its_own(tmp_path: Path) -> None:
+    from cellsight.api.app import create_app
+
+    settings = load_settings(data_dir=tmp_path / "data", db_statement_timeout=1800)
+    app = create_app(settings)
+    registry: CellRegistry = app.state.registry
+    try:
+        assert registry.engines.timeouts.statement == settings.cell_timeout
+        assert dead_build_age(registry) == timedelta(minutes=90)
+    finally:
+        registry.close()
+
+
+def test_a_leftover_in_a_cell_that_fails_to_answer_is_kept(
+    registry: CellRegistry, cell: CellMapping, ops: Operations, tmp_path: Path
+) -> None:
+    """A review: a cell that answered with an error the registry does not name (here: no
+    instances table) made the new reservation fail with the driver's error, a 500."""
+    broken = tmp_path / "broken.db"
+    sqlite3.connect(broken).close()
+    lost = registry.add_cell("broken", f"sqlite:///{broken}", create_schema=False)
+    _leave(registry, lost)
+    _age(registry, LEFT, timedelta(hours=1))
+    with pytest.raises(DuplicateInstance):
+        Reservations(ops).reserve(LEFT, cell=cell.name)
+    assert registry.cells_of([LEFT]) == {LEFT: lost.uuid}
 
 
 def test_ops_reserve_of_a_dead_builds_uuid_from_the_cli(cli: Invoke, tmp_path: Path) -> None:
