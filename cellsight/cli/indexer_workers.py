@@ -217,9 +217,13 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
         stopping.set()
 
     signal.signal(signal.SIGTERM, _forward)
-    signal.signal(signal.SIGINT, _forward)
+    # Started with SIGINT ignored, which a new interpreter keeps until it sets a handler
+    # (``consume`` does): a Ctrl-C reaches the whole process group, and workers still
+    # importing died of it (exit 1); this process forwards it as SIGTERM instead.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for proc in procs:
         proc.start()
+    signal.signal(signal.SIGINT, _forward)
     console.print(f"indexer: {workers} worker processes: {[p.pid for p in procs]}")
     forwarded = False
     while any(p.is_alive() for p in procs):

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kombu import Connection
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.services
 STOPPED = re.compile(r"^indexer\[(\d+)\] stopped: (\{.*\})$")
 
 
-def _workers(settings: Settings, n: int) -> subprocess.Popen[str]:
+def _workers(settings: Settings, n: int, **popen: Any) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.update(
         {
@@ -50,6 +51,7 @@ def _workers(settings: Settings, n: int) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        **popen,
     )
 
 
@@ -179,15 +181,20 @@ def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
         proc.communicate(timeout=10)
 
 
-def test_workers_stopped_while_still_starting_stop_cleanly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
+def test_workers_stopped_while_still_starting_stop_cleanly(tmp_path: Path, how: str) -> None:
     """A probe: SIGTERM just after the workers were started reached them before they set
     their handler (still importing), they died of it, and the supervisor, told to stop,
-    exited 1 as if a worker had failed."""
+    exited 1 as if a worker had failed. A review: Ctrl-C, which the terminal sends to
+    the whole process group, did the same."""
     settings = bus_settings(tmp_path / "data", "embedded")
-    proc = _workers(settings, 2)
+    proc = _workers(settings, 2, start_new_session=True)  # its own process group
     try:
         first = _started(proc, 2)
-        proc.send_signal(signal.SIGTERM)
+        if how == "SIGTERM":
+            proc.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
