@@ -7,6 +7,7 @@ receive: it owns the API engine and the cache of cell engines.
 from __future__ import annotations
 
 import json
+import logging
 import uuid as uuidlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ from cellsight.cells.text_rules import check_name
 
 if TYPE_CHECKING:
     from cellsight.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -170,8 +173,22 @@ class CellRegistry:
                     updated_at=now,
                 )
             )
-        mark(engine, cell_uuid)
+        try:
+            mark(engine, cell_uuid)
+        except BaseException:
+            # Not registered after all (an operator probe: a user without write grants
+            # on the cell got an error, and the cell stayed listed, its name taken).
+            self._unregister(cell_uuid, name)
+            raise
         return CellMapping(cell_uuid, name, url, False, now)
+
+    def _unregister(self, cell_uuid: str, name: str) -> None:
+        try:
+            with write_transaction(self.api_engine) as conn:
+                conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell_uuid))
+        except Exception:
+            log.exception("cell %r stays registered: `cells disable`, `cells remove "
+                          "--skip-database-check` undo it", name)  # fmt: skip
 
     def list_cells(self, *, include_disabled: bool = True) -> list[CellMapping]:
         query = sa.select(cell_mappings).order_by(cell_mappings.c.name)

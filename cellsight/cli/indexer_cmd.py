@@ -14,6 +14,7 @@ from rich.markup import escape
 from cellsight.cli.bounds import MAX_LETTERS, MAX_WORKERS
 from cellsight.cli.context import (
     State,
+    canonical_uuid,
     console,
     fail,
     open_registry,
@@ -147,7 +148,7 @@ def dlq_replay(
 
 def index_get(
     ctx: typer.Context,
-    uuid: Annotated[str, typer.Argument(help="Instance (or node) uuid")],
+    uuid: Annotated[str, typer.Argument(help="Instance (or node) uuid", callback=canonical_uuid)],
     resource: Annotated[str, typer.Option("--type", help="instance or node")] = "instance",
 ) -> None:
     """Print the stored document and its version."""

@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from typer.testing import CliRunner, Result
 
 from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.reads import iter_instances
+from cellsight.cells.schema import create_cell_schema
 from cellsight.cli import app
 from cellsight.cli.groups import register
 from cellsight.settings import load_settings
+from tests.support.services import DatabaseFactory
 
 Invoke = Callable[..., Result]
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -187,3 +191,34 @@ def test_add_host_announces_the_node(cli: Invoke, tmp_path: Path) -> None:
         data = body["payload"]["nova_object.data"]
         assert (data["host"], data["vcpus"]) == ("h9", 8)
         assert UUID.search(added.output).group(0) == data["uuid"]  # type: ignore[union-attr]
+
+
+@pytest.mark.services
+def test_a_cell_whose_database_refuses_a_write_is_not_left_registered(
+    cli: Invoke, make_database: DatabaseFactory
+) -> None:
+    """An operator probe: a PostgreSQL user with SELECT grants only got an error from
+    `cells add` (Cellsight writes its own tables in a cell), and the cell stayed listed,
+    its name taken, and synced from."""
+    url = sa.make_url(make_database("postgresql"))
+    engine = sa.create_engine(url)
+    create_cell_schema(engine)
+    role = f"cs_ro_{uuid.uuid4().hex[:8]}"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN")
+        conn.exec_driver_sql(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+    try:
+        reader = url.set(username=role).render_as_string(hide_password=False)
+        refused = cli("cells", "add", "--name", "ro", "--db-url", reader)
+        assert refused.exit_code == 1, refused.output
+        assert "permission denied" in one_line(refused.output), refused.output
+        listed = cli("cells", "list")
+        assert listed.exit_code == 0 and "ro" not in listed.output.split(), listed.output
+        writer = url.render_as_string(hide_password=False)
+        added = cli("cells", "add", "--name", "ro", "--db-url", writer)
+        assert added.exit_code == 0, added.output  # the name was not left taken
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP OWNED BY {role}")
+            conn.exec_driver_sql(f"DROP ROLE {role}")
+        engine.dispose()

@@ -128,12 +128,22 @@ def test_dlq_with_an_unknown_transport_is_a_usage_error(tmp_path: Path, command:
     assert_one_line_error(result, USAGE, "'carrier-pigeon'")
 
 
-@pytest.mark.parametrize("command", [["index", "get", "some-uuid"], ["index", "purge"]])
+@pytest.mark.parametrize(
+    "command",
+    [["index", "get", "0b3a6c1e-0000-4000-8000-000000000001"], ["index", "purge"]],
+)
 def test_index_commands_with_the_engine_down(tmp_path: Path, command: list[str]) -> None:
     port = closed_port()
     url = f"http://elastic:{SECRET}@127.0.0.1:{port}"
     result = cellsight(tmp_path / "d", *command, env={"CELLSIGHT_SEARCH_URL": url})
     assert_one_line_error(result, RUNTIME, f"127.0.0.1:{port}", "unreachable")
+
+
+def test_index_get_of_what_is_no_uuid_is_a_usage_error(tmp_path: Path) -> None:
+    """An operator probe: it read the index and exited 1, "no instance document"; the
+    exit codes' table makes a bad value 2, as `ops show` answers."""
+    result = cellsight(tmp_path / "d", "index", "get", "not-a-uuid")
+    assert_one_line_error(result, USAGE, "not a UUID: 'not-a-uuid'")
 
 
 def _cell_without_tables(tmp_path: Path) -> Path:
