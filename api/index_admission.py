@@ -45,10 +45,10 @@ class IndexAdmission:
         own = self._enter(project) if project is not None else None
         try:
             if own is not None and not own.admission.acquire(1, self.wait):
-                self._refused(project)
+                self._refused("this project's searches")
             try:
                 if not self._all.acquire(1, max(0.0, deadline - time.monotonic())):
-                    self._refused(project)
+                    self._refused("other searches")
                 self.metrics.index_admission.labels("admitted").inc()
                 try:
                     yield
@@ -61,9 +61,9 @@ class IndexAdmission:
             if own is not None and project is not None:
                 self._leave(project, own)
 
-    def _refused(self, project: str | None) -> None:
+    def _refused(self, busy_with: str) -> None:
         self.metrics.index_admission.labels("refused").inc()
-        raise Saturated(1, "other searches" if project is None else "this project's searches")
+        raise Saturated(1, busy_with)
 
     def _enter(self, project: str) -> _Project:
         with self._lock:

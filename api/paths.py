@@ -286,7 +286,8 @@ class InstanceSearch:
             # from the cells without flagging the index; counted, and logged with
             # its traceback once per kind.
             self.metrics.bug("index search", exc, log)
-            self.safe_connect.release_probe()
+            if probe:
+                self.safe_connect.release_probe()
             why = f"index search error ({type(exc).__name__})"
             reason = f"{why}, answered from the cells"
         else:

@@ -28,6 +28,7 @@ import functools
 import logging
 import multiprocessing as mp
 import os
+import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -49,6 +50,7 @@ from cellsight.indexer.write_wire import (
     widen,
 )
 from cellsight.indexer.writer import BatchWriter, record_outcomes
+from cellsight.signal_events import ignored_while_spawning
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,11 @@ class WriteProcess(Ordered):
             name="indexer-writer",
             daemon=True,
         )
-        self._proc.start()
+        # Started with SIGINT ignored (it ignores it once running: signals are its
+        # parent's business): a Ctrl-C while it was importing killed it, and its indexer
+        # failed, "writer process exited (code -2)" (a review).
+        with ignored_while_spawning((signal.SIGINT,)):
+            self._proc.start()
         child_conn.close()
         self._queue: deque[SentBatch] = deque()
         self._done: dict[int, list[tuple[int, WireOutcome]] | WriterProcessFailed] = {}

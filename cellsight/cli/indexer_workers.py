@@ -24,11 +24,11 @@ import sys
 import threading
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.process import BaseProcess
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from cellsight.cli.context import console, error_line
 from cellsight.settings import Settings
+from cellsight.signal_events import EventOnSignal, ignored_while_spawning
 
 if TYPE_CHECKING:
     from cellsight.cli.logs import LogSetup
@@ -75,12 +75,11 @@ def consume(
     name = "indexer" if worker is None else f"indexer[{worker}]"
     worker = worker or 0
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        console.print(f"{name}: signal {signum}: flushing and stopping")
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    EventOnSignal(
+        stop,
+        (signal.SIGTERM, signal.SIGINT),
+        lambda signum: console.print(f"{name}: signal {signum}: flushing and stopping"),
+    )
     if supervisor is not None:
         watch_supervisor(supervisor, stop, name)
     if settings.metrics_port is not None:
@@ -211,19 +210,19 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
     ]
 
     signalled = threading.Event()
-
-    def _forward(signum: int, frame: FrameType | None) -> None:
-        signalled.set()
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, _forward)
-    # Started with SIGINT ignored, which a new interpreter keeps until it sets a handler
-    # (``consume`` does): a Ctrl-C reaches the whole process group, and workers still
-    # importing died of it (exit 1); this process forwards it as SIGTERM instead.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for proc in procs:
-        proc.start()
-    signal.signal(signal.SIGINT, _forward)
+    EventOnSignal(signalled, (signal.SIGTERM, signal.SIGINT), lambda signum: stopping.set())
+    # A Ctrl-C reaches the whole process group, and workers still importing died of it
+    # (exit 1): each starts with SIGINT ignored until ``consume`` sets its handler, and
+    # this process forwards the Ctrl-C as SIGTERM.
+    try:
+        for proc in procs:
+            with ignored_while_spawning((signal.SIGINT,)):
+                proc.start()
+    except BaseException:
+        for proc in procs:
+            if proc.pid is not None:
+                proc.terminate()
+        raise
     console.print(f"indexer: {workers} worker processes: {[p.pid for p in procs]}")
     forwarded = False
     while any(p.is_alive() for p in procs):

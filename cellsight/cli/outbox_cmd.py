@@ -12,6 +12,7 @@ import typer
 
 from cellsight.cli.bounds import MAX_SECONDS
 from cellsight.cli.context import console, fail, open_registry, require_data_dir, settings_of
+from cellsight.signal_events import EventOnSignal
 
 if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command that runs needs them
     from cellsight.notifications.bus import Bus
@@ -127,11 +128,8 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
     from cellsight.clients import build_notifier
 
     stop = threading.Event()
-
-    def _stop(signum: int, frame: object) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    EventOnSignal(stop, previous)  # never Event.set in a handler (``signal_events``)
     try:
         with open_registry(ctx, make=True) as registry, build_notifier(settings) as notifier:
             relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
