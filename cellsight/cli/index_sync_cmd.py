@@ -223,6 +223,10 @@ def _print_report(report: Any) -> None:
     compared = [c for c in report.cells if c.failed is None]  # a failed cell's is unknown
     drift = sum(c.drift for c in compared)
     verdict = "no drift" if not drift else f"drift {drift}"
+    if repaired := sum(c.repaired for c in report.cells):
+        # With --repair: what it rewrote (an operator probe: "drift 3" alone, as a plain
+        # verify says it, left only the exit code to tell).
+        verdict += f", {repaired:,} repaired"
     if report.unattributed:
         # They make the exit 1 too: "no drift" alone would read as a clean bill.
         verdict += f"; {report.unattributed:,} documents of no registered cell"

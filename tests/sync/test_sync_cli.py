@@ -72,10 +72,15 @@ def test_verify_exit_codes_and_repair(seeded: Settings) -> None:
     engine.delete("instance", victims)
     engine.close()
     found = cli(seeded, "verify", "--type", "instance", "--cell", "cell1", "--cell", "cell2")
-    assert found.exit_code == 1 and "drift 3" in found.stdout
+    assert found.exit_code == 1 and "instance: drift 3\n" in found.stdout
+    repaired = cli(seeded, "verify", "--type", "instance", "--repair")
+    assert repaired.exit_code == 0 and "instance: drift 3, 3 repaired" in repaired.stdout
+    engine = build_engine(seeded)
+    engine.delete("instance", [doc_id for doc_id, _ in engine.iter_versions("instance")][:2])
+    engine.close()
     fixed = cli(seeded, "verify", "--type", "instance", "--repair", "--json")
     assert fixed.exit_code == 0
-    assert sum(c["repaired"] for c in json.loads(fixed.stdout)["reports"][0]["cells"]) == 3
+    assert sum(c["repaired"] for c in json.loads(fixed.stdout)["reports"][0]["cells"]) == 2
     assert cli(seeded, "verify", "--type", "instance").exit_code == 0
 
 
