@@ -21,7 +21,6 @@ until ``index sync`` rebuilds without it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -31,10 +30,8 @@ from cellsight.cells.database import connect, write_transaction
 from cellsight.cells.errors import CellNotEmpty
 from cellsight.cells.leftovers import dead_before, dead_build_age
 from cellsight.cells.mappings import CellMapping, CellRegistry
-from cellsight.cells.reads import count_instances, list_compute_nodes
-from cellsight.cells.schema import cell_mappings, instance_mappings, instances
-
-CHUNK = 500  # uuids per IN (...) query
+from cellsight.cells.reads import IN_CHUNK, count_instances, deleted_flags, list_compute_nodes
+from cellsight.cells.schema import cell_mappings, instance_mappings
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,7 @@ def _what_it_holds(
     with connect(registry.cell_engine(cell)) as conn:
         living = count_instances(conn, include_deleted=False)
         nodes = len(list_compute_nodes(conn))
-        rows = _deleted_flags(conn, sorted(mapped))
+        rows = deleted_flags(conn, sorted(mapped))
     blockers = []
     if living:
         blockers.append(f"{_count(living, 'instance')} not deleted")
@@ -113,16 +110,6 @@ def _what_it_holds(
     return blockers, nodes
 
 
-def _deleted_flags(conn: sa.Connection, uuids: Sequence[str]) -> dict[str, bool]:
-    """Instance uuid → whether its row is deleted, for those of ``uuids`` with a row."""
-    found: dict[str, bool] = {}
-    for start in range(0, len(uuids), CHUNK):
-        chunk = list(uuids[start : start + CHUNK])
-        query = sa.select(instances.c.uuid, instances.c.deleted).where(instances.c.uuid.in_(chunk))
-        found.update((str(u), bool(d)) for u, d in conn.execute(query))
-    return found
-
-
 def _delete(registry: CellRegistry, cell: CellMapping, mapped: set[str]) -> None:
     """The checked mappings and the cell, under the cell row's exclusive lock; refused if
     the cell was enabled again or another instance was mapped to it meanwhile."""
@@ -140,10 +127,10 @@ def _delete(registry: CellRegistry, cell: CellMapping, mapped: set[str]) -> None
         if _mapped(conn, cell.uuid) != mapped:
             raise CellNotEmpty(cell.name, "its instance mappings changed meanwhile: try again")
         ordered = sorted(mapped)
-        for start in range(0, len(ordered), CHUNK):
+        for start in range(0, len(ordered), IN_CHUNK):
             conn.execute(
                 instance_mappings.delete().where(
-                    m.instance_uuid.in_(ordered[start : start + CHUNK])
+                    m.instance_uuid.in_(ordered[start : start + IN_CHUNK])
                 )
             )
         conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell.uuid))

@@ -22,7 +22,8 @@ import sqlalchemy as sa
 from cellsight.cells.database import connect, write_transaction
 from cellsight.cells.errors import CellsError
 from cellsight.cells.mappings import CellRegistry
-from cellsight.cells.schema import instance_mappings, instances
+from cellsight.cells.reads import deleted_flags
+from cellsight.cells.schema import instance_mappings
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,7 @@ def reclaim(registry: CellRegistry, uuids: Sequence[str]) -> list[str]:
     for cell_uuid, mapped in by_cell.items():
         try:
             with connect(registry.cell_engine(cell_uuid)) as conn:
-                query = sa.select(instances.c.uuid).where(instances.c.uuid.in_(sorted(mapped)))
-                rows = {str(u) for (u,) in conn.execute(query)}
+                rows = deleted_flags(conn, sorted(mapped)).keys()
         except (CellsError, sa.exc.SQLAlchemyError) as exc:  # unknown, unreachable, broken
             # Undecided: the uuid stays taken, as before (never this boot's error).
             log.warning("leftover mappings in cell %s not reclaimed: %s", cell_uuid, exc)

@@ -7,7 +7,7 @@ can resume after the last uuid it delivered (``after_uuid``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -152,3 +152,17 @@ def list_compute_nodes(conn: sa.Connection, *, include_deleted: bool = False) ->
     if not include_deleted:
         query = query.where(compute_nodes.c.deleted.is_(False))
     return [dict(row) for row in conn.execute(query).mappings()]
+
+
+IN_CHUNK = 500  # uuids per IN (...) list
+
+
+def deleted_flags(conn: sa.Connection, uuids: Sequence[str]) -> dict[str, bool]:
+    """Instance uuid → whether its row is deleted, for those of ``uuids`` with a row
+    (``cell_removal``: what a removal finds; ``leftovers``: which mappings have none)."""
+    found: dict[str, bool] = {}
+    for start in range(0, len(uuids), IN_CHUNK):
+        chunk = list(uuids[start : start + IN_CHUNK])
+        query = sa.select(instances.c.uuid, instances.c.deleted).where(instances.c.uuid.in_(chunk))
+        found.update((str(u), bool(d)) for u, d in conn.execute(query))
+    return found
