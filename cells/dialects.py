@@ -145,7 +145,11 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
 
             @event.listens_for(engine, name)
             def _disarm(conn: sa.Connection, *args: Any) -> None:
-                conn.connection.info["deadline"] = math.inf
+                # An invalidated connection (an interrupt inside a statement) has no
+                # driver connection left to disarm; asking for it raised
+                # PendingRollbackError from the rollback, in place of the interrupt.
+                if not conn.invalidated:
+                    conn.connection.info["deadline"] = math.inf
 
     return engine
 
