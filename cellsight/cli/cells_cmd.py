@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,6 +15,7 @@ from cellsight.cli.context import (
     fail,
     open_registry,
     operations,
+    print_table,
     settings_of,
 )
 
@@ -83,26 +85,40 @@ def add(
 def list_cells(
     ctx: typer.Context,
     counts: Annotated[bool, typer.Option("--counts", help="Count each cell's instances")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON, one object a cell")] = False,
 ) -> None:
     """The registered cells (database passwords masked)."""
+    from rich.markup import escape
     from rich.table import Table
 
     from cellsight.cells.database import connect
     from cellsight.cells.errors import CellsError
     from cellsight.cells.reads import count_instances
 
+    listed: list[dict[str, object]] = []
     with open_registry(ctx) as registry:
-        table = Table("name", "uuid", "database", "disabled", *(["instances"] if counts else []))
         for cell in registry.list_cells():
-            extra: list[str] = []
+            entry: dict[str, object] = {
+                "name": cell.name, "uuid": cell.uuid, "database": cell.safe_url,
+                "disabled": cell.disabled,
+            }  # fmt: skip
             if counts:
                 try:
                     with connect(registry.cell_engine(cell)) as conn:
-                        extra = [str(count_instances(conn))]
+                        entry["instances"] = count_instances(conn)
                 except CellsError as exc:
-                    extra = [f"unavailable: {exc.message}"]
-            table.add_row(cell.name, cell.uuid, cell.safe_url, str(cell.disabled), *extra)
-    console.print(table)
+                    entry["instances"] = None
+                    entry["error"] = f"unavailable: {exc.message}"
+            listed.append(entry)
+    if as_json:
+        print(json.dumps(listed, indent=2))
+        return
+    table = Table("name", "uuid", "database", "disabled", *(["instances"] if counts else []))
+    for entry in listed:
+        extra = [str(entry.get("error") or entry["instances"])] if counts else []
+        cells = [entry["name"], entry["uuid"], entry["database"], entry["disabled"], *extra]
+        table.add_row(*(escape(str(value)) for value in cells))
+    print_table(table)
 
 
 @app.command("disable")

@@ -19,6 +19,8 @@ from rich.markup import escape
 from cellsight.cli.errors import USAGE
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from cellsight.cells.mappings import CellRegistry
     from cellsight.cells.operations import Operations
     from cellsight.settings import Settings
@@ -39,6 +41,20 @@ err_console = Console(stderr=True)
 # one message became three journald entries); on a terminal it wraps at its width.
 for _console in (console, err_console):
     _console.soft_wrap = not _console.is_terminal
+
+
+def print_table(table: Table) -> None:
+    """On a terminal, fitted to its width; into a pipe or a file, whole, where Rich's
+    80 columns cut uuids and database URLs short (an operator probe: ``cells list``
+    piped to ``grep`` lost the uuid it was after)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.measure import Measurement
+
+    # ``print(width=)`` is capped at the console's own width: a console of the table's.
+    whole = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+    _StdoutConsole(file=console.file, width=max(whole, console.width)).print(table)
 
 
 @dataclass

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
-from cellsight.cli.context import console, fail, settings_of
+from cellsight.cli.context import console, fail, print_table, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.cli.interrupts import terminate_as_interrupt
 
@@ -310,8 +311,8 @@ def _show(port: int) -> None:
     for column in columns:
         table.add_column(column)
     for server in body["servers"]:
-        table.add_row(*(str(server.get(c)) for c in columns))
-    console.print(table)
+        table.add_row(*(escape(str(server.get(c))) for c in columns))
+    print_table(table)
     status, mine, _ = _get(port, "/v2.1/servers?name=^demo", {"X-Auth-Token": "alice:demo"})
     names = sorted(s["name"] for s in mine["servers"])
     console.print(

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
-from cellsight.cli.context import console, fail, require_data_dir
+from cellsight.cli.context import console, fail, print_table, require_data_dir
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellRegistry
@@ -117,10 +118,10 @@ def _print(status: dict[str, Any]) -> None:
     table = Table("index", "role", "documents", "read", "write", "created", title=resource)
     for i in status["indexes"]:
         table.add_row(
-            i["name"], i["role"], f"{i['documents']:,}", "✓" if i["read_alias"] else "",
+            escape(i["name"]), i["role"], f"{i['documents']:,}", "✓" if i["read_alias"] else "",
             "✓" if i["write_alias"] else "", i["created_at"],
         )  # fmt: skip
-    console.print(table)
+    print_table(table)
     marker = status["marker"]
     if status["synced"]:
         console.print(f"synced: yes ({marker['index']} at {marker['finished_at']})")
@@ -141,8 +142,8 @@ def _print(status: dict[str, Any]) -> None:
     for c in status["cells"]:
         rows, docs = c.get("rows"), c.get("documents")
         diff = "" if rows is None or docs is None else f"{docs - rows:+,}" if docs != rows else "="
-        cells.add_row(c["name"], _n(rows), _n(docs), c.get("error") or diff)
-    console.print(cells)
+        cells.add_row(escape(c["name"]), _n(rows), _n(docs), escape(c.get("error") or diff))
+    print_table(cells)
     last = status["last_sync"]
     if last:
         rate = f"{last.get('docs_per_s', 0):,} docs/s"

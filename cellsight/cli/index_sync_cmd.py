@@ -17,7 +17,7 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_CHUNK, MAX_KEEP_OLD, MAX_WORKERS
-from cellsight.cli.context import console, err_console, fail, require_data_dir
+from cellsight.cli.context import console, err_console, fail, print_table, require_data_dir
 from cellsight.cli.index_status_cmd import clients
 from cellsight.cli.interrupts import terminate_as_interrupt
 
@@ -214,7 +214,7 @@ def _print_report(report: Any) -> None:
             else:
                 why = f"not compared: {error}"
             err_console.print(f"[red]{escape(c.name)}[/]: {escape(why)}", highlight=False)
-    console.print(table)
+    print_table(table)
     if report.unattributed:
         console.print(
             f"{report.unattributed:,} documents belong to no registered cell "

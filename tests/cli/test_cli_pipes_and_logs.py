@@ -4,6 +4,7 @@ clients' WARNING line for every 404 the code expects, with logs off by default."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -138,3 +139,29 @@ def test_a_status_line_into_a_pipe_stays_one_line() -> None:
     )
     assert done.stdout == line + "\n"
     assert done.stderr == line + "\n"
+
+
+def test_a_table_into_a_pipe_is_whole(tmp_path: Path) -> None:
+    """An operator probe: ``cells list | grep`` found uuids and database URLs cut short
+    (Rich fits a table into 80 columns where stdout is no terminal). Piped, a table is
+    printed whole; ``--json`` gives the same cells to a script. A name that looks like
+    Rich markup is printed as it is."""
+    data = tmp_path / "d"
+    name = "[bold]cell-with-a-name-long-enough-to-be-cut-in-eighty-columns"
+    url = f"sqlite:///{tmp_path}/a-directory-name-long-enough-to-be-cut/cell.db"
+    added = cellsight(data, "cells", "add", "--name", name, "--db-url", url, "--create")
+    assert added.returncode == 0, added.stderr
+    uuid = added.stdout.split()[-2]
+    listed = cellsight(data, "cells", "list", "--counts")
+    assert listed.returncode == 0, listed.stderr
+    row = next(line for line in listed.stdout.splitlines() if uuid in line)
+    assert name in row and "/a-directory-name-long-enough-to-be-cut/cell.db" in row
+    status = cellsight(data, "index", "status")
+    assert status.returncode == 0, status.stderr
+    assert name in status.stdout
+    as_json = cellsight(data, "cells", "list", "--counts", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == [
+        {"name": name, "uuid": uuid, "database": url.replace("sqlite:", "sqlite+pysqlite:"),
+         "disabled": False, "instances": 0}
+    ]  # fmt: skip
