@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kombu import Connection, Message, Queue
 
@@ -166,6 +166,14 @@ class ReplayInterrupted(Exception):
         self.replayed = replayed
 
 
+class Replayed(NamedTuple):
+    """What a replay did with the letters in the queue when it started."""
+
+    replayed: int
+    other_reason: int  # read and left: another reason than ``reason_code``
+    unread: int  # left unread, past ``limit`` (or gone meanwhile)
+
+
 def replay(
     connection: Connection,
     *,
@@ -175,10 +183,9 @@ def replay(
     limit: int | None = None,
     reason_code: str | None = None,
     timeout: float = 10.0,
-) -> tuple[int, int]:
+) -> Replayed:
     """Republish dead letters to the notifications exchange, each acked (removed from the
-    DLQ) only after the bus confirmed its republish reached a queue. Returns (replayed,
-    left in the queue with another reason).
+    DLQ) only after the bus confirmed its republish reached a queue.
 
     Only the letters in the queue when it starts are read: a replayed letter that is
     still bad comes back at the queue's tail (the running indexer dead-letters it again),
@@ -238,4 +245,4 @@ def replay(
         finally:
             for message in held:
                 message.requeue()
-    return replayed, skipped
+    return Replayed(replayed, skipped, max(0, waiting - replayed - skipped))

@@ -131,7 +131,7 @@ def dlq_replay(
     settings = require_data_dir(ctx, bus=True)
     with bus_connection(settings) as connection, terminate_as_interrupt():
         try:
-            done, skipped = replay(
+            done = replay(
                 connection,
                 exchange_name=settings.exchange,
                 dlx_name=settings.dead_letter_exchange,
@@ -143,7 +143,15 @@ def dlq_replay(
             fail(f"{exc} ({exc.replayed} replayed before it)", code=1)
         except ReplayInterrupted as exc:
             fail(f"{exc} in {settings.dead_letter_queue!r}", code=INTERRUPTED)
-    console.print(f"replayed {done}, left {skipped} with another reason")
+    # Left: the letters read for another reason, and those past --limit (an operator
+    # probe: "left 0" was printed with more letters behind the limit).
+    why = [f"{done.other_reason} with another reason"] if done.other_reason else []
+    why += [f"{done.unread} past --limit"] if done.unread else []
+    left = done.other_reason + done.unread
+    console.print(
+        f"replayed {done.replayed}, left {left}" + (f" ({', '.join(why)})" if why else ""),
+        highlight=False,
+    )
 
 
 def index_get(

@@ -30,7 +30,7 @@ def test_a_replay_beside_the_indexer_replays_each_letter_once_and_ends(
     with running_indexer(settings, engine) as consumer:
         wait_for(lambda: consumer.totals["dead"] == LETTERS, 60, "the first dead letters")
         with build_bus(settings) as b, b.connection() as conn:
-            replayed, skipped = replay(
+            replayed, skipped, _ = replay(
                 conn,
                 exchange_name=settings.exchange,
                 dlx_name=settings.dead_letter_exchange,
@@ -43,7 +43,7 @@ def test_a_replay_beside_the_indexer_replays_each_letter_once_and_ends(
             assert sorted(letter.body for letter in letters) == sorted(
                 f"not json {i}".encode() for i in range(LETTERS)
             )
-            limited, _ = replay(
+            limited, *_ = replay(
                 conn,
                 exchange_name=settings.exchange,
                 dlx_name=settings.dead_letter_exchange,
@@ -92,3 +92,29 @@ def test_an_interrupted_replay_says_how_many_it_replayed_and_keeps_the_rest(
     with build_bus(settings) as b, b.connection() as conn:
         left = list(peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 100))
     assert len(left) == LETTERS - 5
+
+
+def test_a_limited_replay_says_how_many_letters_it_left(tmp_path: Path) -> None:
+    """An operator probe: ``dlq replay --limit 2`` printed "left 0" with more letters
+    behind the limit; what it left is counted, with why."""
+    from typer.testing import CliRunner
+
+    from cellsight.cli import app
+    from tests.indexer.test_dead_letters import _env
+
+    settings = bus_settings(tmp_path / "data", "embedded")
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    publish_bodies(settings, [f"not json {i}".encode() for i in range(5)])
+    with running_indexer(settings, engine) as consumer:
+        wait_for(lambda: consumer.totals["dead"] == 5, 60, "the dead letters")
+    engine.close()
+    argv = ["--data-dir", str(settings.data_dir), "dlq", "replay"]
+    runner = CliRunner()
+    limited = runner.invoke(app, [*argv, "--limit", "2"], env=_env(settings))
+    assert limited.exit_code == 0, limited.output
+    assert limited.output.strip() == "replayed 2, left 3 (3 past --limit)"
+    other = runner.invoke(app, [*argv, "--reason", "too_large"], env=_env(settings))
+    assert other.output.strip() == "replayed 0, left 3 (3 with another reason)"
+    rest = runner.invoke(app, [*argv, "--reason", "malformed"], env=_env(settings))
+    assert rest.output.strip() == "replayed 3, left 0"

@@ -134,7 +134,7 @@ def test_dead_letters_are_read_and_replayed_byte_for_byte(
     with build_bus(settings) as b, b.connection() as conn:
         letters = peek(conn, settings.dead_letter_exchange, settings.dead_letter_queue, 10)
         assert [letter.body for letter in letters] == bodies
-        replayed, _ = replay(
+        replayed, *_ = replay(
             conn,
             exchange_name=settings.exchange,
             dlx_name=settings.dead_letter_exchange,

@@ -234,7 +234,7 @@ def test_letters_the_channel_could_not_read_are_replayed_by_their_route(
             dlx_name=settings_.dead_letter_exchange,
             dlq_name=settings_.dead_letter_queue,
         )
-    assert replayed == (2, 0)
+    assert replayed == (2, 0, 0)
     assert letters(settings_) == []
     with embedded_redis(settings_) as client:  # back on the indexer's queue, both
         assert client.llen(settings_.indexer_queue) == 2
