@@ -27,11 +27,12 @@ from datetime import datetime
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect, write_transaction
-from cellsight.cells.errors import CellNotEmpty
+from cellsight.cells.errors import CellEnabled, CellNotEmpty
 from cellsight.cells.leftovers import dead_before, dead_build_age
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.reads import IN_CHUNK, count_instances, deleted_flags, list_compute_nodes
 from cellsight.cells.schema import cell_mappings, instance_mappings
+from cellsight.notifications.errors import plural
 
 
 @dataclass(frozen=True)
@@ -39,10 +40,6 @@ class Removal:
     cell: CellMapping
     nodes: int | None  # compute nodes left in its database; None: not read
     mappings: int  # instance mappings removed with it
-
-
-def _count(n: int, what: str) -> str:
-    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def remove_cell(
@@ -53,7 +50,7 @@ def remove_cell(
     be known then: ``skip_database_check`` removes it unread)."""
     cell = registry.get_cell(ref)
     if not cell.disabled:
-        raise CellNotEmpty(cell.name, f"it is enabled: `cellsight cells disable {cell.name}` first")
+        raise CellEnabled(cell.name)
     with connect(registry.api_engine) as conn:
         mapped = _mapped(conn, cell.uuid)
     nodes: int | None = None
@@ -83,29 +80,29 @@ def _what_it_holds(
         rows = deleted_flags(conn, sorted(mapped))
     blockers = []
     if living:
-        blockers.append(f"{_count(living, 'instance')} not deleted")
+        blockers.append(f"{plural(living, 'instance')} not deleted")
     rowless = mapped - set(rows)
     with connect(registry.api_engine) as conn:
         dead = _mapped(conn, cell.uuid, before=dead_before(registry)) & rowless
     if building := len(rowless - dead):
         blockers.append(
-            f"{_count(building, 'instance')} mapped to it without a row (being built: try "
+            f"{plural(building, 'instance')} mapped to it without a row (being built: try "
             "again once builds have finished)"
         )
     if dead and not force:
         blockers.append(
-            f"{_count(len(dead), 'instance')} mapped to it without a row for over "
+            f"{plural(len(dead), 'instance')} mapped to it without a row for over "
             f"{dead_build_age(registry).total_seconds() // 60:.0f} minutes, left by builds "
             "that did not finish "
             "(--force removes them with it)"
         )
     if not force:
         if nodes:
-            blockers.append(f"{_count(nodes, 'compute node')} (--force removes it anyway)")
+            blockers.append(f"{plural(nodes, 'compute node')} (--force removes it anyway)")
         gone = sum(rows.values())
         if gone:
             blockers.append(
-                f"{_count(gone, 'mapping')} of deleted instances (--force removes them with it)"
+                f"{plural(gone, 'mapping')} of deleted instances (--force removes them with it)"
             )
     return blockers, nodes
 

@@ -169,6 +169,16 @@ class CellNotEmpty(CellsError):
         self.name = name
 
 
+class CellEnabled(CellNotEmpty):
+    """``cells remove`` of a cell that still takes new instances: disabled first."""
+
+    def __init__(self, name: str) -> None:
+        CellsError.__init__(
+            self, f"cell {name!r} is enabled: `cellsight cells disable {name}` first"
+        )
+        self.name = name
+
+
 class InstanceNotFound(CellsError):
     reason = "instance_not_found"
 

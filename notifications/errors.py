@@ -38,6 +38,11 @@ def escaped(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def plural(n: int, noun: str) -> str:
+    """``n noun`` for a message, the (regular) noun plural unless ``n`` is one."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def brief(value: Any, width: int = 80) -> str:
     """A value for an error message: at most ``width`` characters of its repr, and an
     integer past 64 bits by its size (the repr of one past 4,300 digits raises)."""

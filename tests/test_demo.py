@@ -151,7 +151,7 @@ def test_demo_reruns_without_duplicates_and_fresh_starts_over(tmp_path: Path) ->
 
     fresh = run_demo(data, "--cells", "1", "--instances", "50", "--fresh")
     assert fresh.returncode == 0, fresh.stdout + fresh.stderr
-    assert "seeded 1 cells" in fresh.stdout
+    assert "seeded 1 cell (" in fresh.stdout
     new_rows = instance_rows(data)
     assert len(new_rows) == 53
     assert not {r["uuid"] for r in new_rows} & {r["uuid"] for r in rows}

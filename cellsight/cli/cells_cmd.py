@@ -18,6 +18,7 @@ from cellsight.cli.context import (
     print_table,
     settings_of,
 )
+from cellsight.notifications.errors import plural
 
 if TYPE_CHECKING:
     pass
@@ -312,7 +313,7 @@ def seed(
             "`cellsight outbox relay` or an indexer's, publishes them)"
         )
     console.print(
-        f"seeded {len(report.cells)} cells ({names}): {report.instances} instances, "
+        f"seeded {plural(len(report.cells), 'cell')} ({names}): {report.instances} instances, "
         f"{report.compute_nodes} compute nodes{notified} in {report.seconds:.2f} s "
         f"({report.rows_per_s:,.0f} rows/s)",
         highlight=False,

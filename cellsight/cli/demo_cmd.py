@@ -24,6 +24,7 @@ from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
 from cellsight.cli.context import console, fail, print_table, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.cli.interrupts import terminate_as_interrupt
+from cellsight.notifications.errors import plural
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellRegistry
@@ -112,7 +113,9 @@ def demo(
                 notify=False,
             )
         else:
-            console.print(f"reusing {len(registry.list_cells())} cells in {settings.data_dir}")
+            console.print(
+                f"reusing {plural(len(registry.list_cells()), 'cell')} in {settings.data_dir}"
+            )
         engine = build_engine(settings)
         stack.callback(engine.close)
         console.rule("2. bulk sync: backfill the index from the cells")

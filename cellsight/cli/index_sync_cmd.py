@@ -20,6 +20,7 @@ from cellsight.cli.bounds import MAX_CHUNK, MAX_KEEP_OLD, MAX_WORKERS
 from cellsight.cli.context import console, err_console, fail, print_table, require_data_dir
 from cellsight.cli.index_status_cmd import clients
 from cellsight.cli.interrupts import terminate_as_interrupt
+from cellsight.notifications.errors import plural
 
 if TYPE_CHECKING:
     from cellsight.cli.progress import PlainProgress, RichProgress
@@ -96,7 +97,8 @@ def index_sync(
         _emit(data)
         return
     console.print(
-        f"[green]synced[/] {data['rows']:,} {resource} rows from {len(data['cells'])} cells "
+        f"[green]synced[/] {data['rows']:,} {resource} rows from "
+        f"{plural(len(data['cells']), 'cell')} "
         f"into {data['index']} in {data['seconds']:.1f} s ({data['docs_per_s']:,} docs/s)",
         highlight=False,
     )
@@ -232,6 +234,6 @@ def _print_report(report: Any) -> None:
         verdict += f"; {report.unattributed:,} documents of no registered cell"
     if report.failed_cells:
         failed = ", ".join(c.name for c in report.failed_cells)
-        verdict += f" in {len(compared)} of {len(report.cells)} cells; failed: {failed}"
+        verdict += f" in {len(compared)} of {plural(len(report.cells), 'cell')}; failed: {failed}"
     console.print(f"{report.resource}: {verdict}", highlight=False)
     sys.stdout.flush()

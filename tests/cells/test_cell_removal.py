@@ -64,7 +64,9 @@ def test_an_enabled_cell_or_one_with_living_instances_is_never_removed(
     registry: CellRegistry, cell: CellMapping, ops: Operations
 ) -> None:
     _boot(ops)
-    with pytest.raises(CellNotEmpty, match="it is enabled: `cellsight cells disable cell1`"):
+    with pytest.raises(
+        CellNotEmpty, match=r"^cell 'cell1' is enabled: `cellsight cells disable cell1` first$"
+    ):
         remove_cell(registry, cell.name, force=True)
     registry.set_disabled(cell.name, True)
     for force in (False, True):
