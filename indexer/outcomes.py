@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 import msgspec
@@ -12,6 +13,12 @@ class Verdict(StrEnum):
     STALE = "stale"
     IGNORED = "ignored"
     DEAD = "dead"
+
+
+def totals_line(totals: Mapping[str, int]) -> str:
+    """An indexer's verdict counts for its stop line: ``indexed=12 stale=0 ...`` (a
+    journal's reader and a script parse it as logfmt, not as a Python dict)."""
+    return " ".join(f"{verdict}={n}" for verdict, n in totals.items())
 
 
 class Outcome(msgspec.Struct, frozen=True):

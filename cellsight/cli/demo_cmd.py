@@ -149,6 +149,7 @@ def _run(
     from cellsight.cli.ports import serve_metrics
     from cellsight.clients import build_bus, build_consumer_config, build_notifier
     from cellsight.indexer.consumer import IndexerConsumer
+    from cellsight.indexer.outcomes import totals_line
 
     settings = settings_of(ctx)
     console.rule("3. indexer on the embedded bus")
@@ -183,7 +184,7 @@ def _run(
         if time.monotonic() > deadline:
             fail("the indexer did not index the demo operations within 60 s", code=RUNTIME)
         time.sleep(0.1)
-    console.print(f"indexer: {consumer.totals}", highlight=False)
+    console.print(f"indexer: {totals_line(consumer.totals)}", highlight=False)
     metrics_port = settings.metrics_port if settings.metrics_port is not None else _free_port()
     serve_metrics(metrics_port)
 

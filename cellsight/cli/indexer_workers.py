@@ -70,6 +70,7 @@ def consume(
         build_engine,
     )
     from cellsight.indexer.consumer import IndexerConsumer
+    from cellsight.indexer.outcomes import totals_line
 
     stop = threading.Event()
     name = "indexer" if worker is None else f"indexer[{worker}]"
@@ -130,7 +131,7 @@ def consume(
                     notifier, thread = relaying
                     thread.join(2 * settings.publish_timeout)  # its passes under way
                     notifier.close()
-            console.print(f"{name} stopped: {consumer.totals}")
+            console.print(f"{name} stopped: {totals_line(consumer.totals)}", highlight=False)
             return consumer.totals
     finally:
         engine.close()
