@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cellsight.cli.context import canonical_uuid, console
+from cellsight.cli.context import canonical_uuid, console, fail
 from cellsight.cli.ops_cmd import _run, _show
 
 MAX_LENGTH = 255  # Nova's String(255) for names and ids, as the API's bodies
@@ -100,11 +100,21 @@ def modify(
     _show(_run(ctx, lambda ops: Reservations(ops).modify(uuid, **given)))
 
 
+# What a reservation lacks, as the options of ``ops modify`` that set it.
+_OPTIONS = {"display_name": "--name", "project_id": "--project", "user_id": "--user",
+            "flavor": "--flavor", "host": "--host"}  # fmt: skip
+
+
 def commit(ctx: typer.Context, uuid: Uuid) -> None:
     """Build the reserved instance (name, project, user, flavor and host must be set)."""
-    from cellsight.cells.reservations import Reservations
+    from cellsight.cells.reservations import ReservationIncomplete, Reservations
 
-    _show(_run(ctx, lambda ops: Reservations(ops).commit(uuid)))
+    try:
+        _show(_run(ctx, lambda ops: Reservations(ops).commit(uuid)))
+    except ReservationIncomplete as exc:
+        options = [_OPTIONS.get(f, f) for f in exc.missing]
+        how = f"`cellsight ops modify {uuid} {' '.join(o + ' …' for o in options)}` first"
+        fail(f"reservation {uuid} cannot be committed without {' '.join(options)} ({how})", code=1)
 
 
 def cancel(ctx: typer.Context, uuid: Uuid) -> None:

@@ -22,7 +22,11 @@ def test_reservation_workflow_from_the_cli(cli: Invoke, tmp_path: Path) -> None:
     (uuid,) = UUID.findall(made.output)[:1]
     refused = cli("ops", "commit", uuid)
     assert refused.exit_code == 1  # a refused operation (exit codes: cellsight.cli.errors)
-    assert "cannot be committed without display_name" in one_line(refused.output)
+    assert one_line(refused.output) == (
+        f"error: reservation {uuid} cannot be committed without --name --project --user "
+        f"--flavor --host (`cellsight ops modify {uuid} --name … --project … --user … "
+        "--flavor … --host …` first)"
+    )
     changed = cli("ops", "modify", uuid, "--project", "p", "--user", "u", "--flavor", "m1.small")
     assert changed.exit_code == 0, changed.output
     assert cli("ops", "modify", uuid, "--host", "h1").exit_code == 0
