@@ -107,7 +107,10 @@ def render_table(
     table = [[format_value(d, s, v, units) for d, (s, v) in zip(definitions, r, strict=True)]
              for r in rows]  # fmt: skip
     if headers:
-        table.insert(0, [d["title"] for d in definitions])
+        # Fixed units are said once, in the header (a title like MemoryMB over GiB
+        # figures misled an operator probe); ``h`` puts a unit after every figure.
+        fixed = {"m": " (MiB)", "g": " (GiB)"}.get(units, "")
+        table.insert(0, [d["title"] + (fixed if d["kind"] == "unit" else "") for d in definitions])
     if separator is not None:
         return [separator.join(line) for line in table]
     widths = [max((len(line[i]) for line in table), default=0) for i in range(len(definitions))]

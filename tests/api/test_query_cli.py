@@ -129,6 +129,11 @@ def test_units_as_ganeti_formats_them() -> None:
     assert render_table(heads, [[[0, "a"], [0, 5]], [[0, "bbb"], [3, None]]]) == [
         "N           X", "a           5", "bbb (unavail)",
     ]  # fmt: skip
+    sizes = [{"name": "memory_mb", "title": "MemoryMB", "kind": "unit"}, *heads[1:]]
+    row = [[[0, 3072], [0, 5]]]
+    assert render_table(sizes, row, units="g") == ["MemoryMB (GiB) X", "           3.0 5"]
+    assert render_table(sizes, row, units="m")[0] == "MemoryMB (MiB) X"
+    assert render_table(sizes, row)[:2] == ["MemoryMB X", "    3.0G 5"]
 
 
 def test_local_queries_use_a_synced_index_without_a_server(cli: Invoke, data: Path) -> None:
