@@ -29,9 +29,11 @@ def _run(ctx: typer.Context, action: Callable[[Operations], T]) -> T:
 
 
 def _show(payload: InstancePayload) -> None:
+    # A reservation may have no name or host yet: said so, not printed as ``None``.
+    name = "(no name)" if payload.display_name is None else repr(payload.display_name)
     console.print(
-        f"{payload.uuid} {payload.display_name!r} state={payload.state} "
-        f"power={payload.power_state} host={payload.host} revision={payload.revision}",
+        f"{payload.uuid} {name} state={payload.state} "
+        f"power={payload.power_state} host={payload.host or '-'} revision={payload.revision}",
         highlight=False,
         soft_wrap=True,
     )

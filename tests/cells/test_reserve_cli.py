@@ -20,6 +20,7 @@ def test_reservation_workflow_from_the_cli(cli: Invoke, tmp_path: Path) -> None:
     made = cli("ops", "reserve")
     assert made.exit_code == 0, made.output
     (uuid,) = UUID.findall(made.output)[:1]
+    assert f"{uuid} (no name) state=building power=pending host=- " in one_line(made.output)
     refused = cli("ops", "commit", uuid)
     assert refused.exit_code == 1  # a refused operation (exit codes: cellsight.cli.errors)
     assert one_line(refused.output) == (
