@@ -79,7 +79,8 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
     """One snapshot of ``cells``: a single index search, or one SELECT per cell."""
     engine: SearchEngine = state.engine
     safe: SafeConnect = state.safe_connect
-    if safe.use_index():
+    use, probe = safe.try_index()
+    if use:
         try:
             if is_synced(engine, "node"):
                 documents = _from_index(engine, [c.uuid for c in cells])
@@ -90,7 +91,8 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
                     cell = str(doc.get("cell_uuid"))
                     by_cell.setdefault(cell, []).append(with_derived(doc, names.get(cell)))
                 return CellLoad(by_cell, (), "index")
-            safe.release_probe()
+            if probe:  # another request's probe role is not this one's to end
+                safe.release_probe()
         except EngineError as exc:
             safe.failed(exc)
         except Exception as exc:
@@ -98,7 +100,8 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
             # cells without flagging the index, as the instance search does; counted,
             # and logged with its traceback once per kind.
             state.metrics.bug("node index read", exc, log)
-            safe.release_probe()
+            if probe:
+                safe.release_probe()
     return _from_cells(list(cells), state.fanout)
 
 
