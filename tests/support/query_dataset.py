@@ -107,6 +107,9 @@ def payloads(count: int = 60, seed: int = 20240301) -> list[InstanceUpdatePayloa
                 tenant_id=rng.choice(["p1", "p2", "P1"]),
                 user_id=rng.choice(["u1", "u2"]),
                 display_name=name,
+                # A kilobyte in common: MariaDB sorted by the first 1,024 bytes only
+                # (``max_sort_length``), and so returned these out of order.
+                display_description=None if i % 4 else "D" * 1100 + "cab"[i // 4 % 3],
                 host_name=None if name is None else name.lower().replace(" ", "-"),
                 host=rng.choice(HOSTS),
                 availability_zone=rng.choice(["nova", "az-2", None]),
