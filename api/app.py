@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import AsyncIterator
 from contextlib import ExitStack, asynccontextmanager
@@ -25,6 +26,10 @@ from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.settings import Settings
+
+# Seconds the API's start waits for its first index probe: an engine that answers takes
+# milliseconds; one that does not is left to the prober, and requests go to the cells.
+FIRST_PROBE_WAIT = 2.0
 
 
 def create_app(
@@ -103,6 +108,10 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         safe_connect.request_probes = False
         prober.start()
+        # The first requests wait for the first probe (bounded): before it, the engine
+        # is not connected, and they were answered from the cells and set the
+        # safe-connect flag on an index that answered a moment later (a parity probe).
+        await asyncio.to_thread(prober.first_probe_done.wait, FIRST_PROBE_WAIT)
         if freeze_startup:
             freeze_startup_objects()
         yield

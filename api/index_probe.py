@@ -84,6 +84,7 @@ class IndexProber:
         self._thread: threading.Thread | None = None
         self.last_result = "not probed yet"
         self.last_probe_at: float | None = None
+        self.first_probe_done = threading.Event()
 
     def start(self) -> None:
         self._stop = threading.Event()
@@ -117,7 +118,10 @@ class IndexProber:
     def _run(self) -> None:
         delay = 0.0  # the first probe at start
         while not self._stop.wait(delay):
-            delay = self.tick()
+            try:
+                delay = self.tick()
+            finally:
+                self.first_probe_done.set()
 
     def status(self) -> dict[str, Any]:
         return {

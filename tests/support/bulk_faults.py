@@ -8,7 +8,8 @@ answered with the engine's own answer. Once ``arm``ed, a chosen one gets the fau
 * a status code (429, 503, 400, ...): answered at once, the engine never sees it;
 * ``TIMEOUT``: forwarded (the engine applies it) and its answer withheld until the
   client gives up, so the client's retry finds the documents already written;
-* bytes: answered at once with a 200 and those bytes as its body (empty, cut short).
+* bytes: answered at once with a 200 and those bytes as its body (empty, cut short);
+* a float: forwarded, and the engine's answer sent that many seconds late (a slow link).
 
 ``bodies`` holds every bulk body since ``arm`` in arrival order, ``spoiled`` those that
 got the fault: a test asserts how many times one batch was sent.
@@ -37,7 +38,7 @@ class BulkFaults:
         parts = urlsplit(target)
         self.endpoint = endpoint
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 80)
-        self.fault: int | str | bytes | None = None
+        self.fault: int | str | bytes | float | None = None
         self.first = 0
         self.times: int | None = 0
         self.bodies: list[bytes] = []
@@ -56,11 +57,13 @@ class BulkFaults:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 fault = proxy._fault_for(self.path, body)
-                if fault is None or fault == TIMEOUT:
+                if fault is None or fault == TIMEOUT or isinstance(fault, float):
                     status, headers, answer = proxy._forward(
                         self.command, self.path, self.headers, body
                     )
-                    if fault == TIMEOUT:
+                    if isinstance(fault, float):
+                        proxy._released.wait(fault)
+                    elif fault == TIMEOUT:
                         proxy._released.wait(WAIT)  # the client times out meanwhile
                         self.close_connection = True
                         return
@@ -88,14 +91,14 @@ class BulkFaults:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def arm(self, fault: int | str | bytes, *, first: int, times: int | None = 1) -> None:
+    def arm(self, fault: int | str | bytes | float, *, first: int, times: int | None = 1) -> None:
         """Bulk requests ``first`` to ``first + times - 1`` from now on (1-based; ``times``
         None: every one from ``first`` on) get ``fault``."""
         with self._lock:
             self.fault, self.first, self.times = fault, first, times
             self.bodies, self.spoiled = [], []
 
-    def _fault_for(self, path: str, body: bytes) -> int | str | bytes | None:
+    def _fault_for(self, path: str, body: bytes) -> int | str | bytes | float | None:
         if self.endpoint not in path.split("?")[0]:
             return None
         with self._lock:
