@@ -234,8 +234,11 @@ def refresh(ctx: typer.Context, url: Url = None, token: Token = None) -> None:
     except SourceError as exc:
         fail(str(exc), code=exc.code)
     skipped = ", ".join(summary["skipped_cells"]) or "none"
+    # Without --url the cache filled is this command's own, gone as it exits: a check of
+    # the cells, not a refresh of any running API's cache (an operator probe took it so).
+    local = "" if url else "; a check only: --url fills a running API's node cache"
     console.print(
         f"{summary['nodes']} nodes from {summary['source']} in {summary['seconds']:.3f} s; "
-        f"cells that did not answer: {skipped}",
+        f"cells that did not answer: {skipped}{local}",
         highlight=False,
     )

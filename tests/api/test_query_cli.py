@@ -101,6 +101,7 @@ def test_fields_json_and_nodes(cli: Invoke, data: Path) -> None:
     assert as_json.exit_code == 0 and '"data"' in as_json.output
     refreshed = cli("nodes", "refresh")
     assert refreshed.exit_code == 0 and refreshed.output.startswith("2 nodes from cells")
+    assert "a check only: --url fills a running API's node cache" in refreshed.output
 
 
 def test_the_api_answers_as_the_data_directory(cli: Invoke, data: Path, server: str) -> None:
@@ -114,7 +115,8 @@ def test_the_api_answers_as_the_data_directory(cli: Invoke, data: Path, server: 
         assert local.output == remote.output
     bad = cli("query", "node", "host", "--filter", "offline ==", "--url", server)
     assert bad.exit_code == 2 and "400" in bad.output and "column 11" in bad.output
-    assert cli("nodes", "refresh", "--url", server).exit_code == 0
+    remote = cli("nodes", "refresh", "--url", server)
+    assert remote.exit_code == 0 and "a check only" not in remote.output
     down = cli("query", "node", "--url", "http://127.0.0.1:9")
     assert down.exit_code == 1 and "cannot reach" in down.output  # runtime: not a usage error
 
