@@ -216,6 +216,37 @@ def add_host(
     )
 
 
+@app.command("set-host")
+def set_host(
+    ctx: typer.Context,
+    cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
+    host: Annotated[str, typer.Option("--host", help="Compute host name")],
+    disabled: Annotated[
+        bool | None,
+        typer.Option("--disable/--enable", help="Take no new instances (the scheduler skips it)"),
+    ] = None,
+    offline: Annotated[
+        bool | None,
+        typer.Option("--offline/--online", help="Its live state cannot be read"),
+    ] = None,
+) -> None:
+    """Disable or enable a compute host, or mark it offline or online (as Nova's
+    ``compute service set``); its ``compute_node.update`` goes through the outbox."""
+    from cellsight.cells.nodeevents import set_node_state
+
+    if disabled is None and offline is None:
+        raise typer.BadParameter("give --disable, --enable, --offline or --online")
+    with operations(ctx) as ops:
+        nodes = set_node_state(ops, cell, host, disabled=disabled, offline=offline)
+    for node in nodes:
+        console.print(
+            f"host {host} ({node.uuid}) in cell {cell}: disabled={node.disabled} "
+            f"offline={node.offline}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
 @app.command("seed")
 def seed(
     ctx: typer.Context,

@@ -191,6 +191,31 @@ def test_add_host_announces_the_node(cli: Invoke, tmp_path: Path) -> None:
         data = body["payload"]["nova_object.data"]
         assert (data["host"], data["vcpus"]) == ("h9", 8)
         assert UUID.search(added.output).group(0) == data["uuid"]  # type: ignore[union-attr]
+        # An operator probe found no command to take a host out of scheduling.
+        disabled = cli("cells", "set-host", "--cell", "c1", "--host", "h9", "--disable")
+        assert disabled.exit_code == 0, disabled.output
+        assert "disabled=True offline=False" in one_line(disabled.output)
+        offline = cli("cells", "set-host", "--cell", "c1", "--host", "h9", "--offline")
+        assert "disabled=True offline=True" in one_line(offline.output)
+        updates = [queue.get(no_ack=True) for _ in range(2)]
+        states = [
+            json.loads(json.loads(m.body)["oslo.message"])["payload"]["nova_object.data"]
+            for m in updates
+            if m is not None
+        ]
+        assert [(d["disabled"], d["offline"], d["revision"]) for d in states] == [
+            (True, False, data["revision"] + 1),
+            (True, True, data["revision"] + 2),
+        ]
+    # Its only host disabled, the cell takes no new instance.
+    placed = cli("ops", "boot", "--name", "w", "--flavor", "m1.tiny", "--project", "p",
+                 "--user", "u", "--cell", "c1")  # fmt: skip
+    assert placed.exit_code == 1, placed.output
+    assert cli("cells", "set-host", "--cell", "c1", "--host", "h9").exit_code == 2
+    unknown = cli("cells", "set-host", "--cell", "c1", "--host", "nope", "--enable")
+    assert unknown.exit_code == 1 and "no compute node 'nope' in cell c1" in one_line(
+        unknown.output
+    )
 
 
 @pytest.mark.services
