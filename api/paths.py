@@ -37,6 +37,7 @@ from cellsight.api.null_tail import tail
 from cellsight.api.purge_floor import PurgeFloors
 from cellsight.api.render import Unreachable
 from cellsight.api.safe_connect import SafeConnect
+from cellsight.api.yardstick import Yardstick
 from cellsight.cells.database import connect
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import instance_mappings
@@ -46,23 +47,18 @@ from cellsight.indexer.fields import NEVER_NULL
 from cellsight.indexer.index_roles import is_synced
 from cellsight.query.tree import (
     Compare,
-    Direction,
-    MatchAll,
     Not,
     Op,
     Scalar,
     SearchRequest,
     SortKey,
     conjunction,
-    total_order,
 )
 
 log = logging.getLogger(__name__)
 
 # How long a "not synced yet" answer is trusted before the marker is read again.
 UNSYNCED_RECHECK_S = 5.0
-# What any engine answers at once: one document in the default order, no filter.
-YARDSTICK = SearchRequest(MatchAll(), total_order((SortKey("created_at", Direction.DESC),)), 1)
 
 
 @dataclass
@@ -122,6 +118,7 @@ class InstanceSearch:
         self._identity: Hashable = None  # the store whose marker was read
         self._floors = PurgeFloors(engine, registry, self.metrics)
         self._lock = threading.Lock()
+        self.yardstick = Yardstick(engine)
 
     # ------------------------------------------------------------ the decision
 
@@ -266,7 +263,7 @@ class InstanceSearch:
                 self.safe_connect.release_probe()
             raise
         except EngineTimeout as exc:
-            answers = self._answers()
+            answers = self.yardstick.answers()
             if answers is None:
                 self.safe_connect.failed(exc)
                 reason, why = f"index failed, answered from the cells: {exc}", "index failed"
@@ -295,23 +292,6 @@ class InstanceSearch:
             self.metrics.paths.labels("index", "index").inc()
             return Page([comparable(s.document) for s in stored], "index", reason)
         return reason, why
-
-    def _answers(self) -> bool | None:
-        """After a search of ours timed out: whether the engine answers an ordinary
-        search in time (the yardstick: the first instance in the default order, as an
-        administrator lists), False if only its ping answers, None if not even that.
-        A search slow by its own cost (a member's costly regexes) must not count
-        against the engine, or three such requests at once sent every client to the
-        cells (a resource-exhaustion probe)."""
-        try:
-            self.engine.ping()
-        except EngineError:
-            return None
-        try:
-            self.engine.search("instance", YARDSTICK)
-        except EngineError:
-            return False
-        return True
 
     def marker_values(
         self, marker: str, order: tuple[SortKey, ...], principal: Principal

@@ -10,7 +10,7 @@ original design). Thread-safe: requests run in a thread pool.
 A search that ran past its timeout while the engine answers an ordinary search in
 time is a heavy query, not an outage: that request is answered by fan-out and nothing
 is counted, so one member's costly filters do not send every listing to the cells
-(``paths.InstanceSearch._answers``). If the ordinary search is slow too (``slow``),
+(``yardstick.Yardstick``). If the ordinary search is slow too (``slow``),
 ``SLOW_TRIPS`` such searches in a row with no search answered in between set the flag
 as a failure does: an engine slow for everyone is left alone for a while too.
 """

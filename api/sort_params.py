@@ -48,6 +48,9 @@ SORT_KEYS: dict[str, str | None] = {
 # Nova's ``SERVER_LIST_IGNORE_SORT_KEY``: valid before its schema validation, now
 # dropped with their sort_dir (``remove_invalid_sort_keys``); ``locked`` sorts from 2.73,
 # and from 2.75 the rest are not in the schema's enum (a 400).
+# Nova's listing order when no key is given: newest first (then uuid, the tie-breaker).
+DEFAULT_ORDER = total_order((SortKey("created_at", Direction.DESC),))
+
 IGNORED_SORT_KEYS = frozenset(
     (
         "architecture",
@@ -113,7 +116,7 @@ def parse_order(
         )
     if not keys:
         # Every key was ignored, and its direction with it: Nova's default order.
-        return total_order((SortKey("created_at", Direction.DESC),))
+        return DEFAULT_ORDER
     default_dir = dirs[0] if dirs else "desc"
     order: list[SortKey] = []
     for i, key in enumerate(keys):

@@ -10,14 +10,17 @@ the deadline and sent every client's listings to the cells for the cool-down.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from cellsight.api.headers import PATH
 from cellsight.api.safe_connect import SLOW_TRIPS, SafeConnect
+from cellsight.api.yardstick import Yardstick
 from cellsight.indexer.engines.base import EngineTimeout
 from cellsight.indexer.engines.opensearch import OpenSearchEngine
 from tests.support.api_world import ADMIN, World, load_index, make_client
@@ -149,4 +152,25 @@ def test_a_probe_that_meets_a_costly_query_clears_the_flag(
     assert probe.status_code == 200 and probe.headers[PATH] == "fanout"
     assert not flag.flagged  # the engine answered an ordinary search: it is well
     assert client.get(LISTING, headers=ADMIN).headers[PATH] == "index"
+    engine.close()
+
+
+def test_searches_timed_out_at_once_share_one_yardstick(faults: BulkFaults) -> None:
+    """A review: every search that timed out ran its own yardstick, outside admission,
+    so a burst of costly requests doubled the engine's load. One runs at a time, and
+    the searches that timed out meanwhile take its answer."""
+    engine = OpenSearchEngine(faults.url, prefix=f"y{uuid.uuid4().hex[:8]}", timeout=5.0)
+    engine.ensure_ready("instance")
+    yardstick = Yardstick(engine)
+    faults.arm(0.3, first=1, times=None)  # every search answers, 0.3 s late
+    start = threading.Barrier(8)
+
+    def timed_out() -> bool | None:
+        start.wait()
+        return yardstick.answers()
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: timed_out(), range(8)))
+    assert answers == [True] * 8
+    assert len(faults.bodies) == 1  # one yardstick reached the engine
     engine.close()
