@@ -260,7 +260,7 @@ def mysql_engine(url: sa.URL, timeouts: Timeouts) -> sa.Engine:
         cursor.execute("SET SESSION time_zone = '+00:00'")
         # ORDER BY compares the first max_sort_length bytes only (1,024 by default): two
         # descriptions alike that far tied, and a listing sorted by them came out of order
-        # and lost servers between its pages. The server's largest value: the whole value.
+        # and lost servers between its pages.
         cursor.execute(f"SET SESSION max_sort_length = {MAX_SORT_LENGTH}")
         if timeouts.statement is not None:
             if "mariadb" in dbapi_conn.get_server_info().lower():

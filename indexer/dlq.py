@@ -171,7 +171,7 @@ class Replayed(NamedTuple):
 
     replayed: int
     other_reason: int  # read and left: another reason than ``reason_code``
-    unread: int  # left unread, past ``limit`` (or gone meanwhile)
+    unread: int  # left unread, past ``limit``
 
 
 def replay(
@@ -245,4 +245,5 @@ def replay(
         finally:
             for message in held:
                 message.requeue()
-    return Replayed(replayed, skipped, max(0, waiting - replayed - skipped))
+    limited = limit is not None and replayed >= limit
+    return Replayed(replayed, skipped, max(0, waiting - replayed - skipped) if limited else 0)
