@@ -32,7 +32,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from cellsight.cells.errors import DatabaseMissing, DatabaseUnavailable, DriverRefusedURL
-from cellsight.sqlite_pragmas import apply_pragma
+from cellsight.sqlite_pragmas import apply_pragma, signalled
 
 SQLITE_BUSY_MS = 10_000  # without a lock timeout
 # The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
@@ -143,6 +143,12 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
         def _arm(conn: sa.Connection, *args: Any) -> None:
             conn.connection.info["deadline"] = time.monotonic() + statement
 
+        @event.listens_for(engine, "handle_error")
+        def _signalled(context: sa.engine.ExceptionContext) -> BaseException | None:
+            if signalled(context.original_exception, _deadline(context.connection)):
+                return KeyboardInterrupt()
+            return None
+
         # Results are fetched lazily, so the deadline holds until the transaction ends;
         # disarmed before COMMIT so that a commit is never interrupted.
         for name in ("commit", "rollback"):
@@ -156,6 +162,12 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
                     conn.connection.info["deadline"] = math.inf
 
     return engine
+
+
+def _deadline(conn: sa.Connection | None) -> float:
+    if conn is None or conn.invalidated:
+        return -math.inf
+    return float(conn.connection.info.get("deadline", -math.inf))
 
 
 def sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:

@@ -178,11 +178,11 @@ class CellRegistry:
         except BaseException:
             # Not registered after all (an operator probe: a user without write grants
             # on the cell got an error, and the cell stayed listed, its name taken).
-            self._unregister(cell_uuid, name)
+            self.unregister(cell_uuid, name)
             raise
         return CellMapping(cell_uuid, name, url, False, now)
 
-    def _unregister(self, cell_uuid: str, name: str) -> None:
+    def unregister(self, cell_uuid: str, name: str) -> None:
         try:
             with write_transaction(self.api_engine) as conn:
                 conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell_uuid))

