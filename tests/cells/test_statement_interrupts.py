@@ -43,7 +43,7 @@ def test_an_interrupt_inside_a_statement_stays_an_interrupt(registry: CellRegist
         engines.dispose()
 
 
-def _inside_the_driver(thread: int, since: list[float]) -> bool:
+def _inside_the_driver(thread: int, since: list[Any]) -> bool:
     """Whether ``thread`` has been inside the driver's execute (its Python frame the
     caller of the C call, unmoved) for 20 ms: then it runs SQLite's C code."""
     frame = sys._current_frames().get(thread)
@@ -69,7 +69,8 @@ def test_a_signal_during_a_sqlite_statement_is_an_interrupt(tmp_path: Path) -> N
         conn.execute(probe.insert(), [{"n": i} for i in range(1000)])
     a, b, c = probe.alias("a"), probe.alias("b"), probe.alias("c")
     slow = sa.select(sa.func.count()).select_from(a, b, c).where(a.c.n + b.c.n > c.c.n)
-    main, since = threading.get_ident(), [0.0]
+    main = threading.get_ident()
+    since: list[Any] = [0.0]
 
     def interrupt() -> None:
         wait_for(lambda: _inside_the_driver(main, since), 30, "the statement running")
