@@ -20,8 +20,8 @@ from typer._click.core import Context
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
-from cellsight.cli.context import State, error_line, fail
-from cellsight.cli.errors import CLOSED_PIPE, USAGE
+from cellsight.cli.context import State, error_line, error_said, fail
+from cellsight.cli.errors import CLOSED_PIPE, INTERRUPTED, USAGE
 from cellsight.cli.pipes import (
     flush_stdout,
     silence_stdout,
@@ -60,6 +60,10 @@ class BoundaryGroup(TyperGroup):
             closed = flush_stdout()
             if closed is not None and not code:
                 code = closed
+            if code == INTERRUPTED and not error_said():
+                # Typer makes an interrupt before the command runs (as Click parses) a
+                # silent exit 130 (an interrupt probe): said, as every other.
+                error_line("interrupted")
         except NoArgsIsHelpError as exc:  # the help was printed: nothing more to say
             sys.exit(exc.exit_code)
         except ClickException as exc:

@@ -103,6 +103,15 @@ def error_line(message: str) -> None:
     # The message names values as given (a field "[tags]", a foreign letter's text):
     # printed as they are, not read as markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    _said.add(message)
+
+
+_said: set[str] = set()
+
+
+def error_said() -> bool:
+    """Whether this process has printed an error line."""
+    return bool(_said)
 
 
 def require_data_dir(

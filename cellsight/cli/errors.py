@@ -55,6 +55,10 @@ def _database(exc: Any) -> str:
 
 def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
     """The exit code and the one line for ``exc``; unknown errors are ``internal``."""
+    if isinstance(exc, KeyboardInterrupt):
+        # Before any import: the interrupt may have landed in one of them, and importing
+        # a half-imported package again failed with a traceback (an interrupt probe).
+        return INTERRUPTED, "interrupted"
     # Imported here, on the failure path only, so that starting the CLI stays quick.
     import pydantic
     import sqlalchemy.exc
@@ -82,8 +86,6 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
     from cellsight.notifications.errors import NotificationError
     from cellsight.settings import ConfigError
 
-    if isinstance(exc, KeyboardInterrupt):
-        return INTERRUPTED, "interrupted"
     if isinstance(exc, ConfigError | BadBusURL | BadDatabaseURL | UnsupportedEngineURL):
         return USAGE, _first_line(exc)
     if isinstance(exc, pydantic.ValidationError):

@@ -114,3 +114,32 @@ def test_an_interrupt_put_off_then_raised_leaves_no_second_one_behind(
         # A stray SIGALRM with nothing put off is nobody's interrupt.
         interrupts.raise_interrupt(signal.SIGALRM, sys._getframe())
     assert cleaned
+
+
+def test_an_interrupt_is_described_without_importing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupt probe: Ctrl-C during a command's own imports (kombu, redis) ended in
+    a traceback, exit 1: describing it imported those half-imported packages again. A
+    package that cannot be imported now stands for them."""
+    from cellsight.cli.errors import INTERRUPTED, describe
+
+    monkeypatch.setitem(sys.modules, "cellsight.clients", None)
+    assert describe(KeyboardInterrupt()) == (INTERRUPTED, "interrupted")
+
+
+def test_an_interrupt_as_the_options_are_parsed_is_said(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same probe: Ctrl-C while Click parsed the options exited 130 saying nothing
+    (Typer turns it into a bare exit): one line, as every interrupt."""
+    import typer
+
+    from cellsight.cli import BoundaryGroup, app
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BoundaryGroup, "make_context", interrupted)
+    with pytest.raises(SystemExit) as ended:
+        typer.main.get_command(app).main(["cells", "list"], prog_name="cellsight")
+    assert ended.value.code == 130
+    assert capsys.readouterr().err.strip() == "error: interrupted"
