@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import signal
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 
 import sqlalchemy as sa
 
@@ -31,6 +28,7 @@ from cellsight.cells.database import connect, parse_url, sqlite_file, write_tran
 from cellsight.cells.errors import safe_url
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.schema import cell_mappings, cell_metadata, instance_mappings
+from cellsight.signal_events import signals_held
 
 log = logging.getLogger(__name__)
 
@@ -110,25 +108,3 @@ def _logged(what: str) -> Iterator[None]:
         yield
     except Exception as exc:  # the seed's own error is the one reported
         log.warning("seed clean-up: could not %s: %s", what, exc)
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[Callable[[], bool]]:
-    """Count SIGINT and SIGTERM rather than raise them, for a clean-up that must finish;
-    yields whether one came. The command is already on its way out as interrupted or
-    failed, so a held signal has nothing more to say and is dropped afterwards."""
-    caught: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: False  # only the main thread gets signals (or can set handlers)
-        return
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        caught.append(signum)
-
-    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield lambda: bool(caught)
-    finally:
-        for sig, handler in previous.items():
-            # None: a handler installed from C, which Python cannot put back.
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

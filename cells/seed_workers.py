@@ -26,7 +26,7 @@ from cellsight.cells.database import create_engine
 from cellsight.cells.mappings import CellRegistry
 from cellsight.cells.schema import instance_mappings
 from cellsight.cells.seed import CellJob, Progress, SeedReport, Tuples, load_cell
-from cellsight.cells.seed_undo import signals_held
+from cellsight.signal_events import signals_held
 
 MAPPING_BATCH = 50_000  # mappings the parent writes per transaction
 POLL = 0.1  # seconds between the parent's looks at its workers' progress

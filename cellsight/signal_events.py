@@ -65,3 +65,25 @@ def ignored_while_spawning(signals: Iterable[signal.Signals]) -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def signals_held() -> Iterator[Callable[[], bool]]:
+    """Count SIGINT and SIGTERM rather than raise them, for a clean-up that must finish;
+    yields whether one came. The command is already on its way out as interrupted or
+    failed, so a held signal has nothing more to say and is dropped afterwards."""
+    caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: False  # only the main thread gets signals (or can set handlers)
+        return
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield lambda: bool(caught)
+    finally:
+        for sig, handler in previous.items():
+            # None: a handler installed from C, which Python cannot put back.
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

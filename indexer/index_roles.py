@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cellsight.indexer.engines.base import IndexInfo, IndexMissing, SearchEngine
+from cellsight.signal_events import signals_held
 
 MARKER = "synced:{resource}"
 LAST_SYNC = "sync-report:{resource}"
@@ -144,20 +145,23 @@ def restore(
     aliases: tuple[str, Sequence[str]] | None,
 ) -> list[str]:
     """After a failed sync: the aliases as they were (``(read, write)``), the new index
-    gone. Returns what could not be done (the next sync's clean-up finishes it)."""
+    gone. Returns what could not be done (the next sync's clean-up finishes it). Ctrl-C
+    and SIGTERM wait for it: a second one stopped it half-way, and the half-built index
+    kept the write alias while the sync said "nothing changed" (an interrupt probe)."""
     problems = []
-    if aliases is not None:
-        read, write = aliases
+    with signals_held():
+        if aliases is not None:
+            read, write = aliases
+            try:
+                engine.set_aliases(resource, read=read, write=list(write))
+            except Exception as exc:
+                problems.append(f"{ALIASES_NOT_RESTORED} ({exc})")
         try:
-            engine.set_aliases(resource, read=read, write=list(write))
+            engine.drop_index(new)
+        except IndexMissing:
+            pass
         except Exception as exc:
-            problems.append(f"{ALIASES_NOT_RESTORED} ({exc})")
-    try:
-        engine.drop_index(new)
-    except IndexMissing:
-        pass
-    except Exception as exc:
-        problems.append(f"could not delete the half-built index {new} ({exc})")
+            problems.append(f"could not delete the half-built index {new} ({exc})")
     return problems
 
 

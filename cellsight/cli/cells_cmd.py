@@ -61,9 +61,9 @@ def add(
         fail("--name: a cell needs a non-empty name")
     from cellsight.cells.database import connect
     from cellsight.cells.reads import count_instances
-    from cellsight.cells.seed_undo import signals_held
     from cellsight.cli.index_marks import index_held, unmark_all
     from cellsight.cli.interrupts import terminate_as_interrupt
+    from cellsight.signal_events import signals_held
 
     _check_sqlite_directory(db_url, create)
     leaves = "its listings miss the new cell's instances"

@@ -154,6 +154,37 @@ def test_ctrl_c_cleans_up_like_a_failure(make_world: Any, engine_kind: str) -> N
     world.assert_index_equals_cells()
 
 
+def test_a_second_interrupt_waits_for_the_clean_up(
+    make_world: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt probe: a second SIGTERM (a service manager's, after the first) during
+    the clean-up of an interrupted sync stopped it half-way: the half-built index kept
+    the write alias (the indexer wrote into it) while the sync said "nothing changed"."""
+    world: World = make_world("sqlite", "embedded")
+    run_sync(world.engine, world.registry, SyncOptions())
+    before = _serving(world)
+    engine = world.engine
+    set_aliases = engine.set_aliases
+
+    def signalled_again(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # its handler runs as this returns
+        return set_aliases(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "set_aliases", signalled_again)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(
+            SyncInterrupted, match=r"interrupted\. .* still serves and .* was deleted"
+        ):
+            run_sync(engine, world.registry, SyncOptions(batch_size=3),
+                     progress=AfterBatches(3, _ctrl_c))  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        monkeypatch.undo()
+    assert _serving(world) == before  # the aliases back, no half-built index left
+    world.assert_index_equals_cells()
+
+
 @pytest.mark.parametrize(
     ("point", "says"),
     [("marker", "began to serve, before its synced marker"), ("retire", "after it completed")],
