@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterable, Sequence
@@ -183,6 +184,9 @@ class Outbox:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuidlib.uuid4().hex[:8]}"
         self.clock = clock
         self.wait_for_lease = wait_for_lease
+        # Set by an interrupted caller: a relay under way stops after its batch, its
+        # lease given back (an interrupt probe: Ctrl-C went on relaying the backlog).
+        self.stop = threading.Event()
         # Seconds ``deliver`` publishes for at most (then finishes its batch): a request
         # after a bus outage must not publish the whole backlog before it answers. What
         # it leaves goes with the next delivery or the periodic relay, in order.
@@ -222,6 +226,9 @@ class Outbox:
         released = False
         try:
             while True:
+                if self.stop.is_set():
+                    report.more = True
+                    break
                 rows = self._next_batch(engine)
                 if not rows:
                     break

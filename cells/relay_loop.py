@@ -43,7 +43,13 @@ def relay_mapped(
         return {cell.name: relay_one(registry, relay, cell) for cell in cells}
     with ThreadPoolExecutor(min(RELAY_THREADS, len(cells)), "outbox-relay") as pool:
         reports = pool.map(lambda cell: relay_one(registry, relay, cell), cells)
-        return {cell.name: report for cell, report in zip(cells, reports, strict=True)}
+        try:
+            return {cell.name: report for cell, report in zip(cells, reports, strict=True)}
+        except KeyboardInterrupt:
+            # Ctrl-C, or SIGTERM raised as it: the pool's exit waits for its threads,
+            # which end at their next batch, not with their cells' whole backlogs.
+            relay.stop.set()
+            raise
 
 
 def relay_one(registry: CellRegistry, relay: Outbox, cell: CellMapping) -> RelayReport:

@@ -24,7 +24,11 @@ Uuid = Annotated[str, typer.Argument(help="Instance uuid", callback=canonical_uu
 
 
 def _run(ctx: typer.Context, action: Callable[[Operations], T]) -> T:
-    with operations(ctx) as ops:
+    from cellsight.cli.interrupts import terminate_as_interrupt
+
+    # SIGTERM as Ctrl-C: an operation undoes what it began (an interrupt probe: a boot
+    # stopped by SIGTERM left its instance mapping without a row).
+    with terminate_as_interrupt(), operations(ctx) as ops:
         return action(ops)
 
 

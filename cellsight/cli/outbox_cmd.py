@@ -83,6 +83,7 @@ def relay(
     """
     from cellsight.cells.outbox import Outbox
     from cellsight.cells.relay_loop import relay_cells
+    from cellsight.cli.interrupts import terminate_as_interrupt
     from cellsight.clients import build_notifier
 
     settings = settings_of(ctx)
@@ -91,7 +92,11 @@ def relay(
         return
     require_data_dir(ctx, registry=True, bus=True)  # see ``operations``
     deadline = time.monotonic() + (settings.outbox_lease + 1.0 if wait else 0.0)
-    with open_registry(ctx) as registry, build_notifier(settings) as notifier:
+    with (
+        terminate_as_interrupt(),  # SIGTERM as Ctrl-C: the leases given back (exit 130)
+        open_registry(ctx) as registry,
+        build_notifier(settings) as notifier,
+    ):
         relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
         reports = relay_cells(registry, relay, cell)
         while busy := [name for name, r in reports.items() if r.busy]:
