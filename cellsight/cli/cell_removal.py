@@ -11,6 +11,7 @@ from cellsight.cli.context import fail
 from cellsight.cli.errors import RUNTIME
 from cellsight.cli.index_marks import index_held, unmark_all
 from cellsight.settings import Settings
+from cellsight.signal_events import signals_held
 
 LEAVES = "its listings hold the removed cell's instances"
 
@@ -32,5 +33,8 @@ def remove_unsynced(
                 "(--skip-database-check removes it unread)",
                 code=RUNTIME,
             )
-        unmark_all(engine, f"cell {done.cell.name} ({done.cell.uuid}) removed", LEAVES)
+        # Removed: an interrupt waits for the mark (an interrupt probe saw the index
+        # left marked synced, holding the removed cell's documents).
+        with signals_held():
+            unmark_all(engine, f"cell {done.cell.name} ({done.cell.uuid}) removed", LEAVES)
         return done

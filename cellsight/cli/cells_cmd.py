@@ -176,8 +176,9 @@ def remove(
     instances that are not deleted. Its database is left as it is; `index sync` (both
     types) drops what the index holds of it."""
     from cellsight.cli.cell_removal import remove_unsynced
+    from cellsight.cli.interrupts import terminate_as_interrupt
 
-    with open_registry(ctx) as registry:
+    with terminate_as_interrupt(), open_registry(ctx) as registry:
         done = remove_unsynced(
             settings_of(ctx), registry, cell, force=force, skip_database_check=skip_database_check
         )

@@ -198,9 +198,12 @@ def index_purge(
         age = parse_duration(older_than)
     except typer.BadParameter as exc:
         fail(f"--older-than: {exc}")
+    from cellsight.cli.interrupts import terminate_as_interrupt
+
     engine = build_engine(require_data_dir(ctx, registry=True, engine=True))
     try:
-        with open_registry(ctx) as registry:
+        # SIGTERM as Ctrl-C: the lock released, exit 130 (an interrupt probe: 143).
+        with terminate_as_interrupt(), open_registry(ctx) as registry:
             removed = purge_tombstones(engine, datetime.now(UTC) - age, registry=registry)
     except LockHeld as exc:
         fail(str(exc), code=LOCKED)

@@ -50,7 +50,7 @@ def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     if _state.closing:
         _state.put_off_since = _state.put_off_since or now  # raised once restored
         return
-    if frame is not None and frame.f_code in _UNSAFE:
+    if frame is not None and (frame.f_code in _UNSAFE or _finalizing(frame)):
         if _state.put_off_since is None:
             _state.put_off_since = now
         if now - _state.put_off_since < PUT_OFF_AT_MOST:
@@ -60,6 +60,17 @@ def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     signal.setitimer(signal.ITIMER_REAL, 0)
     _state.put_off_since = None
     raise KeyboardInterrupt
+
+
+def _finalizing(frame: FrameType | None, depth: int = 32) -> bool:
+    """Whether ``frame`` runs in a ``__del__``: Python drops what a finalizer raises
+    ("Exception ignored in ..."), so an interrupt raised there was lost and the command
+    ran on to the end (an interrupt probe: a seed's driver connection finalized)."""
+    while frame is not None and depth > 0:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 @contextmanager

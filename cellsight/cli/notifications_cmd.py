@@ -131,7 +131,12 @@ def publish(
             fail(f"{path}: {_describe_error(exc)} (nothing published)")
     settings = settings_of(ctx)
     # a bus that is down or refuses is reported by the CLI boundary (exit 1)
-    with build_notifier(settings, declare_indexer_queue=declare_indexer_queue) as notifier:
+    from cellsight.cli.interrupts import terminate_as_interrupt
+
+    with (
+        terminate_as_interrupt(),  # SIGTERM as Ctrl-C: exit 130, as every one-shot command
+        build_notifier(settings, declare_indexer_queue=declare_indexer_queue) as notifier,
+    ):
         notifier.publish_many(notifications)
         target = notifier.target
     typer.echo(f"published {len(notifications)} notifications to {target}")

@@ -143,3 +143,22 @@ def test_an_interrupt_as_the_options_are_parsed_is_said(
         typer.main.get_command(app).main(["cells", "list"], prog_name="cellsight")
     assert ended.value.code == 130
     assert capsys.readouterr().err.strip() == "error: interrupted"
+
+
+def test_an_interrupt_in_a_finalizer_is_raised_after_it() -> None:
+    """An interrupt probe: a SIGTERM whose handler ran in a ``__del__`` (a driver's
+    connection being finalized) was dropped with the finalizer's exception, and the
+    seed ran to its end, exit 0. It is put off until the finalizer has returned."""
+    finalized: list[bool] = []
+
+    class Finalized:
+        def __del__(self) -> None:
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            finalized.append(True)  # its handler runs here, in the finalizer
+
+    with pytest.raises(KeyboardInterrupt), terminate_as_interrupt():
+        Finalized()  # made and finalized at once
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the interrupt, put off, comes back at once
+            time.sleep(0.001)
+    assert finalized == [True]
