@@ -23,6 +23,9 @@ from cellsight.notifications.errors import plural
 if TYPE_CHECKING:
     pass
 
+CellName = Annotated[str, typer.Option("--cell", help="Cell name or uuid")]
+HostName = Annotated[str, typer.Option("--host", help="Compute host name")]
+
 app = typer.Typer(
     name="cells",
     help="The cell databases: register, list, disable, remove, seed.",
@@ -195,8 +198,8 @@ def remove(
 @app.command("add-host")
 def add_host(
     ctx: typer.Context,
-    cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
-    host: Annotated[str, typer.Option("--host", help="Compute host name")],
+    cell: CellName,
+    host: HostName,
     vcpus: Annotated[int, typer.Option(min=1, max=INT_MAX, help="Virtual CPUs")] = 64,
     memory_mb: Annotated[
         int, typer.Option("--memory-mb", min=1, max=INT_MAX, help="Memory, MiB")
@@ -230,8 +233,8 @@ def add_host(
 @app.command("set-host")
 def set_host(
     ctx: typer.Context,
-    cell: Annotated[str, typer.Option("--cell", help="Cell name or uuid")],
-    host: Annotated[str, typer.Option("--host", help="Compute host name")],
+    cell: CellName,
+    host: HostName,
     disabled: Annotated[
         bool | None,
         typer.Option("--disable/--enable", help="Take no new instances (the scheduler skips it)"),
