@@ -19,6 +19,7 @@ from cellsight.notifications.confirm import (
 )
 from cellsight.notifications.errors import NotificationError, PublishError, escaped
 from cellsight.notifications.limits import MAX_BODY_BYTES
+from cellsight.signal_events import signals_held
 
 
 def _contract_reasons() -> list[str]:
@@ -206,9 +207,10 @@ def replay(
         # README: ``dlq replay`` failed on a new data directory and once all had gone).
         _, waiting, _ = bound.queue_declare()
         producer = ConfirmingProducer(publishing.channel())
+        taken: Message | None = None  # the letter being replayed, not yet acked
         try:
             while (limit is None or replayed < limit) and replayed + skipped < waiting:
-                message = get_as_stored(bound)
+                message = taken = get_as_stored(bound)
                 if message is None:
                     break
                 letter = DeadLetter.of(message)
@@ -243,7 +245,12 @@ def replay(
         except KeyboardInterrupt as exc:
             raise ReplayInterrupted(replayed) from exc
         finally:
-            for message in held:
-                message.requeue()
+            # Back in the queue, a second signal notwithstanding: interrupted, the letter
+            # being replayed stayed taken (on Redis, in kombu's unacked hash until a
+            # consumer restored it minutes later; an interrupt probe).
+            with signals_held():
+                for message in [*held, *([taken] if taken is not None else [])]:
+                    if not message.acknowledged:
+                        message.requeue()
     limited = limit is not None and replayed >= limit
     return Replayed(replayed, skipped, max(0, waiting - replayed - skipped) if limited else 0)
