@@ -65,6 +65,15 @@ class Made:
         with signals_held():
             self._undo(registry)
 
+    @staticmethod
+    def _registered_now(registry: CellRegistry) -> set[str] | None:
+        """The database URLs of the cells registered now; None if that cannot be read."""
+        try:
+            return {c.database_url for c in registry.list_cells()}
+        except Exception as exc:
+            log.warning("seed clean-up: the registered cells cannot be read: %s", exc)
+            return None
+
     def _undo(self, registry: CellRegistry) -> None:
         uuids = [c.uuid for c in self.cells]
         kept: set[str] = set()  # the URLs of cells still registered: their data stays
@@ -87,9 +96,16 @@ class Made:
                 kept = {c.database_url for c in self.cells}
         registry.engines.dispose()  # no pooled connection holds a file being removed
         registered = {c.database_url for c in self.cells}
+        # Made before its cell was registered (interrupted in between: an interrupt
+        # probe left a MariaDB database with an empty cell_meta table), its tables are
+        # this run's unless another process has registered a cell on it meanwhile.
+        now = self._registered_now(registry)
         for url in self.schemas:
-            if parse_url(url).render_as_string(hide_password=False) not in registered - kept:
-                continue  # its cell is not this run's (nor, maybe, its tables), or stays
+            rendered = parse_url(url).render_as_string(hide_password=False)
+            if rendered in kept:
+                continue  # its cell stays
+            if rendered not in registered and (now is None or rendered in now):
+                continue  # another run's cell (and so, maybe, its tables), or unknown
             with _logged(f"drop the tables the seed created in {safe_url(url)}"):
                 cell_metadata.drop_all(registry.engines.get(url))
         registry.engines.dispose()

@@ -76,6 +76,27 @@ def test_an_interrupted_seed_leaves_nothing_it_made_and_a_rerun_starts_clean(
     assert registry.count_mappings() == 120 == report.instances
 
 
+def test_a_seed_interrupted_before_registering_drops_the_tables_it_made(
+    registry: CellRegistry,
+    make_database: DatabaseFactory,
+    dialect: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An interrupt probe: a seed interrupted after making a server cell's tables, before
+    registering it, left them (the undo dropped only registered cells' tables)."""
+    urls = [make_database(dialect)]
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(registry, "add_cell", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        seed(registry, cells=1, instances_per_cell=5, cells_dir=tmp_path, db_urls=urls, now=NOW)
+    monkeypatch.undo()
+    made_nothing(registry, urls, dialect)
+
+
 def test_a_seed_whose_later_url_fails_registers_none_and_keeps_what_was_there(
     registry: CellRegistry, make_database: DatabaseFactory, dialect: str, tmp_path: Path
 ) -> None:
