@@ -21,6 +21,7 @@ until ``index sync`` rebuilds without it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,11 +44,17 @@ class Removal:
 
 
 def remove_cell(
-    registry: CellRegistry, ref: str, *, force: bool = False, skip_database_check: bool = False
+    registry: CellRegistry,
+    ref: str,
+    *,
+    force: bool = False,
+    skip_database_check: bool = False,
+    before_removal: Callable[[CellMapping], None] = lambda cell: None,
 ) -> Removal:
     """Raises ``UnknownCell``, ``CellNotEmpty`` naming every reason at once, or
     ``DatabaseUnavailable`` when the cell's database cannot be read (what it holds cannot
-    be known then: ``skip_database_check`` removes it unread)."""
+    be known then: ``skip_database_check`` removes it unread). ``before_removal`` runs
+    once the cell may go, before it goes (what must not be skipped by an interrupt)."""
     cell = registry.get_cell(ref)
     if not cell.disabled:
         raise CellEnabled(cell.name)
@@ -58,6 +65,7 @@ def remove_cell(
         blockers, nodes = _what_it_holds(registry, cell, mapped, force)
         if blockers:
             raise CellNotEmpty(cell.name, "; ".join(blockers))
+    before_removal(cell)
     _delete(registry, cell, mapped)
     return Removal(cell, nodes, len(mapped))
 

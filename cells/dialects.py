@@ -32,7 +32,8 @@ from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from cellsight.cells.errors import DatabaseMissing, DatabaseUnavailable, DriverRefusedURL
-from cellsight.sqlite_pragmas import apply_pragma, signalled
+from cellsight.sqlite_interrupts import keep_interrupts, signalled
+from cellsight.sqlite_pragmas import apply_pragma
 
 SQLITE_BUSY_MS = 10_000  # without a lock timeout
 # The progress handler runs every this many SQLite VM steps: cheap, yet fine-grained.
@@ -125,6 +126,7 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy}")
         cursor.close()
+        keep_interrupts()
         if timeouts.statement is not None:
             record.info["deadline"] = math.inf
             dbapi_conn.set_progress_handler(
@@ -136,18 +138,18 @@ def sqlite_engine(url: sa.URL, timeouts: Timeouts, *, create: bool = False) -> s
         mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
         conn.exec_driver_sql(f"BEGIN {mode}")
 
+    @event.listens_for(engine, "handle_error")
+    def _signalled(context: sa.engine.ExceptionContext) -> BaseException | None:
+        if signalled(context.original_exception, _deadline(context.connection)):
+            return KeyboardInterrupt()
+        return None
+
     statement = timeouts.statement
     if statement is not None:
 
         @event.listens_for(engine, "before_cursor_execute")
         def _arm(conn: sa.Connection, *args: Any) -> None:
             conn.connection.info["deadline"] = time.monotonic() + statement
-
-        @event.listens_for(engine, "handle_error")
-        def _signalled(context: sa.engine.ExceptionContext) -> BaseException | None:
-            if signalled(context.original_exception, _deadline(context.connection)):
-                return KeyboardInterrupt()
-            return None
 
         # Results are fetched lazily, so the deadline holds until the transaction ends;
         # disarmed before COMMIT so that a commit is never interrupted.

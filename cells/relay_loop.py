@@ -42,8 +42,9 @@ def relay_mapped(
     if len(cells) <= 1:
         return {cell.name: relay_one(registry, relay, cell) for cell in cells}
     with ThreadPoolExecutor(min(RELAY_THREADS, len(cells)), "outbox-relay") as pool:
-        reports = pool.map(lambda cell: relay_one(registry, relay, cell), cells)
         try:
+            # ``map`` starts the threads: an interrupt may land there (a review).
+            reports = pool.map(lambda cell: relay_one(registry, relay, cell), cells)
             return {cell.name: report for cell, report in zip(cells, reports, strict=True)}
         except KeyboardInterrupt:
             # Ctrl-C, or SIGTERM raised as it: the pool's exit waits for its threads,

@@ -11,27 +11,12 @@ again the same way).
 from __future__ import annotations
 
 import sqlite3
-import time
 from collections.abc import Callable
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_fixed
 
 BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 RETRY_EVERY = 0.005  # seconds between tries (a locked file, an open that met an I/O error)
-
-
-def signalled(exc: BaseException, deadline: float) -> bool:
-    """Whether SQLite aborted a statement for a signal, not for its deadline (monotonic
-    seconds). A statement runs no Python but its progress handler, so a signal's handler
-    runs in there; sqlite3 then aborts the statement and drops the exception it raised
-    (``SQLITE_INTERRUPT``, the code of a deadline's abort too): before the deadline, the
-    caller gives the interrupt back (an interrupt probe: Ctrl-C ended a seed
-    "OperationalError: interrupted", exit 1)."""
-    return (
-        isinstance(exc, sqlite3.OperationalError)
-        and getattr(exc, "sqlite_errorcode", 0) == sqlite3.SQLITE_INTERRUPT
-        and time.monotonic() <= deadline
-    )
 
 
 def is_busy(exc: BaseException) -> bool:

@@ -24,8 +24,7 @@ A full sync, holding the maintenance lock (``cellsight.indexer.lock``):
 
 ``cells`` (``--cell``) syncs only those cells, into the serving index through the write
 alias with the same versioned writes: missing and older documents are replaced, newer
-ones kept, other cells' documents untouched. It builds no new index (an index of some
-cells only could not be swapped in) and leaves the synced marker as it was.
+ones kept, other cells' documents untouched. No new index, the synced marker unchanged.
 """
 
 from __future__ import annotations
@@ -67,6 +66,7 @@ from cellsight.indexer.sync_request import (
 )
 from cellsight.indexer.verify import Verifier
 from cellsight.indexer.verify_report import brief
+from cellsight.signal_events import signals_held
 
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
 
@@ -265,11 +265,12 @@ class _Run:
                 f"swapping the aliases to {new}",
             )
         except BaseException as exc:
-            # With the lock lost, another sync owns the aliases now: only drop ours. The
-            # lock is asked, not the error: a sync paused past its expiry fails otherwise.
-            why = exc if isinstance(exc, LockLost) or self._holds() else LockLost(_said(exc))
-            held = not isinstance(why, LockLost)
-            problems = restore(engine, resource, new, (old_read, old_write) if held else None)
+            # Lost, the lock's aliases are another sync's: only ours dropped. (Asked, not
+            # read from the error: a sync paused past its expiry failed.) A second
+            with signals_held():  # interrupt waits for the clean-up (a review).
+                why = exc if isinstance(exc, LockLost) or self._holds() else LockLost(_said(exc))
+                held = not isinstance(why, LockLost)
+                problems = restore(engine, resource, new, (old_read, old_write) if held else None)
             raise self._failure(why, new, old_read, problems) from exc
         report.cells = [t.as_dict() for t in tallies.values()]
         try:
@@ -296,16 +297,14 @@ class _Run:
             ) from exc
         return report
 
-    def _failure(
-        self, exc: BaseException, new: str, old_read: str, problems: list[str]
-    ) -> SyncFailed:
+    def _failure(self, exc: BaseException, new: str, old_read: str, errs: list[str]) -> SyncFailed:
         what = "was interrupted" if _interrupted(exc) else f"failed: {_said(exc)}"
         if isinstance(exc, LockLost):  # whoever took the lock over owns the aliases now
             serving = "its lock was lost: the aliases are as the one that took it over left them"
-            left = f"{serving}; {'; '.join(problems) or f'{new} was deleted'}"
-        elif problems:
-            serves = [] if restored_failed(problems) else [f"{old_read} still serves"]
-            left = f"{'; '.join([*serves, *problems])} (the next sync cleans up)"
+            left = f"{serving}; {'; '.join(errs) or f'{new} was deleted'}"
+        elif errs:
+            serves = [] if restored_failed(errs) else [f"{old_read} still serves"]
+            left = f"{'; '.join([*serves, *errs])} (the next sync cleans up)"
         else:
             left = f"{old_read} still serves and {new} was deleted"
         message = f"{self.resource} sync {what}. {left}"

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 
 from cellsight.query.regex import matcher
+from cellsight.sqlite_interrupts import keep_interrupts
 
 DEFAULT_TIMEOUT = 10.0
 _INSTALLED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
@@ -68,7 +69,9 @@ def regexp_function(deadline: Deadline) -> Callable[[str | None, Any], int | Non
 
 
 def install(conn: sqlite3.Connection, deadline: Deadline) -> None:
-    conn.create_function("regexp", 2, regexp_function(deadline), deterministic=True)
+    function = regexp_function(deadline)
+    keep_interrupts(function)  # a Ctrl-C in it is given back (``sqlite_interrupts``)
+    conn.create_function("regexp", 2, function, deterministic=True)
 
 
 def install_on_engine(engine: sa.Engine, timeout: float = DEFAULT_TIMEOUT) -> None:

@@ -20,7 +20,7 @@ from typer._click.core import Context
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.core import TyperGroup
 
-from cellsight.cli.context import State, error_line, error_said, fail
+from cellsight.cli.context import State, error_line, errors_said, fail
 from cellsight.cli.errors import CLOSED_PIPE, INTERRUPTED, USAGE
 from cellsight.cli.pipes import (
     flush_stdout,
@@ -53,6 +53,7 @@ class BoundaryGroup(TyperGroup):
                 error_line(f"argument {position} is not valid UTF-8: {arg[:80]!r}")
                 sys.exit(USAGE)
         stdout_before = stdout_identity()
+        said_before = errors_said()
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             # A pipe holds the output until exit: a reader gone by now is told here
@@ -60,7 +61,7 @@ class BoundaryGroup(TyperGroup):
             closed = flush_stdout()
             if closed is not None and not code:
                 code = closed
-            if code == INTERRUPTED and not error_said():
+            if code == INTERRUPTED and errors_said() == said_before:
                 # Typer makes an interrupt before the command runs (as Click parses) a
                 # silent exit 130 (an interrupt probe): said, as every other.
                 error_line("interrupted")

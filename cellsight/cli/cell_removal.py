@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from cellsight.cells.cell_removal import Removal, remove_cell
 from cellsight.cells.errors import DatabaseUnavailable
-from cellsight.cells.mappings import CellRegistry
+from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cli.context import fail
 from cellsight.cli.errors import RUNTIME
 from cellsight.cli.index_marks import index_held, unmark_all
 from cellsight.settings import Settings
-from cellsight.signal_events import signals_held
 
 LEAVES = "its listings hold the removed cell's instances"
 
@@ -25,16 +24,21 @@ def remove_unsynced(
     skip_database_check: bool,
 ) -> Removal:
     with index_held(settings, "cell removal", LEAVES) as engine:
+
+        def unmark(gone: CellMapping) -> None:
+            # Before the removal, which an interrupt could otherwise end with the index
+            # marked synced, holding the removed cell's documents (an interrupt probe,
+            # then a review). Should the removal fail, a sync marks it synced again.
+            unmark_all(engine, f"cell {gone.name} ({gone.uuid}) removed", LEAVES)
+
         try:
-            done = remove_cell(registry, cell, force=force, skip_database_check=skip_database_check)
+            return remove_cell(
+                registry, cell, force=force, skip_database_check=skip_database_check,
+                before_removal=unmark,
+            )  # fmt: skip
         except DatabaseUnavailable as exc:
             fail(
                 f"{exc.message}: what cell {cell!r} holds cannot be read "
                 "(--skip-database-check removes it unread)",
                 code=RUNTIME,
             )
-        # Removed: an interrupt waits for the mark (an interrupt probe saw the index
-        # left marked synced, holding the removed cell's documents).
-        with signals_held():
-            unmark_all(engine, f"cell {done.cell.name} ({done.cell.uuid}) removed", LEAVES)
-        return done

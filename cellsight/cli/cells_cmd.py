@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid as uuidlib
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Annotated
 
@@ -75,8 +76,12 @@ def add(
         open_registry(ctx, make=True) as registry,
         index_held(settings_of(ctx), "cell registration", leaves) as engine,
     ):
-        cell = registry.add_cell(name, db_url, uuid=uuid)
+        # Known before: an interrupt as ``add_cell`` returns still finds what to undo.
+        fresh = uuid is None
+        uuid = uuid or str(uuidlib.uuid4())
         try:
+            cell = registry.add_cell(name, db_url, uuid=uuid)
+            fresh = True  # registered by this command, whatever uuid it was given
             # An existing database's instances were never notified: the index lacks them.
             with connect(registry.cell_engine(cell)) as conn:
                 held = count_instances(conn)
@@ -87,8 +92,9 @@ def add(
             # Not registered after all: interrupted (an interrupt probe), or the count
             # failed, registered with the index still marked synced, its listings would
             # have missed the cell's instances with no word of it.
-            with signals_held():
-                registry.unregister(cell.uuid, cell.name)
+            if fresh:  # never a cell of that uuid registered before
+                with signals_held():
+                    registry.unregister(uuid, name)
             raise
     console.print(
         f"added cell {cell.name} {cell.uuid} ({cell.safe_url})", highlight=False, soft_wrap=True

@@ -103,15 +103,16 @@ def error_line(message: str) -> None:
     # The message names values as given (a field "[tags]", a foreign letter's text):
     # printed as they are, not read as markup.
     err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
-    _said.add(message)
+    _said[0] += 1
 
 
-_said: set[str] = set()
+_said = [0]
 
 
-def error_said() -> bool:
-    """Whether this process has printed an error line."""
-    return bool(_said)
+def errors_said() -> int:
+    """How many error lines this process has printed (a command's: the count before it
+    against the count after)."""
+    return _said[0]
 
 
 def require_data_dir(

@@ -47,7 +47,7 @@ from cellsight.query.prepare import QueryError, prepare
 from cellsight.query.sql import Column, Condition, Many, Resolved, SqlCompiler
 from cellsight.query.sqlite_regexp import Deadline, install
 from cellsight.query.tree import Node, SearchRequest, SortKey
-from cellsight.sqlite_pragmas import signalled
+from cellsight.sqlite_interrupts import signalled
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import signal
 import socket
 import threading
 import time
@@ -371,41 +370,3 @@ def test_the_relay_backoff_doubles_to_its_cap_and_forgets_a_cell_that_recovers()
     backoff.record("a", failed=False)
     backoff.record("a", failed=True)
     assert backoff._next["a"] - now[0] == 4.0  # started afresh
-
-
-def test_an_interrupted_relay_stops_at_its_next_batch_and_gives_its_leases_back(
-    registry: CellRegistry, cell: CellMapping, add_cell: Any
-) -> None:
-    """An interrupt probe: Ctrl-C during a one-shot `outbox relay` of several cells went
-    on relaying every cell's whole backlog (the pool's exit waited for its threads)
-    before saying "interrupted". The threads stop after their batch, leases released."""
-    other = add_cell("cell2")
-    for target in (cell, other):
-        ops = Operations(registry, FailingPublisher())
-        for i in range(5):
-            ops.boot(BootRequest(f"web-{i}", "m1.small", "p1", "u1", cell=target.name))
-    main = threading.get_ident()
-
-    class InterruptingAtFirst(CollectingPublisher):
-        def publish_many(self, notifications: Sequence[Notification]) -> None:
-            super().publish_many(notifications)
-            if len(self.sent) == len(notifications):  # the first batch of all
-                signal.pthread_kill(main, signal.SIGINT)
-                relay.stop.wait(10)  # until the main thread has taken the interrupt
-
-    published = InterruptingAtFirst()
-    relay = Outbox(published, batch=1)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            relay_cells(registry, relay)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    total = 2 * 5 * BOOT_EVENTS
-    assert len(published.sent) <= 4  # each thread's batch under way, not the backlogs
-    left = waiting(registry, cell) + waiting(registry, other)
-    assert left == total - len(published.sent)
-    rest = CollectingPublisher()
-    reports = relay_cells(registry, Outbox(rest))  # the leases are free at once
-    assert not any(r.busy for r in reports.values())
-    assert len(rest.sent) == left

@@ -142,3 +142,34 @@ def test_a_seed_interrupted_after_its_cells_were_made_left_the_index_unsynced(
     assert "cell2" in cellsight(data, "cells", "list").stdout
     for line in _synced(data):
         assert line.startswith("synced: no (1 cell seeded without notifications"), line
+
+
+def test_a_removal_interrupted_as_it_commits_leaves_the_index_unsynced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: `cells remove` interrupted just after its removal committed left the
+    index marked synced, serving the removed cell's documents. It is marked first."""
+    from cellsight.cells import cell_removal
+
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    url = f"sqlite:///{tmp_path / 'e.db'}"
+    for args in (
+        ("cells", "add", "--name", "empty", "--db-url", url),
+        ("cells", "disable", "empty"),
+    ):
+        assert cellsight(data, *args).returncode == 0
+    assert all(line.startswith("synced: yes") for line in _synced(data))
+    removed = cell_removal._delete
+
+    def removed_then_interrupted(*args: object, **kwargs: object) -> None:
+        removed(*args, **kwargs)  # type: ignore[arg-type]
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cell_removal, "_delete", removed_then_interrupted)
+    interrupted = CliRunner().invoke(app, ["--data-dir", str(data), "cells", "remove", "empty"])
+    assert interrupted.exit_code == 130, interrupted.output
+    monkeypatch.undo()
+    assert "empty" not in cellsight(data, "cells", "list").stdout
+    for line in _synced(data):
+        assert line.startswith("synced: no (cell empty ("), line

@@ -138,6 +138,10 @@ def test_an_interrupt_as_the_options_are_parsed_is_said(
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
+    from cellsight.cli.context import error_line
+
+    error_line("an earlier command's error, in this process (as in the test suite)")
+    capsys.readouterr()
     monkeypatch.setattr(BoundaryGroup, "make_context", interrupted)
     with pytest.raises(SystemExit) as ended:
         typer.main.get_command(app).main(["cells", "list"], prog_name="cellsight")
