@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 __all__ = ["REASON_CODE_HEADER", "REASON_HEADER", "ConsumerConfig", "IndexerConsumer"]
 
 SHUTDOWN_GRACE = 5.0  # seconds to finish writes after stop; the rest stays unacked
+COLLECT_TIMEOUT = 2.0  # seconds a transport without a local close may take to close
 BUSY_POLL = 0.005  # bus wait while writes are in flight, so their acks are not late
 # Messages read from the buffer between two looks at the writes and the batch: the loop's
 # own checks then cost a thirty-second per message, and a finished write waits for at
@@ -265,6 +266,13 @@ class IndexerConsumer:
                     # Only once consuming: a declaration the broker refuses (arguments
                     # that differ from the queue's) is a setting to fix, not retried.
                     raise ChannelLost from exc
+                except self.connection.connection_errors:
+                    # Found dead (missed heartbeats): let go of it without the channels'
+                    # closing handshakes, which wait for the broker without end on a path
+                    # kept open that carries nothing (a bus-fault probe: the indexer hung
+                    # there, deaf to SIGTERM).
+                    self.connection.collect(socket_timeout=COLLECT_TIMEOUT)
+                    raise
 
     def _receive(self, frames: FrameReader | None) -> None:
         """A burst of messages already buffered (at most ``RECEIVE_BURST``, and no more

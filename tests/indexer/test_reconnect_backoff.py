@@ -95,3 +95,34 @@ def test_a_bus_refused_from_the_start_is_unreachable_not_lost(
         assert not any("lost" in line for line in lines), lines
     finally:
         engine.close()
+
+
+def test_a_bus_path_that_carries_nothing_is_let_go_and_the_indexer_stops_at_once(
+    tmp_path: Path, rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bus-fault probe: a path to the broker kept open that stops carrying bytes (a
+    frozen proxy or load balancer) hung the indexer once its heartbeats were missed:
+    the channels' closing handshakes waited for the broker without end, and SIGTERM
+    went unheard. It is let go of, said in one line, and the indexer stops when told."""
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    direct = bus_settings(tmp_path / "data", "rabbitmq")
+    proxy = Proxy(("127.0.0.1", 5672))
+    proxy.start()
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//?heartbeat=1"
+    settings = direct.model_copy(update={"bus_url": url})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    first = str(uuid.uuid4())
+    publish(direct, [novagen.body(novagen.notification(seed=1, uuid_=first))])
+    try:
+        with running_indexer(settings, engine):  # stopped on exit, within 30 s or fails
+            wait_for(lambda: engine.get("instance", first) is not None, 30, "first indexed")
+            proxy.freeze()
+            try:
+                wait_for(lambda: bool(_waits(caplog)), 30, "the silent path let go of")
+            finally:
+                proxy.thaw()  # so that a test of the hang fails rather than hangs too
+            assert any("bus connection lost" in r.getMessage() for r in caplog.records)
+    finally:
+        proxy.stop()
+        engine.close()
