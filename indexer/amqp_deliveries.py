@@ -218,6 +218,10 @@ class DeliveryRouter:
                 # each frame, the broker's heartbeats included, so a consumer idle in it
                 # never got back to ask (the broker closed it after two intervals).
                 self._connection.heartbeat_tick()
+                # And the wait ends, for the stream to look at its stop flag: at
+                # ``?heartbeat=1`` or 2 they came within the wait's timeout, and an idle
+                # indexer stayed in it for good, deaf to SIGTERM.
+                return True
             return handled
         pending = self._pending
         if pending is None:

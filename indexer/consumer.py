@@ -30,13 +30,14 @@ from cellsight.indexer.deadletter import (
     REASON_HEADER,
     DeadLetterer,
     DeadLetterUnconfirmed,
+    send_heartbeat,
 )
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_flight
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellLookup, Outcome, Verdict
 from cellsight.notifications import queues
-from cellsight.notifications.bus import refused, turned_away
+from cellsight.notifications.bus import cancelled, refused, turned_away
 from cellsight.settings import MAX_PREFETCH
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class IndexerConsumer:
             dlq=self.dlq,
             stop=self.stop,
             max_backoff=config.max_backoff,
+            keepalive=lambda: send_heartbeat(self.connection),  # the current one
         )
         self._batch: list[Received] = []
         self._bytes = 0
@@ -185,6 +187,8 @@ class IndexerConsumer:
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
                     if turned_away(exc):
                         what = "bus unavailable"
+                    elif cancelled(exc):
+                        what, exc = "the broker cancelled the consumer", self.queue.name
                     self._lost(f"{what} ({exc})", backoff)
                     self._revive()
                     self.connection = self.connection.clone()

@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -43,6 +45,9 @@ HEADERS_DROPPED = "x-cellsight-headers-dropped"
 # properties go in one frame) makes the broker close the connection, and every retry
 # would meet the same.
 HEADERS_MAX = 64 * 1024
+# The longest the retry waits without calling its ``keepalive``: under a second, as
+# py-amqp asks of heartbeat ticks.
+KEEPALIVE_EVERY = 0.5
 
 
 class DeadLetterUnconfirmed(Exception):
@@ -60,6 +65,7 @@ class DeadLetterer:
         stop: threading.Event,
         max_backoff: float = 30.0,
         timeout: float = 10.0,
+        keepalive: Callable[[], None] | None = None,
     ) -> None:
         self._source = connection
         self.exchange = exchange
@@ -68,6 +74,7 @@ class DeadLetterer:
         self.stop = stop
         self.max_backoff = max_backoff
         self.timeout = timeout
+        self._keepalive = keepalive
         self._connection: Connection | None = None
         self._producer: ConfirmingProducer | None = None
         self.retries = 0
@@ -107,13 +114,28 @@ class DeadLetterer:
                     backoff,
                 )
                 self._reset()
-            if self.stop.wait(backoff):
+            if self._wait(backoff):
                 raise DeadLetterUnconfirmed("stopped before the dead letter was confirmed")
             backoff = min(backoff * 2, self.max_backoff)
 
+    def _wait(self, seconds: float) -> bool:
+        """Whether ``stop`` was set within ``seconds``; ``keepalive`` is called on the way,
+        as the stream waits here with its batch unacked: without its heartbeats the
+        broker dropped the consumer's connection and redelivered the batch."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self.stop.wait(min(left, KEEPALIVE_EVERY)):
+                return True
+            if self._keepalive is not None:
+                self._keepalive()
+        return self.stop.is_set()
+
     def _publish(self, message: Received, headers: dict[str, Any]) -> None:
         if self._producer is None:
-            self._connection = confirming_connection(self._source)
+            # Without heartbeats: idle between letters, it sent none, and the broker
+            # dropped it (``?heartbeat=N``), failing the next letter's first attempt. A
+            # dead one is found by the confirm's ``timeout`` instead.
+            self._connection = confirming_connection(self._source).clone(heartbeat=0)
             self._producer = ConfirmingProducer(self._connection.channel())
         # The original bytes travel unchanged so a replay after a fix is exact: a routed
         # delivery keeps them as they came; kombu's message may hold text py-amqp
@@ -152,6 +174,13 @@ class DeadLetterer:
 
     def close(self) -> None:
         self._reset()
+
+
+def send_heartbeat(connection: Connection) -> None:
+    """An AMQP heartbeat on ``connection``, if it asked for them. Only sent: the broker's
+    are read with the next messages, before the stream checks them."""
+    if connection.heartbeat and connection.transport.driver_type == "amqp":
+        connection.connection.send_heartbeat()
 
 
 def _trace_of(message: Received) -> dict[str, str]:

@@ -82,6 +82,15 @@ def refused(exc: BaseException, *, consumed: bool) -> bool:
     return not consumed and isinstance(exc, amqp.exceptions.NotAllowed)
 
 
+def cancelled(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker cancelling a consumer (AMQP ``basic.cancel``): its
+    queue was deleted, or moved with its node. py-amqp raises it as a lost connection,
+    and its text says nothing ("Basic.cancel: (0) None1")."""
+    import amqp.exceptions
+
+    return isinstance(exc, amqp.exceptions.ConsumerCancelled)
+
+
 def turned_away(exc: BaseException) -> bool:
     """Whether ``exc`` is the bus's server refusing writes until its operator frees disk
     or memory (``redis_refusals``): it answers, and will take them again. kombu raises

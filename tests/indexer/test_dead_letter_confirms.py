@@ -4,6 +4,7 @@ embedded Redis bus, with the target unroutable and with the broker refusing."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -15,6 +16,7 @@ from typer.testing import CliRunner
 from cellsight.cli import app
 from cellsight.cli.groups import register
 from cellsight.clients import build_bus
+from cellsight.indexer import consumer as consumer_module
 from cellsight.indexer.dlq import peek
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
@@ -138,6 +140,51 @@ def test_a_refused_dead_letter_leaves_the_original_unacked_until_the_dlq_takes_i
     # means "not all queues took it"), so a retried dead letter can appear twice.
     assert set(dead_letters(settings)) == {POISON, POISON + b" 2"}
     assert count(settings, indexer_queue(settings)) == 0
+
+
+def test_the_stream_keeps_its_heartbeats_while_a_refused_dead_letter_is_retried(
+    tmp_path: Path,
+    rabbitmq_url: str,
+    embedded_index: EmbeddedEngine,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A bus-fault probe: while a dead letter was retried the consumer sent no
+    heartbeats, so with ``?heartbeat=1`` the broker dropped its connection after about
+    2 s and the batch, poison included, was redelivered and dead-lettered again."""
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    plain = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = plain.model_copy(update={"bus_url": f"{plain.bus_url}?heartbeat=1"})
+    with ExitStack() as refusal, running_indexer(settings, embedded_index) as consumer:
+        refuse_dead_letters(settings, refusal)
+        publish_raw(settings, POISON)
+        # 0.2 + 0.4 + 0.8 + 1.6 + 3.2 s of backoff: past twice the heartbeat.
+        wait_for(lambda: consumer.dead_letters.retries >= 6, 30, "refused dead letters")
+        refusal.close()
+        wait_for(lambda: consumer.acked >= 1, 30, "the poison acked once its letter was")
+        assert consumer.totals["dead"] == 1
+    lost = [r.getMessage() for r in caplog.records if "bus connection" in r.getMessage()]
+    assert lost == []
+    assert count(settings, indexer_queue(settings)) == 0
+
+
+def test_a_dead_letter_after_a_quiet_spell_goes_at_the_first_attempt(
+    tmp_path: Path, rabbitmq_url: str, embedded_index: EmbeddedEngine
+) -> None:
+    """The dead-letter connection, idle between letters, sent no heartbeats: at
+    ``?heartbeat=1`` the broker dropped it, and the next letter's first attempt failed
+    ("dead letter not confirmed ... Connection reset by peer") before a retry took it."""
+    plain = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = plain.model_copy(update={"bus_url": f"{plain.bus_url}?heartbeat=1"})
+    with running_indexer(settings, embedded_index) as consumer:
+        publish_raw(settings, POISON)
+        wait_for(lambda: consumer.acked >= 1, 30, "the first poison dead-lettered")
+        frames = consumer.connection.connection.bytes_recv
+        # Six of the broker's heartbeats (3 s), past the two intervals it waits for ours.
+        wait_for(lambda: consumer.connection.connection.bytes_recv >= frames + 6, 30, "idle")
+        publish_raw(settings, POISON + b" 2")
+        wait_for(lambda: consumer.acked >= 2, 30, "the second poison dead-lettered")
+        assert consumer.dead_letters.retries == 0
+    assert set(dead_letters(settings)) == {POISON, POISON + b" 2"}
 
 
 def _cli(settings: Settings, *args: str) -> tuple[int, str]:

@@ -12,6 +12,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kombu import Connection
+from kombu.exceptions import ChannelError
 
 from cellsight.indexer import consumer as consumer_module
 from cellsight.indexer.engines.embedded import EmbeddedEngine
@@ -27,6 +29,15 @@ WAIT = re.compile(r"reconnecting in ([\d.]+)s")
 
 def _waits(caplog: pytest.LogCaptureFixture) -> list[float]:
     return [float(m.group(1)) for r in caplog.records if (m := WAIT.search(r.getMessage()))]
+
+
+def _consumers(url: str, queue: str) -> int:
+    """The queue's consumers, 0 while it does not exist."""
+    with Connection(url) as connection:
+        try:
+            return int(connection.default_channel.queue_declare(queue, passive=True).consumer_count)
+        except ChannelError:
+            return 0
 
 
 def test_the_backoff_starts_afresh_once_the_bus_was_back(
@@ -125,4 +136,58 @@ def test_a_bus_path_that_carries_nothing_is_let_go_and_the_indexer_stops_at_once
             assert any("bus connection lost" in r.getMessage() for r in caplog.records)
     finally:
         proxy.stop()
+        engine.close()
+
+
+def test_an_idle_indexer_with_frequent_heartbeats_stops_when_told(
+    tmp_path: Path, rabbitmq_url: str
+) -> None:
+    """At ``?heartbeat=1`` the broker's heartbeats came every 0.5 s, within the wait's
+    1 s timeout, and py-amqp's wait for a delivery started again at each: an idle
+    indexer never got back to its stop flag (found as a test of the dead-letter retry's
+    heartbeats hung on its way out)."""
+    plain = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = plain.model_copy(update={"bus_url": f"{plain.bus_url}?heartbeat=1"})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    first = str(uuid.uuid4())
+    publish(plain, [novagen.body(novagen.notification(seed=1, uuid_=first))])
+    try:
+        with running_indexer(settings, engine) as consumer:  # fails unless stopped in 30 s
+            wait_for(lambda: engine.get("instance", first) is not None, 30, "first indexed")
+            frames = consumer.connection.connection.bytes_recv
+            # Three of the broker's heartbeats, and nothing else, since: idle in the wait.
+            wait_for(
+                lambda: consumer.connection.connection.bytes_recv >= frames + 3, 30, "heartbeats"
+            )
+    finally:
+        engine.close()
+
+
+def test_a_deleted_queue_is_said_as_such_and_declared_again(
+    tmp_path: Path, rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The broker cancels the consumer of a deleted queue: the indexer logged it as
+    "bus connection lost (Basic.cancel: (0) None1)" (a bus-fault probe)."""
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    settings = bus_settings(tmp_path / "data", "rabbitmq")
+    url = settings.bus_url
+    assert url is not None
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    first, second = str(uuid.uuid4()), str(uuid.uuid4())
+    publish(settings, [novagen.body(novagen.notification(seed=1, uuid_=first))])
+    try:
+        with running_indexer(settings, engine):
+            wait_for(lambda: engine.get("instance", first) is not None, 30, "first indexed")
+            with Connection(url) as connection:
+                connection.default_channel.queue_delete(settings.indexer_queue)
+            wait_for(lambda: bool(_waits(caplog)), 30, "the cancel")
+            wait_for(lambda: _consumers(url, settings.indexer_queue) == 1, 30, "back")
+            publish(settings, [novagen.body(novagen.notification(seed=2, uuid_=second))])
+            wait_for(lambda: engine.get("instance", second) is not None, 30, "second indexed")
+        said = [r.getMessage() for r in caplog.records if WAIT.search(r.getMessage())]
+        queue = settings.indexer_queue
+        assert said == [f"the broker cancelled the consumer ({queue}); reconnecting in 0.5s"]
+    finally:
         engine.close()
