@@ -66,11 +66,13 @@ from cellsight.indexer.sync_request import (
 )
 from cellsight.indexer.verify import Verifier
 from cellsight.indexer.verify_report import brief
+from cellsight.notifications.errors import plural
 from cellsight.signal_events import signals_held
 
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
 
 T = TypeVar("T")
+INTERRUPTS = (KeyboardInterrupt, SystemExit)
 
 
 def run_sync(
@@ -100,10 +102,6 @@ def run_sync(
     with contextlib.suppress(Exception):
         engine.put_meta(LAST_SYNC.format(resource=options.resource), report.as_dict())
     return report
-
-
-def _interrupted(exc: BaseException) -> bool:
-    return isinstance(exc, KeyboardInterrupt | SystemExit)
 
 
 class _Run:
@@ -215,7 +213,9 @@ class _Run:
         self.report.worker_kind = "processes" if loader.processes else "threads"
         self.report.workers = loader.workers
         self.progress.start_cells([(t.uuid, t.name, t.expected) for t in tallies.values()])
-        self.progress.phase(f"loading {total:,} {self.resource} rows from {len(cells)} cells")
+        self.progress.phase(
+            f"loading {total:,} {self.resource} rows from {plural(len(cells), 'cell')}"
+        )
         loader.run()
         self.report.workers_peak_rss_mb = loader.peak_rss_mb
         self.report.rows = sum(t.read for t in tallies.values())
@@ -298,7 +298,7 @@ class _Run:
         return report
 
     def _failure(self, exc: BaseException, new: str, old_read: str, errs: list[str]) -> SyncFailed:
-        what = "was interrupted" if _interrupted(exc) else f"failed: {_said(exc)}"
+        what = "was interrupted" if isinstance(exc, INTERRUPTS) else f"failed: {_said(exc)}"
         if isinstance(exc, LockLost):  # whoever took the lock over owns the aliases now
             serving = "its lock was lost: the aliases are as the one that took it over left them"
             left = f"{serving}; {'; '.join(errs) or f'{new} was deleted'}"
@@ -308,7 +308,7 @@ class _Run:
         else:
             left = f"{old_read} still serves and {new} was deleted"
         message = f"{self.resource} sync {what}. {left}"
-        return SyncInterrupted(message) if _interrupted(exc) else SyncFailed(message)
+        return SyncInterrupted(message) if isinstance(exc, INTERRUPTS) else SyncFailed(message)
 
     def _check_counts(
         self, scope: Scope, cells: list[CellMapping], new: str, tallies: dict[str, CellTally]
@@ -379,7 +379,7 @@ class _Run:
         except BaseException as exc:
             names = ", ".join(c.name for c in cells)
             kept = "the documents written so far stay (versioned writes: none went backwards)"
-            if _interrupted(exc):
+            if isinstance(exc, INTERRUPTS):
                 raise SyncInterrupted(
                     f"{resource} sync of {names} was interrupted; {kept}"
                 ) from exc

@@ -42,3 +42,28 @@ def test_syncing_cells_updates_only_their_documents(world: World) -> None:
     final, rows = world.documents(), world.rows()
     assert _by_cell(final, added.uuid) == _by_cell(rows, added.uuid)
     assert {u: d for u, d in final.items() if d["cell_uuid"] != added.uuid} == after
+
+
+class _Phases:
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def phase(self, text: str) -> None:
+        self.said.append(text)
+
+    def start_cells(self, cells: Any) -> None:
+        pass
+
+    def advance(self, cell_uuid: str, n: int) -> None:
+        pass
+
+
+def test_the_progress_counts_cells_in_words(make_world: Any) -> None:
+    """It said "loading 4 instance rows from 1 cells" (a reread)."""
+    world: World = make_world("sqlite", "embedded", cells=1, instances=4)
+    progress = _Phases()
+    run_sync(world.engine, world.registry, SyncOptions(), progress=progress)
+    assert "loading 4 instance rows from 1 cell" in progress.said
+    world.add_cells(1, instances=3)
+    run_sync(world.engine, world.registry, SyncOptions(), progress=progress)
+    assert "loading 7 instance rows from 2 cells" in progress.said
