@@ -22,7 +22,7 @@ from cellsight.cli.context import (
 from cellsight.notifications.errors import plural
 
 if TYPE_CHECKING:
-    pass
+    from cellsight.cells.mappings import CellRegistry
 
 CellName = Annotated[str, typer.Option("--cell", help="Cell name or uuid")]
 HostName = Annotated[str, typer.Option("--host", help="Compute host name")]
@@ -32,6 +32,16 @@ app = typer.Typer(
     help="The cell databases: register, list, disable, remove, seed.",
     no_args_is_help=True,
 )
+
+
+def _registered(registry: CellRegistry, uuid: str) -> bool:
+    from cellsight.cells.errors import UnknownCell
+
+    try:
+        registry.get_cell(uuid)
+    except UnknownCell:
+        return False
+    return True
 
 
 def _check_sqlite_directory(db_url: str, create: bool) -> None:
@@ -64,6 +74,7 @@ def add(
     if not name.strip():
         fail("--name: a cell needs a non-empty name")
     from cellsight.cells.database import connect
+    from cellsight.cells.errors import DuplicateCell
     from cellsight.cells.reads import count_instances
     from cellsight.cli.index_marks import index_held, unmark_all
     from cellsight.cli.interrupts import terminate_as_interrupt
@@ -77,22 +88,22 @@ def add(
         index_held(settings_of(ctx), "cell registration", leaves) as engine,
     ):
         # Known before: an interrupt as ``add_cell`` returns still finds what to undo.
-        fresh = uuid is None
+        fresh = uuid is None or not _registered(registry, uuid)
         uuid = uuid or str(uuidlib.uuid4())
         try:
             cell = registry.add_cell(name, db_url, uuid=uuid)
-            fresh = True  # registered by this command, whatever uuid it was given
             # An existing database's instances were never notified: the index lacks them.
             with connect(registry.cell_engine(cell)) as conn:
                 held = count_instances(conn)
             if held:
                 why = f"cell {cell.name} ({cell.uuid}) added with {held} instances"
                 unmark_all(engine, why, leaves)
-        except BaseException:
+        except BaseException as exc:
             # Not registered after all: interrupted (an interrupt probe), or the count
             # failed, registered with the index still marked synced, its listings would
-            # have missed the cell's instances with no word of it.
-            if fresh:  # never a cell of that uuid registered before
+            # have missed the cell's instances with no word of it. Not a uuid registered
+            # before, nor one another command took meanwhile (refused as a duplicate).
+            if fresh and not isinstance(exc, DuplicateCell):
                 with signals_held():
                     registry.unregister(uuid, name)
             raise

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -173,3 +174,32 @@ def test_a_removal_interrupted_as_it_commits_leaves_the_index_unsynced(
     assert "empty" not in cellsight(data, "cells", "list").stdout
     for line in _synced(data):
         assert line.startswith("synced: no (cell empty ("), line
+
+
+@pytest.mark.parametrize("given_uuid", [False, True])
+def test_an_add_interrupted_as_its_registration_returns_is_undone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given_uuid: bool
+) -> None:
+    """An interrupt in the instant `add_cell` returns, its registration committed: the
+    undo missed it when `--uuid` was given (it undid only uuids it had made)."""
+    from cellsight.cells.mappings import CellRegistry
+
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    real = CellRegistry.add_cell
+
+    def registered_then_interrupted(*args: Any, **kwargs: Any) -> Any:
+        real(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(CellRegistry, "add_cell", registered_then_interrupted)
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    uuid_ = ["--uuid", "8f9e6a61-3a0b-4b39-9d5e-5c1b8a2f7e10"] if given_uuid else []
+    added = CliRunner().invoke(
+        app, ["--data-dir", str(data), "cells", "add", "--name", "new", "--db-url", url, *uuid_]
+    )
+    assert added.exit_code == 130, added.output
+    monkeypatch.undo()
+    assert "new" not in cellsight(data, "cells", "list").stdout
+    again = cellsight(data, "cells", "add", "--name", "new", "--db-url", url, *uuid_)
+    assert again.returncode == 0, again.stderr
