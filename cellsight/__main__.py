@@ -1,5 +1,5 @@
 """``python -m cellsight`` runs the CLI."""
 
-from cellsight.cli import main
+from cellsight.launch import main
 
 main()

@@ -166,3 +166,31 @@ def test_an_interrupt_in_a_finalizer_is_raised_after_it() -> None:
         while time.monotonic() < deadline:  # the interrupt, put off, comes back at once
             time.sleep(0.001)
     assert finalized == [True]
+
+
+def test_an_interrupt_while_the_cli_is_imported_is_said_in_one_line() -> None:
+    """An interrupt probe: a Ctrl-C in a command's first moment, while Python imports
+    the CLI, ended it with Python's traceback. Here it lands in the import of Typer, as
+    a signal's handler would raise it there."""
+    import subprocess
+
+    program = """
+import sys
+
+class Interrupted:
+    def find_spec(self, name, *args):
+        if name == "typer":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, Interrupted())
+sys.argv = ["cellsight", "--help"]
+from cellsight.launch import main
+main()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "error: interrupted\n"
+    assert done.stdout == ""
