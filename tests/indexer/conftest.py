@@ -27,6 +27,7 @@ from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.settings import Settings
 from tests.support.http_engines import make_engine
 from tests.support.indexing import bus_settings
+from tests.support.redis_envelopes import embedded_settings  # noqa: F401  (fixture settings_)
 from tests.support.services import osmem_clone_url
 
 if TYPE_CHECKING:

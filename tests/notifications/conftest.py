@@ -14,6 +14,7 @@ from kombu import Connection, Consumer, Message, Queue
 
 from cellsight.notifications.envelope import Notification, decode
 from cellsight.notifications.notifier import stamped
+from tests.support.redis_buses import redis_bus_fixture  # noqa: F401  (fixture redis_bus)
 
 Received = list[tuple[str, dict[str, Any]]]
 """(routing key, JSON body) per message, in delivery order."""
