@@ -43,18 +43,11 @@ _LINK_PORT = re.compile(r"CELLSIGHT(_[A-Z0-9_]+)?_PORT")
 _LINK_VALUE = re.compile(r"(tcp|udp|sctp)://\S+", re.IGNORECASE)
 # ``CELLSIGHT_*`` variables that are not settings: read by the test suite and by the
 # deployment's HAProxy example, which share the environment.
-NOT_SETTINGS = frozenset(
-    {
-        "CELLSIGHT_BACKEND",
-        "CELLSIGHT_DIFF_EXAMPLES",
-        "CELLSIGHT_NOVA_SAMPLES",
-        "CELLSIGHT_REQUIRE_SERVICES",
-        "CELLSIGHT_SCHEMATHESIS_EXAMPLES",
-        "CELLSIGHT_TEST_AMQP_URL",
-        "CELLSIGHT_TEST_MARIADB_URL",
-        "CELLSIGHT_TEST_POSTGRES_URL",
-    }
-)
+NOT_SETTINGS = frozenset({
+    "CELLSIGHT_BACKEND", "CELLSIGHT_DIFF_EXAMPLES", "CELLSIGHT_NOVA_SAMPLES",
+    "CELLSIGHT_REQUIRE_SERVICES", "CELLSIGHT_SCHEMATHESIS_EXAMPLES", "CELLSIGHT_TEST_AMQP_URL",
+    "CELLSIGHT_TEST_MARIADB_URL", "CELLSIGHT_TEST_POSTGRES_URL",
+})  # fmt: skip
 
 
 class ConfigError(Exception):

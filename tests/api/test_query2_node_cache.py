@@ -17,7 +17,7 @@ from prometheus_client import REGISTRY as METRICS
 
 from cellsight.api.fanout import FanOut, Saturated
 from cellsight.api.query2.evaluate import Deadline
-from cellsight.api.query2.node_cache import DEFAULT_TTL, CellLoad, NodeCache, NodeSnapshot
+from cellsight.api.query2.node_cache import DEFAULT_TTL, NodeCache, NodeSnapshot
 from cellsight.api.query2.nodes import _from_cells
 from cellsight.cells.instances import BootRequest
 from cellsight.cells.mappings import CellMapping, CellRegistry
@@ -25,16 +25,9 @@ from cellsight.cells.nodeevents import NODE_UPDATE, register_node, set_node_stat
 from cellsight.cells.operations import Operations
 from cellsight.cells.schema import compute_nodes
 from cellsight.notifications.envelope import Notification
+from tests.support.clock import ManualClock
 
 NODE: dict[str, Any] = {"vcpus": 8, "memory_mb": 32768, "local_gb": 400, "availability_zone": "az"}
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Feed:
@@ -70,7 +63,7 @@ class Rig:
         self.statements: dict[str, int] = {c.uuid: 0 for c in self.cells}
         for cell in self.cells:
             sa.event.listen(self.fanout.engine(cell), "before_cursor_execute", self._count(cell))
-        self.clock = Clock()
+        self.clock = ManualClock()
         self.cache = NodeCache(
             self.registry.list_cells, lambda cells: _from_cells(list(cells), self.fanout),
             clock=self.clock,
@@ -310,76 +303,6 @@ def test_a_cell_read_wins_over_a_newer_entry(rig: Rig) -> None:
         conn.execute(compute_nodes.update().values(revision=c.revision - 1, offline=True))
     assert docs(rig.cache.refresh()) == rig.fresh()
     assert all(d["offline"] for d in docs(rig.cache.get()) if d["cell_uuid"] == rig.cells[0].uuid)
-
-
-def _index_and_cells(clock: Clock) -> tuple[NodeCache, dict[str, Any], dict[str, Any]]:
-    """A cache over one cell whose index and database documents the test sets."""
-    cell = CellMapping("c1", "c1", "sqlite://")
-    index: dict[str, Any] = {"uuid": "n1", "cell_uuid": "c1", "version": 5, "offline": False}
-    db = dict(index)
-    cache = NodeCache(
-        lambda: [cell],
-        lambda cells: CellLoad({"c1": [dict(index)]}, (), "index"),
-        truth=lambda cells: CellLoad({"c1": [dict(db)]}, (), "cells"),
-        clock=clock,
-    )
-    return cache, index, db
-
-
-def test_an_entry_read_from_its_cell_outlives_older_index_documents_for_a_ttl() -> None:
-    clock = Clock()
-    cache, _index, db = _index_and_cells(clock)
-    cache.get()
-    db.update(version=6, offline=True)
-    cache.invalidate_node("n1", "c1")  # the operation; the index lags
-    assert cache.get().documents[0]["offline"] is True
-    clock.now += DEFAULT_TTL - 1
-    assert cache.refresh().documents[0]["offline"] is True  # the lagging index: kept
-    loads = cache.loads
-    clock.now += 1  # a TTL after the cell's read, not after the refresh that kept it
-    assert cache.get().documents[0]["offline"] is False and cache.loads == loads + 1
-
-
-def test_an_entry_read_from_the_index_never_outlives_a_lower_version() -> None:
-    """A cell's database restored and synced again: the index's versions go down."""
-    clock = Clock()
-    cache, index, _db = _index_and_cells(clock)
-    index.update(version=10)
-    cache.get()
-    index.update(version=3, offline=True)
-    assert cache.refresh().documents[0]["version"] == 3
-
-
-def test_a_node_just_registered_outlives_an_index_that_lacks_it() -> None:
-    clock = Clock()
-    cell = CellMapping("c1", "c1", "sqlite://")
-    n1 = {"uuid": "n1", "cell_uuid": "c1", "version": 1}
-    index, db = [n1], [n1]
-    cache = NodeCache(
-        lambda: [cell],
-        lambda cells: CellLoad({"c1": list(index)}, (), "index"),
-        truth=lambda cells: CellLoad({"c1": list(db)}, (), "cells"),
-        clock=clock,
-    )
-    cache.get()
-    db.append({"uuid": "n2", "cell_uuid": "c1", "version": 1})
-    cache.invalidate_node("n2", "c1")  # registered through the API; the index lags
-    assert [d["uuid"] for d in cache.get().documents] == ["n1", "n2"]
-    clock.now += 1
-    assert [d["uuid"] for d in cache.refresh().documents] == ["n1", "n2"]
-
-
-def test_a_node_that_moved_cells_is_listed_once() -> None:
-    """Keyed by its uuid (Nova keeps a node's uuid when it is registered again)."""
-    a, b = CellMapping("a", "a", "sqlite://"), CellMapping("b", "b", "sqlite://")
-    where = {"a": [{"uuid": "n1", "cell_uuid": "a", "version": 1}], "b": []}
-    cache = NodeCache(
-        lambda: [a, b], lambda cells: CellLoad({c.uuid: list(where[c.uuid]) for c in cells})
-    )
-    cache.get()
-    where.update(a=[], b=[{"uuid": "n1", "cell_uuid": "b", "version": 2}])
-    cache.invalidate_node("n1", "b")  # only cell b is read again
-    assert [(d["uuid"], d["cell_uuid"]) for d in cache.get().documents] == [("n1", "b")]
 
 
 def test_a_filter_never_selects_a_node_by_a_figure_its_answer_withholds(rig: Rig) -> None:
