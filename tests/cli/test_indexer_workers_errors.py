@@ -20,6 +20,12 @@ def writers(supervisor: int) -> list[int]:
     return [writer for worker in spawned(supervisor) for writer in spawned(worker)]
 
 
+def running(pids: list[int]) -> list[int]:
+    """Those of ``pids`` past their start: a writer starts its watch thread once its
+    engine is built, just before it tells its worker it is ready."""
+    return [pid for pid in pids if len(list(Path(f"/proc/{pid}/task").glob("*"))) > 1]
+
+
 def _stopped_after(tmp_path: Path, kill: Callable[[int], int]) -> tuple[int, str, str]:
     """``cellsight indexer --workers 2`` on its own data directory; once both workers'
     writers run, ``kill(supervisor pid)`` picks a process to SIGKILL; returns the
@@ -36,7 +42,9 @@ def _stopped_after(tmp_path: Path, kill: Callable[[int], int]) -> tuple[int, str
         start_new_session=True,  # its own process group: cleaned up whole if the test fails
     )
     try:
-        wait_for(lambda: len(writers(proc.pid)) == 2, 90, "both workers' writer processes")
+        # Running, not still starting: a worker killed while its writer read what to run
+        # left that writer's bootstrap traceback (EOFError) on the shared stderr.
+        wait_for(lambda: len(running(writers(proc.pid))) == 2, 90, "both workers' writers")
         os.kill(kill(proc.pid), signal.SIGKILL)
         out, err = proc.communicate(timeout=90)
     finally:
