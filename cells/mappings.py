@@ -183,9 +183,11 @@ class CellRegistry:
         return CellMapping(cell_uuid, name, url, False, now)
 
     def unregister(self, cell_uuid: str, name: str) -> None:
+        # By both: never a cell another command registered meanwhile under that uuid.
+        mapping = (cell_mappings.c.uuid == cell_uuid) & (cell_mappings.c.name == name)
         try:
             with write_transaction(self.api_engine) as conn:
-                conn.execute(cell_mappings.delete().where(cell_mappings.c.uuid == cell_uuid))
+                conn.execute(cell_mappings.delete().where(mapping))
         except Exception:
             log.exception("cell %r stays registered: `cells disable`, `cells remove "
                           "--skip-database-check` undo it", name)  # fmt: skip

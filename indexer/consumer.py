@@ -30,7 +30,7 @@ from cellsight.indexer.deadletter import (
     REASON_HEADER,
     DeadLetterer,
     DeadLetterUnconfirmed,
-    send_heartbeat,
+    heartbeats_meanwhile,
 )
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_flight
@@ -136,7 +136,6 @@ class IndexerConsumer:
             dlq=self.dlq,
             stop=self.stop,
             max_backoff=config.max_backoff,
-            keepalive=lambda: send_heartbeat(self.connection),  # the current one
         )
         self._batch: list[Received] = []
         self._bytes = 0
@@ -185,11 +184,12 @@ class IndexerConsumer:
                         raise  # a configuration to fix: retrying would hide it
                     backoff = self._backoff(backoff)
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
+                    detail = str(exc)
                     if turned_away(exc):
                         what = "bus unavailable"
-                    elif cancelled(exc):
-                        what, exc = "the broker cancelled the consumer", self.queue.name
-                    self._lost(f"{what} ({exc})", backoff)
+                    elif cancelled(exc):  # its text says nothing: the queue's name does
+                        what, detail = "the broker cancelled the consumer", self.queue.name
+                    self._lost(f"{what} ({detail})", backoff)
                     self._revive()
                     self.connection = self.connection.clone()
                 except ChannelLost as exc:
@@ -287,11 +287,13 @@ class IndexerConsumer:
             target = self.received + wanted
             frames.read_frames(FRAMES_PER_MESSAGE * wanted, lambda: self.received >= target)
             return
-        try:
+        received = self.received
+        with contextlib.suppress(TimeoutError):
             self.connection.drain_events(timeout=self._wait_time())
-        except TimeoutError:
-            if self._collector is not None:
-                self._collector.idle()
+        # Nothing came: a timeout, or only one of the broker's heartbeats (which end the
+        # wait, and at ``?heartbeat=1`` or 2 come before its timeout).
+        if self.received == received and self._collector is not None:
+            self._collector.idle()
 
     def _beat(self) -> None:
         """AMQP heartbeats, when the bus URL asks for them (``?heartbeat=N``): kombu sends
@@ -392,9 +394,6 @@ class IndexerConsumer:
 
     def _dead_letter(self, message: Received, outcome: Outcome) -> None:
         """Returns once the DLQ holds the message (confirmed), before the batch is acked."""
-        self.dead_letters.send(
-            message,
-            outcome.reason_code or "unknown",
-            outcome.reason or "",
-            outcome.event_type or "",
-        )
+        with heartbeats_meanwhile(self.connection):
+            reason_code, event_type = outcome.reason_code or "unknown", outcome.event_type or ""
+            self.dead_letters.send(message, reason_code, outcome.reason or "", event_type)

@@ -15,8 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -45,8 +44,8 @@ HEADERS_DROPPED = "x-cellsight-headers-dropped"
 # properties go in one frame) makes the broker close the connection, and every retry
 # would meet the same.
 HEADERS_MAX = 64 * 1024
-# The longest the retry waits without calling its ``keepalive``: under a second, as
-# py-amqp asks of heartbeat ticks.
+# Seconds between the heartbeats sent for a stream waiting on a dead letter: under a
+# second, as py-amqp asks of heartbeat ticks.
 KEEPALIVE_EVERY = 0.5
 
 
@@ -65,7 +64,6 @@ class DeadLetterer:
         stop: threading.Event,
         max_backoff: float = 30.0,
         timeout: float = 10.0,
-        keepalive: Callable[[], None] | None = None,
     ) -> None:
         self._source = connection
         self.exchange = exchange
@@ -74,7 +72,6 @@ class DeadLetterer:
         self.stop = stop
         self.max_backoff = max_backoff
         self.timeout = timeout
-        self._keepalive = keepalive
         self._connection: Connection | None = None
         self._producer: ConfirmingProducer | None = None
         self.retries = 0
@@ -114,21 +111,9 @@ class DeadLetterer:
                     backoff,
                 )
                 self._reset()
-            if self._wait(backoff):
+            if self.stop.wait(backoff):
                 raise DeadLetterUnconfirmed("stopped before the dead letter was confirmed")
             backoff = min(backoff * 2, self.max_backoff)
-
-    def _wait(self, seconds: float) -> bool:
-        """Whether ``stop`` was set within ``seconds``; ``keepalive`` is called on the way,
-        as the stream waits here with its batch unacked: without its heartbeats the
-        broker dropped the consumer's connection and redelivered the batch."""
-        deadline = time.monotonic() + seconds
-        while (left := deadline - time.monotonic()) > 0:
-            if self.stop.wait(min(left, KEEPALIVE_EVERY)):
-                return True
-            if self._keepalive is not None:
-                self._keepalive()
-        return self.stop.is_set()
 
     def _publish(self, message: Received, headers: dict[str, Any]) -> None:
         if self._producer is None:
@@ -181,6 +166,34 @@ def send_heartbeat(connection: Connection) -> None:
     are read with the next messages, before the stream checks them."""
     if connection.heartbeat and connection.transport.driver_type == "amqp":
         connection.connection.send_heartbeat()
+
+
+@contextlib.contextmanager
+def heartbeats_meanwhile(connection: Connection) -> Iterator[None]:
+    """``connection``'s heartbeats sent from a thread of their own while inside: the
+    stream waits there for a dead letter's confirm, its retries' backoff included, and
+    without them the broker dropped its connection (a bus-fault probe: the poison was
+    dead-lettered twice). Safe beside py-amqp, which is no thread-safe: the stream's
+    thread does not touch ``connection`` until the thread has ended."""
+    if not (connection.heartbeat and connection.transport.driver_type == "amqp"):
+        yield
+        return
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(KEEPALIVE_EVERY):
+            try:
+                send_heartbeat(connection)
+            except Exception:  # the connection is lost: the stream finds out at its ack
+                return
+
+    beating = threading.Thread(target=beat, name="dead-letter-heartbeats", daemon=True)
+    beating.start()
+    try:
+        yield
+    finally:
+        done.set()
+        beating.join()
 
 
 def _trace_of(message: Received) -> dict[str, str]:

@@ -72,7 +72,7 @@ from cellsight.signal_events import signals_held
 __all__ = ["SyncFailed", "SyncInterrupted", "SyncOptions", "SyncReport", "run_sync"]
 
 T = TypeVar("T")
-INTERRUPTS = (KeyboardInterrupt, SystemExit)
+INTERRUPTS = (KeyboardInterrupt, SystemExit)  # stopped from outside: Ctrl-C, SIGTERM, an exit
 
 
 def run_sync(
@@ -92,7 +92,7 @@ def run_sync(
             report = run.partial() if options.cells else run.full()
     except (SyncFailed, LockHeld, UnknownCell):  # a cell named wrong is a usage error
         raise
-    except (KeyboardInterrupt, SystemExit) as exc:
+    except INTERRUPTS as exc:
         raise SyncInterrupted(f"{options.resource} sync interrupted; nothing changed") from exc
     except Exception as exc:  # before the new index existed, or reading the cells
         raise SyncFailed(f"{options.resource} sync failed: {_said(exc)}") from exc
@@ -281,7 +281,7 @@ class _Run:
                 f"{new} serves now, but the synced marker could not be written ({exc}): the "
                 "API keeps to the cells until a sync completes"
             ) from exc
-        except (KeyboardInterrupt, SystemExit) as exc:  # past the swap: not "nothing changed"
+        except INTERRUPTS as exc:  # past the swap: not "nothing changed"
             raise SyncInterrupted(
                 f"{resource} sync interrupted after {new} began to serve, before its synced "
                 "marker was written: the API keeps to the cells until a sync completes"
@@ -290,7 +290,7 @@ class _Run:
             report.dropped, report.kept = retire(engine, resource, self.options.keep_old)
         except Exception as exc:  # the next sync retires them
             report.kept.append(f"(could not drop old indexes: {exc})")
-        except (KeyboardInterrupt, SystemExit) as exc:
+        except INTERRUPTS as exc:
             raise SyncInterrupted(
                 f"{resource} sync interrupted after it completed: {new} serves and is "
                 "synced; the old indexes are dropped by the next sync"

@@ -35,13 +35,7 @@ app = typer.Typer(
 
 
 def _registered(registry: CellRegistry, uuid: str) -> bool:
-    from cellsight.cells.errors import UnknownCell
-
-    try:
-        registry.get_cell(uuid)
-    except UnknownCell:
-        return False
-    return True
+    return any(cell.uuid == uuid for cell in registry.list_cells())
 
 
 def _check_sqlite_directory(db_url: str, create: bool) -> None:

@@ -8,6 +8,7 @@ synced afterwards)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -203,3 +204,33 @@ def test_an_add_interrupted_as_its_registration_returns_is_undone(
     assert "new" not in cellsight(data, "cells", "list").stdout
     again = cellsight(data, "cells", "add", "--name", "new", "--db-url", url, *uuid_)
     assert again.returncode == 0, again.stderr
+
+
+def test_an_interrupted_add_never_undoes_another_commands_registration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: the undo deleted by uuid alone, so a `cells add --uuid U` interrupted
+    in its slow connect deleted the cell another command registered as U meanwhile."""
+    from cellsight.cells.mappings import CellRegistry
+
+    data = tmp_path / "data"
+    _seed_and_sync(data)
+    given = "8f9e6a61-3a0b-4b39-9d5e-5c1b8a2f7e10"
+    real = CellRegistry.add_cell
+
+    def another_registered_meanwhile(self: CellRegistry, *args: Any, **kwargs: Any) -> Any:
+        real(self, "other", f"sqlite:///{tmp_path / 'other.db'}", uuid=given)
+        raise KeyboardInterrupt  # this command's own connect, interrupted
+
+    monkeypatch.setattr(CellRegistry, "add_cell", another_registered_meanwhile)
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    added = CliRunner().invoke(
+        app, ["--data-dir", str(data), "cells", "add", "--name", "new", "--db-url", url,
+              "--uuid", given]
+    )  # fmt: skip
+    assert added.exit_code == 130, added.output
+    monkeypatch.undo()
+    listed = cellsight(data, "cells", "list", "--json")
+    assert [(c["name"], c["uuid"]) for c in json.loads(listed.stdout) if c["uuid"] == given] == [
+        ("other", given)
+    ]

@@ -168,10 +168,12 @@ def test_an_interrupt_in_a_finalizer_is_raised_after_it() -> None:
     assert finalized == [True]
 
 
-def test_an_interrupt_while_the_cli_is_imported_is_said_in_one_line() -> None:
+@pytest.mark.parametrize("where", ["import", "build"])
+def test_an_interrupt_while_the_cli_starts_is_said_in_one_line(where: str) -> None:
     """An interrupt probe: a Ctrl-C in a command's first moment, while Python imports
-    the CLI, ended it with Python's traceback. Here it lands in the import of Typer, as
-    a signal's handler would raise it there."""
+    the CLI, ended it with Python's traceback; a review: also while Typer builds the
+    command, after the import. Here it lands in the import of Typer, or in Typer's
+    ``get_command``, as a signal's handler would raise it there."""
     import subprocess
 
     program = """
@@ -183,11 +185,19 @@ class Interrupted:
             raise KeyboardInterrupt
         return None
 
-sys.meta_path.insert(0, Interrupted())
+if WHERE == "import":
+    sys.meta_path.insert(0, Interrupted())
+else:
+    import typer.main
+
+    def get_command(*args):
+        raise KeyboardInterrupt
+
+    typer.main.get_command = get_command
 sys.argv = ["cellsight", "--help"]
 from cellsight.launch import main
 main()
-"""
+""".replace("WHERE", repr(where))
     done = subprocess.run(
         [sys.executable, "-c", program], capture_output=True, text=True, timeout=60
     )

@@ -5,9 +5,11 @@ embedded Redis bus, with the target unroutable and with the broker refusing."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kombu import Connection, Queue
@@ -17,6 +19,7 @@ from cellsight.cli import app
 from cellsight.cli.groups import register
 from cellsight.clients import build_bus
 from cellsight.indexer import consumer as consumer_module
+from cellsight.indexer import deadletter
 from cellsight.indexer.dlq import peek
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.notifications import queues
@@ -24,6 +27,7 @@ from cellsight.settings import Settings
 from tests.support.indexing import (
     bus_settings,
     embedded_redis,
+    frames_received,
     publish_bodies,
     running_indexer,
     wait_for,
@@ -167,6 +171,38 @@ def test_the_stream_keeps_its_heartbeats_while_a_refused_dead_letter_is_retried(
     assert count(settings, indexer_queue(settings)) == 0
 
 
+def test_the_stream_keeps_its_heartbeats_while_a_dead_letters_confirm_is_slow(
+    tmp_path: Path,
+    rabbitmq_url: str,
+    embedded_index: EmbeddedEngine,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A review: heartbeats sent only between the retries left the stream silent while
+    a confirm was awaited (up to 10 s: a broker slow under an alarm). Here the first
+    publish takes 4 s, past twice the heartbeat, before it goes."""
+    caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
+    plain = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = plain.model_copy(update={"bus_url": f"{plain.bus_url}?heartbeat=1"})
+    real = deadletter.publish_confirmed
+    slowed: list[bool] = []
+
+    def slow(*args: Any, **kwargs: Any) -> None:
+        if not slowed:
+            slowed.append(True)
+            threading.Event().wait(4.0)  # the broker's own clock: nothing to wait on
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(deadletter, "publish_confirmed", slow)
+    with running_indexer(settings, embedded_index) as consumer:
+        publish_raw(settings, POISON)
+        wait_for(lambda: consumer.acked >= 1, 30, "the poison acked once its letter was")
+        assert consumer.totals["dead"] == 1 and slowed
+    lost = [r.getMessage() for r in caplog.records if "bus connection" in r.getMessage()]
+    assert lost == []
+    assert dead_letters(settings) == [POISON]
+
+
 def test_a_dead_letter_after_a_quiet_spell_goes_at_the_first_attempt(
     tmp_path: Path, rabbitmq_url: str, embedded_index: EmbeddedEngine
 ) -> None:
@@ -178,9 +214,9 @@ def test_a_dead_letter_after_a_quiet_spell_goes_at_the_first_attempt(
     with running_indexer(settings, embedded_index) as consumer:
         publish_raw(settings, POISON)
         wait_for(lambda: consumer.acked >= 1, 30, "the first poison dead-lettered")
-        frames = consumer.connection.connection.bytes_recv
+        frames = frames_received(consumer)
         # Six of the broker's heartbeats (3 s), past the two intervals it waits for ours.
-        wait_for(lambda: consumer.connection.connection.bytes_recv >= frames + 6, 30, "idle")
+        wait_for(lambda: frames_received(consumer) >= frames + 6, 30, "idle")
         publish_raw(settings, POISON + b" 2")
         wait_for(lambda: consumer.acked >= 2, 30, "the second poison dead-lettered")
         assert consumer.dead_letters.retries == 0

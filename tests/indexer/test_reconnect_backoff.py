@@ -19,7 +19,7 @@ from cellsight.indexer import consumer as consumer_module
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen
-from tests.support.indexing import bus_settings, running_indexer, wait_for
+from tests.support.indexing import bus_settings, frames_received, running_indexer, wait_for
 from tests.support.proxy import Proxy
 
 pytestmark = pytest.mark.services
@@ -155,11 +155,20 @@ def test_an_idle_indexer_with_frequent_heartbeats_stops_when_told(
     try:
         with running_indexer(settings, engine) as consumer:  # fails unless stopped in 30 s
             wait_for(lambda: engine.get("instance", first) is not None, 30, "first indexed")
-            frames = consumer.connection.connection.bytes_recv
+            collector = consumer._collector
+            assert collector is not None
+            idle, real_idle = [], collector.idle
+
+            def counted() -> int | None:
+                idle.append(1)
+                return real_idle()
+
+            collector.idle = counted  # type: ignore[method-assign]
+            frames = frames_received(consumer)
             # Three of the broker's heartbeats, and nothing else, since: idle in the wait.
-            wait_for(
-                lambda: consumer.connection.connection.bytes_recv >= frames + 3, 30, "heartbeats"
-            )
+            wait_for(lambda: frames_received(consumer) >= frames + 3, 30, "heartbeats")
+            # And its idle collection ran (a review: never, once heartbeats ended the wait).
+            wait_for(lambda: len(idle) >= 2, 30, "idle passes")
     finally:
         engine.close()
 

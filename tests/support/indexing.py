@@ -137,3 +137,11 @@ def sqlite_cluster(settings: Settings, hosts: int = 2) -> CellRegistry:
         for n in range(1, hosts + 1):
             add_compute_node(registry.cell_engine(cell), f"host{n}", availability_zone="az1")
     return registry
+
+
+def frames_received(consumer: IndexerConsumer) -> int:
+    """The frames py-amqp has read on the consumer's connection (not kombu's property,
+    which would connect again from this thread were the connection down)."""
+    amqp = consumer.connection._connection
+    assert amqp is not None, "not connected"
+    return int(amqp.bytes_recv)

@@ -3,7 +3,7 @@
 (``redis://``, under a key prefix), with a plain client beside the kombu connections,
 and a live consumer that keeps and acks what it receives.
 
-The ``redis_bus`` fixture is ``redis_bus_fixture``: a test module imports it."""
+The ``redis_bus`` fixture is ``redis_bus_fixture``, registered by tests/notifications' conftest."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 channel cannot read (``notifications.redis_transport``, ``notifications.redis_envelopes``):
 a real kombu envelope, changed at a place, and the dead letters as ``dlq`` reads them.
 
-The ``settings_`` fixture is ``embedded_settings``: a test module imports it."""
+The ``settings_`` fixture is ``embedded_settings``, registered by tests/indexer's conftest."""
 
 from __future__ import annotations
 
