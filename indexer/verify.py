@@ -8,8 +8,10 @@ for what needs repairing. Drift, per cell, with exact counts:
 * **missing**: a row with no document (a notification lost before the bus);
 * **stale**: a document older than its row (an update's notification lost);
 * **orphaned**: a live document whose row is gone (archived, or never committed);
-* **ahead** (reported, never repaired): a document newer than its row, which only a
-  restored cell database explains; a full sync rebuilds it. A tombstone ahead of a live
+* **ahead** (reported): a document newer than its row, which only a restored cell
+  database explains; an instance's is never repaired (Nova's own notifications are
+  versioned by time: see the README's limits), a node's is rewritten; a full sync
+  rebuilds every one. A tombstone ahead of a live
   row is drift (**hidden**): the row's next update would reach the tombstone's version
   and the server stay shown deleted. Not repaired either: removing the tombstone would
   race the live writer, and Elasticsearch refuses the lower version for a minute;
@@ -78,6 +80,7 @@ from cellsight.indexer.verify_report import (
     brief,
     counted,
     diff,
+    unrepaired,
 )
 
 
@@ -178,7 +181,7 @@ class Verifier:
                 drift.note(kind, uuid)
                 if kind != AHEAD:
                     rewrite[uuid] = (kind, version)
-                elif self.resource == "instance":
+                else:
                     ahead.append(uuid)
             if len(rewrite) >= IN_CHUNK:
                 self._rewrite(conn, docs, rewrite, drift)
@@ -197,22 +200,8 @@ class Verifier:
         self._hidden(conn, docs, ahead, drift)
         self.on_progress(cell.uuid, rows_seen[0] - reported)
         drift.rows, drift.documents = rows_seen[0], docs_seen[0]
-        if drift.hidden and self.repair:
-            drift.errors.append(
-                f"{drift.hidden:,} live rows under a tombstone of a higher version (a restored "
-                "database?): not rewritten (index sync rebuilds them)"
-            )
-        if drift.misfiled_held and self.repair:
-            drift.errors.append(
-                f"{drift.misfiled_held:,} documents filed under another cell hold a version "
-                "at or above their row's revision: not rewritten (index sync rebuilds them)"
-            )
-        if held and drift.orphaned and self.repair:
-            drift.errors.append(
-                f"the cell holds no {self.resource} rows while the index holds "
-                f"{drift.documents:,} documents for it: its orphans were not repaired "
-                "(check the cell's database URL)"
-            )
+        if self.repair:
+            drift.errors.extend(unrepaired(drift, self.resource, held))
 
     # Repairs ------------------------------------------------------------------------
     def _rewrite(
@@ -328,14 +317,32 @@ class Verifier:
         self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
     ) -> None:
         """Tombstones ahead of a live row (the module's **hidden**), told from a change in
-        flight by reading the row again."""
+        flight by reading the row again; node documents ahead of theirs, rewritten."""
         if not uuids:
+            return
+        if self.resource == "node":
+            self._nodes_ahead(conn, docs, uuids, drift)
             return
         stored = self._stored(uuids, fields=["deleted"])
         tombstoned = [u for u, doc in stored.items() if doc.document.get("deleted")]
         for op in docs.fetch(conn, tombstoned) if tombstoned else []:
             if not op.document.get("deleted") and op.version < stored[op.id].version:
                 drift.note(HIDDEN, op.id)
+
+    def _nodes_ahead(
+        self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift
+    ) -> None:
+        """Only Cellsight's producers write node documents, by the row's revision: one
+        still ahead when its row is read again is a restored database's, and it kept
+        serving the old figures for good (a probe). Deleted, then written from the row;
+        a live write racing it leaves at worst a stale document, the next verify's."""
+        stored = self._stored(uuids, fields=["cell_uuid"])
+        behind = [op for op in docs.fetch(conn, uuids) if op.id in stored]
+        behind = [op for op in behind if op.version < stored[op.id].version]
+        drift.node_ahead += len(behind)
+        if self.repair and behind:
+            self.engine.delete("node", [op.id for op in behind])
+            self._write(behind, drift, {op.id for op in behind})
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
         """Versioned writes, transient failures retried (``write_retrying``); a STALE

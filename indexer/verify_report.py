@@ -70,6 +70,7 @@ class CellDrift:
     misfiled_held: int = 0  # misfiled at or above its row's revision: not rewritten
     row_elsewhere: int = 0  # filed here, its row in another cell: not an orphan
     hidden: int = 0
+    node_ahead: int = 0  # a node document still ahead when its row is read again: drift
     twin: int = 0  # its row here and in another cell, its document filed there: not drift
     tombstones_without_row: int = 0
     repaired: int = 0
@@ -84,7 +85,10 @@ class CellDrift:
 
     @property
     def drift(self) -> int:
-        return self.missing + self.stale + self.orphaned + self.misfiled + self.hidden
+        return (
+            self.missing + self.stale + self.orphaned + self.misfiled + self.hidden
+            + self.node_ahead
+        )  # fmt: skip
 
     def note(self, kind: str, uuid: str) -> None:
         setattr(self, kind, getattr(self, kind) + 1)
@@ -122,3 +126,25 @@ class VerifyReport:
         for cell, data in zip(self.cells, out["cells"], strict=True):
             data["drift"] = cell.drift
         return out
+
+
+def unrepaired(drift: CellDrift, resource: str, held: bool) -> list[str]:
+    """What a repair of ``drift`` left as it was, and why, one line each."""
+    said = []
+    if drift.hidden:
+        said.append(
+            f"{drift.hidden:,} live rows under a tombstone of a higher version (a restored "
+            "database?): not rewritten (index sync rebuilds them)"
+        )
+    if drift.misfiled_held:
+        said.append(
+            f"{drift.misfiled_held:,} documents filed under another cell hold a version "
+            "at or above their row's revision: not rewritten (index sync rebuilds them)"
+        )
+    if held and drift.orphaned:
+        said.append(
+            f"the cell holds no {resource} rows while the index holds "
+            f"{drift.documents:,} documents for it: its orphans were not repaired "
+            "(check the cell's database URL)"
+        )
+    return said

@@ -208,6 +208,12 @@ def _print_report(report: Any) -> None:
                 "version (a restored database?)",
                 highlight=False,
             )
+        if c.node_ahead:
+            console.print(
+                f"{escape(c.name)}: {c.node_ahead:,} node documents ahead of their rows (a "
+                f"restored database?){', rewritten' if report.repair else ''}",
+                highlight=False,
+            )
         for error in c.errors:
             if error != c.failed:
                 why = str(error)

@@ -10,11 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from cellsight.cells.database import connect
-from cellsight.cells.schema import instances
+from cellsight.cells.schema import compute_nodes, instances
 from cellsight.indexer.antientropy import verify_resource
+from cellsight.indexer.engines.base import WriteOp, WriteStatus
 from cellsight.indexer.purge import purge_tombstones
+from cellsight.indexer.row_documents import node_row_document
 from cellsight.indexer.sync import SyncOptions, run_sync
 from tests.support.sync_world import World
+from tests.sync.test_sync_verify import _forget_deletes
 
 
 def _synced(make_world: Any, engine_kind: str) -> World:
@@ -102,3 +105,38 @@ def test_a_live_document_ahead_of_its_row_is_not_hidden(make_world: Any, engine_
     found = verify_resource(engine, registry, "instance", repair=True)
     # Ahead and live on both sides: reported as ahead, neither hidden nor rewritten.
     assert (found.cells[0].ahead, found.cells[0].hidden, found.cells[0].repaired) == (1, 0, 0)
+
+
+def test_a_node_document_ahead_of_its_row_is_rewritten(make_world: Any, engine_kind: str) -> None:
+    """A probe: a cell's database restored from a backup took a node's revision back,
+    and its document (written only by Cellsight's producers, by the row's revision) kept
+    the old usage for good: its next update was dropped as stale, and verify reported
+    it ahead and repaired nothing. Read again and still ahead, it is rewritten."""
+    world = _synced(make_world, engine_kind)
+    engine, registry = world.engine, world.registry
+    run_sync(engine, registry, SyncOptions(resource="node", keep_old=0))
+    _forget_deletes(engine, "node")
+    (cell,) = world.cells
+    with connect(registry.cell_engine(cell)) as conn:
+        node = conn.execute(sa.select(compute_nodes).order_by(compute_nodes.c.uuid)).first()
+    assert node is not None
+    c = compute_nodes.c
+    # The index as it was before the restore: five updates on, more memory used.
+    ahead = {**node_row_document(dict(node._mapping), cell.uuid), "memory_mb_used": 1}
+    (written,) = engine.bulk([WriteOp("node", node.uuid, node.revision + 5, ahead)])
+    assert written.status is WriteStatus.OK, written.reason
+    found = verify_resource(engine, registry, "node")
+    assert (found.cells[0].ahead, found.cells[0].node_ahead, found.drift) == (1, 1, 1)
+    repaired = verify_resource(engine, registry, "node", repair=True)
+    assert repaired.ok and repaired.cells[0].repaired == 1, repaired.cells[0].errors
+    stored = engine.get("node", node.uuid)
+    assert stored is not None and stored.version == node.revision
+    assert stored.document["memory_mb_used"] == node.memory_mb_used
+    assert verify_resource(engine, registry, "node").drift == 0
+    # And the node's next update is indexed again, no longer below an old version.
+    with connect(registry.cell_engine(cell)) as conn, conn.begin():
+        conn.execute(
+            compute_nodes.update().where(c.uuid == node.uuid).values(revision=c.revision + 1)
+        )
+    assert verify_resource(engine, registry, "node", repair=True).cells[0].repaired == 1
+    world.assert_index_equals_cells("node")
