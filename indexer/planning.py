@@ -119,7 +119,7 @@ def map_payload(
 ) -> Planned | Outcome:
     if event.object == NODE_OBJECT:
         if not isinstance(payload, ComputeNodePayload):
-            return not_a_node(info.event_type, payload.obj_name, payload.obj_version)
+            return not_a_node(info.event_type, payload)
         version = node_version(payload)
         op = WriteOp("node", payload.uuid, version, node_document(payload, version))
         return Planned(position, op, info, payload.updated_at)
@@ -144,14 +144,14 @@ def map_payload(
     return Planned(position, op, info, snapshot_time(payload))
 
 
-def not_a_node(event_type: str, name: str, version: str) -> Outcome:
+def not_a_node(event_type: str, payload: Any) -> Outcome:
     """A node event whose payload is another class: dead-lettered, as an instance event's
-    is (acked and counted as ignored, it vanished with nothing to find it by)."""
-    return dead(
-        "not_a_node",
-        f"{event_type}: payload {name} {version} is not a ComputeNodePayload",
-        event_type,
-    )
+    is (acked and counted as ignored, it vanished with nothing to find it by). Named with
+    its namespace: a ComputeNodePayload of Nova's namespace is not Cellsight's (a probe:
+    "payload ComputeNodePayload 1.0 is not a ComputeNodePayload")."""
+    ours = f"{ComputeNodePayload.OBJ_NAMESPACE}.{ComputeNodePayload.OBJ_NAME}"
+    theirs = f"{payload.obj_namespace}.{payload.obj_name} {payload.obj_version}"
+    return dead("not_a_node", f"{event_type}: payload {theirs} is not a {ours}", event_type)
 
 
 def plan_fast(position: int, body: Any, indexed_at: str | None = None) -> Planned | Outcome | None:

@@ -52,6 +52,23 @@ def _read(path: Path) -> Notification:
         raise UnexpectedDecodeError(f"internal: {type(exc).__name__}: {exc}") from exc
 
 
+def _dead_lettered(notification: Notification) -> str | None:
+    """Why the indexer's planning would refuse what decodes (a probe: a Selection under
+    ``compute_node.update`` validated "ok" and was dead-lettered), or None."""
+    from cellsight.indexer.outcomes import Outcome, Verdict
+    from cellsight.indexer.planning import EventInfo, map_payload
+    from cellsight.notifications.errors import NotificationError
+
+    info = EventInfo(notification.event_type, notification.timestamp)
+    try:
+        result = map_payload(0, notification.payload, notification.event, info)
+    except NotificationError as exc:
+        return f"{type(exc).__name__}: {exc.message}"
+    if isinstance(result, Outcome) and result.verdict is Verdict.DEAD:
+        return result.reason or result.reason_code or "refused"
+    return None
+
+
 def _describe_error(exc: Exception) -> str:
     if isinstance(exc, OSError):
         return f"cannot read: {exc.strerror or exc}"
@@ -99,6 +116,11 @@ def validate(files: Files) -> None:
         except (NotificationError, OSError, UnexpectedDecodeError) as exc:
             failed += 1
             typer.echo(f"FAIL {path}: {_describe_error(exc)}", err=True)
+            continue
+        why = _dead_lettered(notification)
+        if why is not None:
+            failed += 1
+            typer.echo(f"FAIL {path}: the indexer would dead-letter it: {why}", err=True)
             continue
         payload = notification.payload
         typer.echo(

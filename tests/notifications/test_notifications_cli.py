@@ -232,3 +232,37 @@ def test_publish_to_a_dead_broker_fails_cleanly(
     assert result.exit_code == 1  # runtime: the bus failed (cellsight.cli.errors)
     assert "not delivered to exchange 'nova'" in one_line(result.stderr)
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("event_type", "namespace", "says"),
+    [
+        ("compute_node.update", "nova", "payload nova.Selection 1.1 is not a cellsight."),
+        ("instance.update", "nova", "payload Selection 1.1 names a class of Nova's"),
+        ("compute_node.update", "NOVA", "payload NOVA.Selection 1.1 is not a cellsight."),
+    ],
+)
+def test_validate_fails_what_the_indexer_would_dead_letter(
+    cli: Invoke, tmp_path: Path, event_type: str, namespace: str, says: str
+) -> None:
+    """A probe: a Selection under a node or instance event validated "ok", and the
+    indexer dead-lettered it (not_a_node, not_an_instance)."""
+    from cellsight.notifications.objects import Selection
+
+    payload = Selection.from_allocation(
+        compute_node_uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        service_host="h1",
+        nodename="h1",
+        cell_uuid="3d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        allocation=None,
+    ).to_primitive()
+    payload["nova_object.namespace"] = namespace
+    path = tmp_path / "selection.json"
+    bare = {"event_type": event_type, "publisher_id": "x", "priority": "INFO", "payload": payload}
+    path.write_text(json.dumps(bare))
+    result = cli("notifications", "validate", path)
+    assert result.exit_code == 1, result.output
+    assert f"FAIL {path}: the indexer would dead-letter it: {event_type}: {says}" in one_line(
+        result.stderr
+    )
+    assert "Traceback" not in result.output
