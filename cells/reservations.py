@@ -77,7 +77,7 @@ class ReservationIncomplete(CellsError):
     reason = "reservation_incomplete"
 
     def __init__(self, uuid: str, missing: list[str]) -> None:
-        self.missing = missing
+        self.uuid, self.missing = uuid, missing
         super().__init__(f"reservation {uuid} cannot be committed without {', '.join(missing)}")
 
 

@@ -197,13 +197,19 @@ def _parse(model: type[M], raw: bytes) -> M:
         raise BadRequest(f"reservation.{where}: {err['msg']}", parameter=where) from None
 
 
+_FIELDS = {"display_name": "name", "tenant_id": "project_id"}  # the row's: the API's (_view)
+
+
 def _translate(exc: CellsError) -> ApiError:
     """The one place cells errors become answers (never their internals)."""
     if isinstance(exc, InstanceNotFound):
         return NotFound(str(exc))
     if isinstance(exc, UnknownFlavor | UnknownCell):
         return BadRequest(str(exc))
-    if isinstance(exc, NotForthcoming | ReservationIncomplete | NoValidHost | DuplicateInstance):
+    if isinstance(exc, ReservationIncomplete):  # by the API's field names, not the row's
+        named = ", ".join(_FIELDS.get(field, field) for field in exc.missing)
+        return Conflict(f"reservation {exc.uuid} cannot be committed without {named}")
+    if isinstance(exc, NotForthcoming | NoValidHost | DuplicateInstance):
         return Conflict(str(exc))
     return BadRequest(str(exc))
 

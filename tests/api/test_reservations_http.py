@@ -146,7 +146,12 @@ def test_reserve_then_cancel_and_uuid_only_status_3(stack: Stack) -> None:
         assert data == [[[0, uuid], [3, None], [3, None], [0, True]]]
     incomplete = call(stack.index, "POST", f"/v2.1/reservations/{uuid}/commit")
     assert incomplete.status_code == 409
-    assert "without display_name" in incomplete.json()["conflictingRequest"]["message"]
+    # The API's own field names (a probe: it said "display_name", a field it has not).
+    said = incomplete.json()["conflictingRequest"]["message"]
+    assert (
+        said
+        == f"reservation {uuid} cannot be committed without name, project_id, user_id, flavor, host"
+    )
     assert call(stack.index, "DELETE", f"/v2.1/reservations/{uuid}").status_code == 204
     assert stack.agree() == {}
     again = call(stack.index, "DELETE", f"/v2.1/reservations/{uuid}")
