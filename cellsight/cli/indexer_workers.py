@@ -55,6 +55,31 @@ def watch_supervisor(supervisor: int, stop: threading.Event, name: str) -> threa
     return thread
 
 
+def ready_engine(settings: Settings, stop: threading.Event | None) -> SearchEngine | None:
+    """The engine, its indexes and aliases made, an engine's transient failure (a
+    timeout, a refused connection) retried for about half a minute: a seven-second stall
+    of the engine as the indexer started took every worker down (a probe). None if
+    ``stop`` was set meanwhile."""
+    from cellsight.clients import build_engine
+    from cellsight.indexer.retries import RetryStopped, retrying
+
+    def attempt() -> SearchEngine:
+        engine = build_engine(settings)  # asks the engine its distribution
+        try:
+            for resource in ("instance", "node"):
+                engine.ensure_ready(resource)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    stopped = stop.is_set if stop is not None else (lambda: False)
+    try:
+        return retrying(attempt, "preparing the search engine's indexes", stopped=stopped)
+    except RetryStopped:
+        return None
+
+
 def consume(
     settings: Settings, worker: int | None = None, supervisor: int | None = None
 ) -> dict[str, int]:
@@ -67,7 +92,6 @@ def consume(
         build_bus,
         build_cell_resolver,
         build_consumer_config,
-        build_engine,
     )
     from cellsight.indexer.consumer import IndexerConsumer
     from cellsight.indexer.outcomes import totals_line
@@ -87,10 +111,11 @@ def consume(
         from cellsight.cli.ports import serve_metrics
 
         serve_metrics(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
-    engine = build_engine(settings)
+    engine = ready_engine(settings, stop)
+    if engine is None:
+        console.print(f"{name} stopped before its engine answered", highlight=False)
+        return {}
     try:
-        for resource in ("instance", "node"):
-            engine.ensure_ready(resource)
         from cellsight.indexer import metrics
 
         metrics.ENGINE_UP.set(1)  # it answered; a write that must be retried sets 0
@@ -185,15 +210,11 @@ def supervise(settings: Settings, workers: int, debug: bool = False) -> int:
     or until one of them exits on its own (then non-zero, after stopping the others)."""
     from cellsight.cells.mappings import CellRegistry
     from cellsight.cli import logs
-    from cellsight.clients import build_engine
 
     # Indexes, aliases and the API database's schema are created once, here: N processes
     # creating them at once race (an embedded SQLite file answers "database is locked").
-    engine = build_engine(settings)
-    try:
-        for resource in ("instance", "node"):
-            engine.ensure_ready(resource)
-    finally:
+    engine = ready_engine(settings, None)
+    if engine is not None:
         engine.close()
     CellRegistry.from_settings(settings).close()
     stopping = threading.Event()
