@@ -237,9 +237,15 @@ class MaintenanceLock:
         verify or purge that writes (``fresh``: as ``holds``)."""
         if not self.holds(fresh=fresh):
             try:
-                holder = describe(self.engine.get_meta(self.key))
+                current = self.engine.get_meta(self.key)
+                holder = describe(current)
             except EngineError as exc:
-                holder = f"the engine could not say ({exc})"
+                current, holder = {}, f"the engine could not say ({exc})"
+            if current is None:  # a probe: "taken over: nobody" after osmem restarted empty
+                raise LockLost(
+                    f"the {self.resource} lock was lost: the engine no longer holds its "
+                    "record (restarted without its data, or its meta index deleted?)"
+                )
             raise LockLost(
                 f"the {self.resource} lock was lost (not renewed within {self.ttl:.0f}s and "
                 f"taken over: {holder})"

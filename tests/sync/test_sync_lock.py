@@ -233,3 +233,27 @@ def test_a_release_after_a_lost_answer_releases(engine: SearchEngine) -> None:
     assert released is not None and released["released"], released
     with MaintenanceLock(engine, "instance", "sync"):  # free at once, not after the expiry
         pass
+
+
+def test_a_lock_whose_record_the_engine_lost_says_so(engine: SearchEngine) -> None:
+    """A probe: osmem restarted empty under a sync, which then said its lock was "not
+    renewed within 60s and taken over: nobody", where no minute had passed."""
+    lock = MaintenanceLock(engine, "instance", "sync")
+    lock.acquire()
+    try:
+        _forget_meta(engine, lock_key("instance"))
+        with pytest.raises(LockLost, match="the engine no longer holds its record"):
+            lock.check(fresh=True)
+    finally:
+        lock.release()
+
+
+def _forget_meta(engine: SearchEngine, key: str) -> None:
+    """The record gone, as from an engine that lost its data."""
+    from cellsight.indexer.engines.embedded import EmbeddedEngine
+
+    if isinstance(engine, EmbeddedEngine):
+        with engine._conn() as conn:
+            conn.execute("DELETE FROM _cs_meta WHERE key = ?", (key,))
+        return
+    engine._send("DELETE", f"/{engine.meta_alias()}/_doc/{key}")  # type: ignore[attr-defined]
