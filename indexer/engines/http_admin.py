@@ -127,6 +127,8 @@ class HttpAdmin(HttpCore):
         for name, info in sorted(body.items()):
             meta = info.get("mappings", {}).get("_meta", {}).get(META_KEY)
             if not isinstance(meta, dict):
+                meta = _auto_created(name, self.prefix, resource)
+            if meta is None:
                 continue
             if meta.get("prefix") != self.prefix or meta.get("resource") != resource:
                 continue
@@ -158,3 +160,21 @@ class HttpAdmin(HttpCore):
         if actions:
             # one request: the cluster applies all actions atomically
             self._send("POST", "/_aliases", body={"actions": actions})
+
+
+def _auto_created(name: str, prefix: str, resource: str) -> dict[str, Any] | None:
+    """The record of an index named as this prefix names a sync's new index but made by
+    the cluster's automatic index creation (a live write racing a sync's drop of it:
+    a dynamic mapping, no record of ours), or None for any other name. Listed, it is
+    seen by ``index status`` and dropped as a stray or a retired index (a probe: one
+    outlived ten syncs, unseen)."""
+    head = f"{prefix}-{resource}-"
+    stamp = name[len(head) :] if name.startswith(head) else ""
+    try:
+        created = datetime.strptime(stamp, "%Y%m%d%H%M%S%f").replace(tzinfo=UTC)
+    except ValueError:
+        return None
+    if len(stamp) != 20:  # the scheme's whole stamp only (``new_index_name``)
+        return None
+    return {"prefix": prefix, "resource": resource, "created_at": created.isoformat(),
+            "auto_created": True}  # fmt: skip
