@@ -272,10 +272,11 @@ class IndexerConsumer:
                     raise ChannelLost from exc
                 except self.connection.connection_errors:
                     # Found dead (missed heartbeats): let go of it without the channels'
-                    # closing handshakes, which wait for the broker without end on a path
-                    # kept open that carries nothing (a bus-fault probe: the indexer hung
-                    # there, deaf to SIGTERM).
-                    self.connection.collect(socket_timeout=COLLECT_TIMEOUT)
+                    # closing handshakes, which wait without end on a path kept open that
+                    # carries nothing (a probe: the indexer hung, deaf to SIGTERM). AMQP
+                    # only: Redis has none, and its collected channels failed kombu's exit.
+                    if self.connection.transport.driver_type == "amqp":
+                        self.connection.collect(socket_timeout=COLLECT_TIMEOUT)
                     raise
 
     def _receive(self, frames: FrameReader | None) -> None:
