@@ -290,15 +290,7 @@ def test_a_node_payload_without_its_revision_is_dead_lettered_on_both_paths() ->
 def test_a_node_event_takes_a_node_payload_and_an_instance_event_an_instance_one() -> None:
     """A node event with another class was acked and counted as ignored (no dead letter
     to find it by), and a node's payload on an instance event was indexed as a node."""
-    from cellsight.notifications.objects import Selection
-
-    selection = Selection.from_allocation(
-        compute_node_uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
-        service_host="h1",
-        nodename="h1",
-        cell_uuid="3d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
-        allocation=None,
-    ).to_primitive()
+    selection = novagen.selection()
     node = _node_payload()
     for event_type, payload, code in [
         ("compute_node.update", selection, "not_a_node"),

@@ -18,6 +18,7 @@ from cellsight.cli.groups import register
 from cellsight.notifications import queues
 from cellsight.notifications.bus import open_bus
 from cellsight.notifications.envelope import decode
+from tests.support import novagen
 
 Invoke = Callable[..., Result]
 
@@ -247,15 +248,7 @@ def test_validate_fails_what_the_indexer_would_dead_letter(
 ) -> None:
     """A probe: a Selection under a node or instance event validated "ok", and the
     indexer dead-lettered it (not_a_node, not_an_instance)."""
-    from cellsight.notifications.objects import Selection
-
-    payload = Selection.from_allocation(
-        compute_node_uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
-        service_host="h1",
-        nodename="h1",
-        cell_uuid="3d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
-        allocation=None,
-    ).to_primitive()
+    payload = novagen.selection()
     payload["nova_object.namespace"] = namespace
     path = tmp_path / "selection.json"
     bare = {"event_type": event_type, "publisher_id": "x", "priority": "INFO", "payload": payload}

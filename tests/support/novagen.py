@@ -383,3 +383,16 @@ def write_sample_set(folder: Any, seed: int = 2024) -> Any:
     for name, body in sample_set(seed).items():
         (folder / f"{name}.json").write_text(json.dumps(body, indent=2))
     return folder
+
+
+def selection() -> dict[str, Any]:
+    """A scheduler ``Selection`` on the wire: a class no node or instance event carries."""
+    from cellsight.notifications.objects import Selection
+
+    return Selection.from_allocation(
+        compute_node_uuid="7d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        service_host="h1",
+        nodename="h1",
+        cell_uuid="3d3c1a2b-0e9f-4d8c-b7a6-5e4f3d2c1b0a",
+        allocation=None,
+    ).to_primitive()
