@@ -23,9 +23,7 @@ the JSON parser, or an unexpected key is a 400 naming the problem.
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +37,7 @@ from cellsight.api.auth import Principal, current_principal
 from cellsight.api.encoding import FastJSONResponse
 from cellsight.api.errors import BadRequest, Forbidden, NotFound
 from cellsight.api.fanout import SkippedCell
+from cellsight.api.json_bodies import json_body
 from cellsight.api.param_values import parse_bool
 from cellsight.api.query2 import nodes
 from cellsight.api.query2.evaluate import Deadline, EvaluationDeadline
@@ -53,7 +52,6 @@ from cellsight.query.tree import Node
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["query"])
 
-MAX_BODY = 1024 * 1024
 # Bounds on a query before it is parsed: a field named 10,000 times, or a filter of a
 # million nodes, is a 400 naming the part, not seconds of work.
 MAX_FIELDS = 200
@@ -83,29 +81,9 @@ def _resource(resource: str) -> str:
     return resource
 
 
-def _json_fault(exc: ValueError | RecursionError) -> str:
-    """What is wrong with the body, by the error's type, in the API's words: the parser's
-    own text for an integer too long to convert named CPython's setting, cut mid-word."""
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"  # deeper than the JSON parser goes; never a 500
-    if isinstance(exc, json.JSONDecodeError):
-        return f"{exc.msg} at line {exc.lineno} column {exc.colno}"
-    if isinstance(exc, UnicodeDecodeError):
-        return "it is not UTF-8"
-    # The one other ValueError the parser raises: an integer's digits past the bound.
-    return f"a number has more than {sys.get_int_max_str_digits()} digits"
-
-
 def _body(raw: bytes) -> QueryBody:
     usage = 'The body must be a JSON object {"fields": [names], "filter": [...] or null}'
-    if len(raw) > MAX_BODY:
-        raise BadRequest(f"The request body is over {MAX_BODY} bytes", parameter="body")
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(
-            f"The request body is not valid JSON: {_json_fault(exc)}", parameter="body"
-        ) from None
+    body = json_body(raw)
     if not isinstance(body, dict):
         raise BadRequest(usage, parameter="body")
     unknown = sorted(set(body) - {"fields", "filter"})

@@ -253,3 +253,23 @@ def test_a_reservation_uuid_in_any_spelling_the_cli_takes(client: TestClient) ->
             headers=ADMIN,
         )
         assert shown.status_code == 200 and shown.json()["reservation"]["uuid"] == want
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (b'{"reservation": {"name": ' + b"1" * 4301 + b"}}", "a number has more than 4300"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"reservation": {"name": "x"', "Expecting ',' delimiter at line 1"),
+        (b'{"reservation": {"name": "' + b"x" * (1024 * 1024) + b'"}}', "over 1048576 bytes"),
+    ],
+)
+def test_a_body_that_is_no_json_says_why(client: TestClient, raw: bytes, says: str) -> None:
+    """A probe: a 4,301-digit number and a body nested 100,000 deep were both "not valid
+    JSON", saying no more, and a body had no size bound; as the query API says them."""
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    path = f"/v2.1/reservations/{uuidlib.uuid4()}"
+    for method, url in (("POST", "/v2.1/reservations"), ("PUT", path)):
+        got = client.request(method, url, content=raw, headers=headers)
+        assert got.status_code == 400, (method, got.text)
+        assert says in got.json()["badRequest"]["message"], got.text
