@@ -161,13 +161,6 @@ class DeadLetterer:
         self._reset()
 
 
-def send_heartbeat(connection: Connection) -> None:
-    """An AMQP heartbeat on ``connection``, if it asked for them. Only sent: the broker's
-    are read with the next messages, before the stream checks them."""
-    if connection.heartbeat and connection.transport.driver_type == "amqp":
-        connection.connection.send_heartbeat()
-
-
 @contextlib.contextmanager
 def heartbeats_meanwhile(connection: Connection) -> Iterator[None]:
     """``connection``'s heartbeats sent from a thread of their own while inside: the
@@ -181,9 +174,11 @@ def heartbeats_meanwhile(connection: Connection) -> Iterator[None]:
     done = threading.Event()
 
     def beat() -> None:
+        # Only sent: the broker's are read with the next messages, before the stream's
+        # own check of them.
         while not done.wait(KEEPALIVE_EVERY):
             try:
-                send_heartbeat(connection)
+                connection.connection.send_heartbeat()
             except Exception:  # the connection is lost: the stream finds out at its ack
                 return
 

@@ -170,11 +170,11 @@ def _auto_created(name: str, prefix: str, resource: str) -> dict[str, Any] | Non
     outlived ten syncs, unseen)."""
     head = f"{prefix}-{resource}-"
     stamp = name[len(head) :] if name.startswith(head) else ""
+    if len(stamp) != 20:  # the scheme's whole stamp only (``new_index_name``)
+        return None
     try:
         created = datetime.strptime(stamp, "%Y%m%d%H%M%S%f").replace(tzinfo=UTC)
     except ValueError:
-        return None
-    if len(stamp) != 20:  # the scheme's whole stamp only (``new_index_name``)
         return None
     return {"prefix": prefix, "resource": resource, "created_at": created.isoformat(),
             "auto_created": True}  # fmt: skip
