@@ -18,6 +18,7 @@ from cellsight.notifications.errors import (
     NotificationError,
     OutOfRange,
     brief,
+    time_problem,
 )
 from cellsight.notifications.limits import ENVELOPE_LENGTH
 from cellsight.notifications.registry import decode_payload
@@ -204,7 +205,8 @@ def _parse_timestamp(value: Any) -> datetime | None:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidEnvelope(f"timestamp {brief(value)} is not an ISO 8601 time") from None
+        says = time_problem(value, "not an ISO 8601 time")
+        raise InvalidEnvelope(f"timestamp {brief(value)} is {says}") from None
     try:
         return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     except OverflowError:

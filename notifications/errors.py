@@ -6,6 +6,7 @@ in metrics labels) and a message that names the object, the version and the fiel
 
 from __future__ import annotations
 
+import re
 import reprlib
 from typing import Any
 
@@ -53,6 +54,19 @@ def brief(value: Any, width: int = 80) -> str:
     except (ValueError, RecursionError):  # such an integer inside a list or a dict
         text = f"a {type(value).__name__}"
     return text[:width]
+
+
+# hh:mm:60, with an optional fraction: ISO 8601 allows a leap second, Python's datetime
+# (and so Nova, which writes its times with it) cannot hold one.
+_LEAP_SECOND = re.compile(r"(?:^|[T ])\d{2}:\d{2}:60(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?$")
+
+
+def time_problem(value: Any, parser_says: str) -> str:
+    """Why a time was refused: a leap second by name (the parsers' own words for one are
+    "unexpected extra characters" or nothing at all), otherwise what the parser said."""
+    if isinstance(value, str) and _LEAP_SECOND.search(value.strip()):
+        return "a leap second (second 60), which no Python datetime, Nova's included, holds"
+    return parser_says
 
 
 class NotificationError(Exception):

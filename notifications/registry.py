@@ -26,6 +26,7 @@ from cellsight.notifications.errors import (
     NotificationError,
     OutOfRange,
     brief,
+    time_problem,
 )
 from cellsight.notifications.limits import ENVELOPE_LENGTH
 from cellsight.notifications.objects import CELLSIGHT_OBJECTS
@@ -89,6 +90,7 @@ def decode_payload(obj: Any, where: str = "payload") -> VersionedObject:
         if err["type"] == "missing" or (field == "uuid" and err.get("input") is None):
             raise MissingField(f"{where}: {label}: field {field} is required", field) from None
         error = OutOfRange if err["type"] in _RANGE_ERRORS else MalformedNotification
+        says = time_problem(err.get("input"), err["msg"]) if "date" in err["type"] else err["msg"]
         raise error(
-            f"{where}: {label}: field {field}: {err['msg']} (got {brief(err.get('input'))})"
+            f"{where}: {label}: field {field}: {says} (got {brief(err.get('input'))})"
         ) from None

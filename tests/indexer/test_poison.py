@@ -75,6 +75,18 @@ def test_edge_values_the_contract_allows_are_indexed(kind: str) -> None:
         assert doc["flavor_memory_mb"] == 2**63 - 1
 
 
+@pytest.mark.parametrize("kind", ["updated_at_leap_second", "envelope_timestamp_leap_second"])
+def test_a_leap_second_is_named_as_one(kind: str) -> None:
+    """The parsers' own words for second 60 were "unexpected extra characters" (the
+    payload's) and "not an ISO 8601 time" (the envelope's): both wrong about the input."""
+    outcomes, planned = plan([CORPUS[kind][0]])
+    (outcome,) = outcomes
+    assert planned == [] and outcome is not None and outcome.verdict is Verdict.DEAD
+    assert outcome.reason is not None
+    assert "a leap second (second 60)" in outcome.reason, outcome.reason
+    assert "extra characters" not in outcome.reason and "not an ISO" not in outcome.reason
+
+
 class ExplodingBody(bytes):
     """A body whose length cannot be taken: an exception no contract rule names."""
 

@@ -131,6 +131,12 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             variant(_env(timestamp="9999-12-31T23:59:59-01:00")),
             "out_of_range",
         ),
+        # ISO 8601 allows a leap second; no Python datetime (so no Nova time) holds one.
+        "updated_at_leap_second": (variant(_set(updated_at="2016-12-31T23:59:60Z")), "malformed"),
+        "envelope_timestamp_leap_second": (
+            variant(_env(timestamp="2016-12-31 23:59:60.000000")),
+            "invalid_envelope",
+        ),
         # A Nova payload's version derives from its times: after 2255 it leaves a long.
         "version_past_2255": (variant(_set(updated_at="9999-12-31T23:59:59Z")), "out_of_range"),
         "event_type_300": (variant(_env(event_type="instance." + "a" * 300)), "out_of_range"),
