@@ -57,9 +57,7 @@ RECEIVE_BURST = 32
 FRAMES_PER_MESSAGE = 3
 RECONNECT_FIRST = 0.5  # seconds before the first reconnect of an outage, doubling
 RECONNECT_MAX = 30.0
-# Seconds a connection must have consumed before its loss counts as a new outage (the
-# backoff starts afresh): one that keeps failing sooner goes on doubling.
-STEADY = RECONNECT_MAX
+STEADY = RECONNECT_MAX  # seconds consumed before a loss counts as a new outage (backoff anew)
 
 
 class ChannelLost(Exception):
@@ -369,9 +367,12 @@ class IndexerConsumer:
             self._collector.batch_done()
 
     def _settle_one(self, flight: Settled, outcomes: list[Outcome]) -> int:
-        for message, outcome in zip(flight.messages, outcomes, strict=True):
-            if outcome.verdict is Verdict.DEAD:
-                self._dead_letter(message, outcome)
+        pairs = zip(flight.messages, outcomes, strict=True)
+        if dead := [(m, o) for m, o in pairs if o.verdict is Verdict.DEAD]:
+            with heartbeats_meanwhile(self.connection):  # one thread for the batch's letters
+                for message, outcome in dead:
+                    self._dead_letter(message, outcome)
+        for outcome in outcomes:
             self.totals[outcome.verdict.value] += 1
         self._ack(flight.messages)
         self.acked += len(flight.messages)
@@ -395,6 +396,5 @@ class IndexerConsumer:
 
     def _dead_letter(self, message: Received, outcome: Outcome) -> None:
         """Returns once the DLQ holds the message (confirmed), before the batch is acked."""
-        with heartbeats_meanwhile(self.connection):
-            reason_code, event_type = outcome.reason_code or "unknown", outcome.event_type or ""
-            self.dead_letters.send(message, reason_code, outcome.reason or "", event_type)
+        reason_code, event_type = outcome.reason_code or "unknown", outcome.event_type or ""
+        self.dead_letters.send(message, reason_code, outcome.reason or "", event_type)

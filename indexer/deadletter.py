@@ -164,7 +164,7 @@ class DeadLetterer:
 @contextlib.contextmanager
 def heartbeats_meanwhile(connection: Connection) -> Iterator[None]:
     """``connection``'s heartbeats sent from a thread of their own while inside: the
-    stream waits there for a dead letter's confirm, its retries' backoff included, and
+    stream waits there for a batch's dead letters' confirms, retries' backoff included, and
     without them the broker dropped its connection (a bus-fault probe: the poison was
     dead-lettered twice). Safe beside py-amqp, which is no thread-safe: the stream's
     thread does not touch ``connection`` until the thread has ended."""

@@ -203,6 +203,36 @@ def test_the_stream_keeps_its_heartbeats_while_a_dead_letters_confirm_is_slow(
     assert dead_letters(settings) == [POISON]
 
 
+def test_one_heartbeat_thread_serves_a_batchs_dead_letters(
+    tmp_path: Path,
+    rabbitmq_url: str,
+    embedded_index: EmbeddedEngine,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reread: a thread was started for each dead letter, so a storm of poisons paid
+    a thread's start and join per letter beside its publish and confirm."""
+    plain = bus_settings(tmp_path / "data", "rabbitmq")
+    settings = plain.model_copy(update={"bus_url": f"{plain.bus_url}?heartbeat=1"})
+    real = consumer_module.heartbeats_meanwhile
+    entered: list[str] = []
+
+    @contextmanager
+    def counted(connection: Connection) -> Iterator[None]:
+        entered.append(threading.current_thread().name)
+        with real(connection):
+            yield
+
+    monkeypatch.setattr(consumer_module, "heartbeats_meanwhile", counted)
+    poisons = [POISON + b" " * i for i in range(5)]
+    with running_indexer(settings, embedded_index) as consumer:
+        publish_raw(settings, *poisons)
+        wait_for(lambda: consumer.acked >= 5, 30, "the poisons dead-lettered")
+        assert consumer.totals["dead"] == 5
+    # Five letters, published at once: one batch (two if the age cut it).
+    assert 1 <= len(entered) <= 2, entered
+    assert sorted(dead_letters(settings)) == sorted(poisons)
+
+
 def test_a_dead_letter_after_a_quiet_spell_goes_at_the_first_attempt(
     tmp_path: Path, rabbitmq_url: str, embedded_index: EmbeddedEngine
 ) -> None:
