@@ -230,6 +230,12 @@ class VersionedObject(BaseModel):
         """Whether a nested field of this type may carry an object called ``name``."""
         return name == cls.OBJ_NAME
 
+    @classmethod
+    def accepts_namespace(cls, namespace: Any) -> bool:
+        """oslo.versionedobjects reads an object, nested ones included, only of its
+        class's project's namespace (``UnsupportedObjectError`` otherwise)."""
+        return namespace == cls.OBJ_NAMESPACE
+
     @model_validator(mode="wrap")
     @classmethod
     def _unwrap(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
@@ -246,6 +252,10 @@ class VersionedObject(BaseModel):
         name, version = data[NAME], data[VERSION]
         if not isinstance(name, str) or not cls.accepts_name(name):
             raise ValueError(f"expected a {cls.OBJ_NAME} object, got {brief(name, 60)}")
+        if not cls.accepts_namespace(data[NAMESPACE]):
+            raise ValueError(
+                f"{name} of namespace {brief(data[NAMESPACE], 60)}, not {cls.OBJ_NAMESPACE}"
+            )
         got_major, got_minor = parse_version(version, name)
         known_major, known_minor = parse_version(cls.OBJ_VERSION, cls.OBJ_NAME)
         if name == cls.OBJ_NAME and got_major != known_major:

@@ -183,13 +183,14 @@ def _version_type(model: type[VersionedObject]) -> Any:
 
 
 def wire_struct(model: type[VersionedObject], wires: dict[Any, Any]) -> Any:
-    """A nested object's wrapper: its name fixed, its version of the known major."""
+    """A nested object's wrapper: its name and namespace fixed, its version of the known
+    major (any other declines: the reference names it)."""
     if model not in wires:
         wires[model] = msgspec.defstruct(
             f"{model.__name__}Wire",
             [
                 ("name", Literal[model.OBJ_NAME], field(name=NAME_KEY)),
-                ("namespace", str, field(name=NAMESPACE)),
+                ("namespace", Literal[model.OBJ_NAMESPACE], field(name=NAMESPACE)),
                 ("version", _version_type(model), field(name=VERSION)),
                 ("data", data_struct(model, wires), field(name=DATA)),
             ],

@@ -261,6 +261,10 @@ class GenericPayload(VersionedObject):
     def accepts_name(cls, name: str) -> bool:
         return True
 
+    @classmethod
+    def accepts_namespace(cls, namespace: Any) -> bool:
+        return True  # the registry reads only Nova's and Cellsight's namespaces
+
 
 # Nova's other instance payload classes (``nova/notifications/objects/instance.py``):
 # each adds to InstancePayload fields that no document uses, so the registry reads them

@@ -29,7 +29,7 @@ from cellsight.notifications.errors import (
     time_problem,
 )
 from cellsight.notifications.limits import ENVELOPE_LENGTH
-from cellsight.notifications.objects import CELLSIGHT_OBJECTS
+from cellsight.notifications.objects import CELLSIGHT_OBJECTS, ComputeNodePayload
 from cellsight.notifications.payloads import NOVA_PAYLOADS, GenericPayload, InstancePayload
 
 # pydantic error types that mean "a bound of cellsight.notifications.limits", not "a wrong type".
@@ -40,6 +40,7 @@ _RANGE_ERRORS = frozenset(
 REGISTRY: dict[tuple[str, str], type[VersionedObject]] = {
     (cls.OBJ_NAMESPACE, cls.OBJ_NAME): cls for cls in (*NOVA_PAYLOADS, *CELLSIGHT_OBJECTS)
 }
+NAMESPACES = frozenset(namespace for namespace, _ in REGISTRY)
 
 
 def in_wire_order(name: str, data: dict[str, Any], namespace: str = "nova") -> dict[str, Any]:
@@ -49,11 +50,21 @@ def in_wire_order(name: str, data: dict[str, Any], namespace: str = "nova") -> d
 
 def payload_class(obj: dict[str, Any]) -> type[VersionedObject]:
     """The class that reads this wire object."""
-    known = REGISTRY.get((obj.get(NAMESPACE, ""), obj.get(NAME, "")))
+    namespace = obj.get(NAMESPACE, "")
+    known = REGISTRY.get((namespace, obj.get(NAME, "")))
     if known is not None:
         return known
+    if namespace not in NAMESPACES:
+        # oslo.versionedobjects refuses another project's object (UnsupportedObjectError);
+        # read by shape it would be indexed as one of Nova's instances.
+        raise MalformedNotification(
+            f"payload: {brief(obj.get(NAME), 60)} is of namespace {brief(namespace, 60)}, "
+            f"neither Nova's ({InstancePayload.OBJ_NAMESPACE}) nor Cellsight's "
+            f"({ComputeNodePayload.OBJ_NAMESPACE})"
+        )
     data = obj.get(DATA)
-    if isinstance(data, dict) and InstancePayload.has_shape(data):
+    nova = namespace == InstancePayload.OBJ_NAMESPACE
+    if nova and isinstance(data, dict) and InstancePayload.has_shape(data):
         return InstancePayload
     return GenericPayload
 

@@ -106,6 +106,31 @@ def test_unknown_instance_class_decodes_by_shape(pause_end: dict[str, Any]) -> N
     assert decode(wrap(pause_end)).to_dict() == pause_end
 
 
+def test_an_object_of_another_namespace_is_malformed(pause_end: dict[str, Any]) -> None:
+    """As oslo.versionedobjects refuses it; an instance's shape under another project's
+    namespace was read as one of Nova's instances, and a nested one was not looked at."""
+    foreign = json.loads(json.dumps(pause_end))
+    foreign["payload"]["nova_object.namespace"] = "glance"
+    with pytest.raises(MalformedNotification, match="of namespace 'glance', neither Nova"):
+        decode(foreign)
+    data_of(pause_end)["flavor"]["nova_object.namespace"] = "cellsight"
+    with pytest.raises(
+        MalformedNotification,
+        match=r"field flavor: .*FlavorPayload of namespace 'cellsight', not nova",
+    ):
+        decode(pause_end)
+
+
+def test_an_unknown_class_of_cellsight_is_kept_verbatim(pause_end: dict[str, Any]) -> None:
+    """Read by shape only in Nova's namespace: a later Cellsight's new class is no
+    instance of Nova's, whatever its fields."""
+    pause_end["payload"]["nova_object.namespace"] = "cellsight"
+    pause_end["payload"]["nova_object.name"] = "NodeStatePayload"
+    payload = decode(pause_end).payload
+    assert type(payload) is GenericPayload
+    assert payload.obj_namespace == "cellsight" and payload.obj_name == "NodeStatePayload"
+
+
 def test_other_objects_are_kept_verbatim(nova_like_dir: Path) -> None:
     original = load(nova_like_dir, "service-update")
     payload = decode(original).payload
@@ -225,7 +250,11 @@ def test_an_object_name_past_the_envelope_bound_is_out_of_range(
     version (an adversarial probe found the name unbounded: a megabyte of it was read)."""
     at_bound = json.loads(json.dumps(pause_end))
     at_bound["payload"][key] = "X" * 255
-    decode(at_bound)  # an unknown name, read by shape (or namespace: not Nova's classes)
+    if key == "nova_object.name":
+        decode(at_bound)  # an unknown name of Nova's, read by shape
+    else:
+        with pytest.raises(MalformedNotification, match="is of namespace 'XXX"):
+            decode(at_bound)  # within the bound, and no namespace this code reads
     pause_end["payload"][key] = "X" * 256
     with pytest.raises(OutOfRange, match=f"{key} of 256 characters is longer than 255"):
         decode(pause_end)

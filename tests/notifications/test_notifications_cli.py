@@ -238,9 +238,25 @@ def test_publish_to_a_dead_broker_fails_cleanly(
 @pytest.mark.parametrize(
     ("event_type", "namespace", "says"),
     [
-        ("compute_node.update", "nova", "payload nova.Selection 1.1 is not a cellsight."),
-        ("instance.update", "nova", "payload Selection 1.1 names a class of Nova's"),
-        ("compute_node.update", "NOVA", "payload NOVA.Selection 1.1 is not a cellsight."),
+        (
+            "compute_node.update",
+            "nova",
+            "the indexer would dead-letter it: compute_node.update: payload nova.Selection"
+            " 1.1 is not a cellsight.",
+        ),
+        (
+            "instance.update",
+            "nova",
+            "the indexer would dead-letter it: instance.update: payload Selection 1.1 names"
+            " a class of Nova's",
+        ),
+        # Refused as it is read, as oslo.versionedobjects refuses another project's object.
+        (
+            "compute_node.update",
+            "NOVA",
+            "MalformedNotification: payload: 'Selection' is of namespace 'NOVA', neither"
+            " Nova's (nova) nor Cellsight's (cellsight)",
+        ),
     ],
 )
 def test_validate_fails_what_the_indexer_would_dead_letter(
@@ -255,7 +271,5 @@ def test_validate_fails_what_the_indexer_would_dead_letter(
     path.write_text(json.dumps(bare))
     result = cli("notifications", "validate", path)
     assert result.exit_code == 1, result.output
-    assert f"FAIL {path}: the indexer would dead-letter it: {event_type}: {says}" in one_line(
-        result.stderr
-    )
+    assert f"FAIL {path}: {says}" in one_line(result.stderr)
     assert "Traceback" not in result.output

@@ -170,6 +170,15 @@ def corpus() -> dict[str, tuple[bytes, str]]:
             "malformed",
         ),
         "flavor_is_list": (variant(_set(flavor=[1])), "malformed"),
+        # oslo.versionedobjects reads an object only of its project's namespace.
+        "payload_foreign_namespace": (
+            variant(lambda b: b["payload"].update({"nova_object.namespace": "glance"})),
+            "malformed",
+        ),
+        "flavor_foreign_namespace": (
+            variant(lambda b: data(b)["flavor"].update({"nova_object.namespace": "glance"})),
+            "malformed",
+        ),
         "version_not_numeric": (
             variant(lambda b: b["payload"].update({"nova_object.version": "1.x"})),
             "malformed",
