@@ -37,7 +37,7 @@ def verify_resource(
 ) -> VerifyReport:
     """Verify ``resource`` (those ``cells``, names or uuids; default all). Raises
     ``LockHeld`` while a sync or another verify of the resource runs."""
-    with MaintenanceLock(engine, resource, "verify"):
+    with MaintenanceLock(engine, resource, "verify") as lock:
         engine.ensure_ready(resource)
         # What a killed sync left: its index behind the write alias would answer the
         # document reads (an orphan missing from it reads as removed) and keep growing.
@@ -56,6 +56,7 @@ def verify_resource(
             workers=workers,
             batch_size=batch_size,
             on_progress=on_progress,
+            check=lock.check,
         )
         report = verifier.run(chosen, whole=not cells)
     with contextlib.suppress(Exception):  # the figures are for `index status`

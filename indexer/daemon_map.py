@@ -63,9 +63,11 @@ def map_in_daemons(
                 if not left[0]:
                     finished.set()
 
-    for n in range(min(max(1, workers), len(items))):
-        threading.Thread(target=work, name=f"{name}-{n}", daemon=True).start()
     try:
+        # Started inside: an interrupt that lands while the threads start (a probe: a
+        # verify went on to repair everything, then said "interrupted") stops them too.
+        for n in range(min(max(1, workers), len(items))):
+            threading.Thread(target=work, name=f"{name}-{n}", daemon=True).start()
         finished.wait()
     except BaseException:
         on_interrupt()

@@ -327,6 +327,7 @@ class _Run:
             repair=True,
             index=new,
             backoff=self.options.retry_backoff,
+            check=self.check,
         )
         result = verifier.run(off)
         self.report.caught_up += sum(c.repaired for c in result.cells)

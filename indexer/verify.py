@@ -11,10 +11,10 @@ for what needs repairing. Drift, per cell, with exact counts:
 * **ahead** (reported): a document newer than its row, which only a restored cell
   database explains; an instance's is never repaired (Nova's own notifications are
   versioned by time: see the README's limits), a node's is rewritten; a full sync
-  rebuilds every one. A tombstone ahead of a live
-  row is drift (**hidden**): the row's next update would reach the tombstone's version
-  and the server stay shown deleted. Not repaired either: removing the tombstone would
-  race the live writer, and Elasticsearch refuses the lower version for a minute;
+  rebuilds every one. A tombstone ahead of a live row is drift (**hidden**): the row's
+  next update would reach the tombstone's version and the server stay shown deleted.
+  Not repaired either: removing it would race the live writer, and Elasticsearch
+  refuses the lower version for a minute;
 * **misfiled**: a row whose document is filed under another cell. Repair refiles it
   when the row's revision is above the document's version; otherwise it is reported
   (an error of the cell), and a full sync rebuilds it.
@@ -43,7 +43,9 @@ verify writes it).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +63,6 @@ from cellsight.indexer.engines.base import (
     StoredDocument,
     WriteOp,
     WriteResult,
-    WriteStatus,
 )
 from cellsight.indexer.retries import write_retrying
 from cellsight.indexer.row_documents import REPAIR_EVENT, tombstone
@@ -82,6 +83,10 @@ from cellsight.indexer.verify_report import (
     diff,
     unrepaired,
 )
+from cellsight.indexer.write_gate import WriteGate
+
+log = logging.getLogger(__name__)
+DRAIN = 60.0  # seconds an interrupted run waits for its writes under way (SQLite's busy wait)
 
 
 class Verifier:
@@ -100,7 +105,9 @@ class Verifier:
         workers: int = 4,
         on_progress: Callable[[str, int], None] = lambda cell, n: None,
         backoff: float = RETRY_BACKOFF,
+        check: Callable[[], None] = lambda: None,
     ) -> None:
+        """``check`` runs before each repair write: the maintenance lock's (``LockLost``)."""
         self.engine = engine
         self.registry = registry
         self.resource = resource
@@ -114,6 +121,7 @@ class Verifier:
         # Set when the run is interrupted: the cells' threads stop at their next chunk
         # instead of finishing their comparison and repairs first.
         self._stop = threading.Event()
+        self._gate = WriteGate(engine.capabilities.max_in_flight, self._stop, check)
         self._everywhere: list[CellMapping] = []
 
     def run(self, cells: Sequence[CellMapping], *, whole: bool = False) -> VerifyReport:
@@ -130,10 +138,16 @@ class Verifier:
         # Counted before the cells: repairs and live writes during the run only add to
         # what the cells' streams count, so documents of no cell are never over-counted.
         total = self.engine.count(self.resource) if whole and self.index is None else None
-        # Ctrl-C or SIGTERM in the caller's thread: the cells stop at their next chunk.
-        report.cells = map_in_daemons(
-            self._cell, cells, self.workers, "verify", on_interrupt=self._stop.set
-        )
+        # Ctrl-C or SIGTERM in the caller's thread: the cells stop at their next chunk,
+        # and the caller releases its lock and closes the engine once no write is under way.
+        try:
+            report.cells = map_in_daemons(
+                self._cell, cells, self.workers, "verify", on_interrupt=self._stop.set
+            )
+        except BaseException:
+            if not self._gate.drain(DRAIN):
+                log.warning("interrupted: a repair write still under way after %.0fs", DRAIN)
+            raise
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
@@ -260,12 +274,7 @@ class Verifier:
         return found
 
     def _orphans(
-        self,
-        conn: sa.Connection,
-        docs: CellDocs,
-        uuids: list[str],
-        drift: CellDrift,
-        held: bool,
+        self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift, held: bool
     ) -> None:
         """Orphans are reported; with ``repair`` and not ``held``, tombstoned (nodes
         deleted)."""
@@ -291,13 +300,15 @@ class Verifier:
         for uuid in below:
             drift.note(ORPHANED, uuid)
         if repair and below:
-            drift.repaired += self.engine.delete(self.resource, sorted(below))
+            with self._writing(drift):
+                drift.repaired += self.engine.delete(self.resource, sorted(below))
         candidates = [u for u in candidates if u not in below]
         if self.resource == "node":
             for uuid in candidates:
                 drift.note(ORPHANED, uuid)
             if repair and candidates:
-                drift.repaired += self.engine.delete("node", candidates)
+                with self._writing(drift):
+                    drift.repaired += self.engine.delete("node", candidates)
             return
         stored = self._stored(candidates)
         tombstones = []
@@ -341,7 +352,8 @@ class Verifier:
         behind = [op for op in behind if op.version < stored[op.id].version]
         drift.node_ahead += len(behind)
         if self.repair and behind:
-            self.engine.delete("node", [op.id for op in behind])
+            with self._writing(drift):
+                self.engine.delete("node", [op.id for op in behind])
             self._write(behind, drift, {op.id for op in behind})
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
@@ -352,28 +364,12 @@ class Verifier:
         counted as refused and the next verify writes it."""
         if not ops:
             return
-        refused: list[str] = []
-        busy = 0
         what = f"{self.resource} repairs of {drift.name}"
-        written = write_retrying(
-            self._send, ops, what, backoff=self.backoff, stopped=self._stop.is_set
-        )
-        for op, result in written:
-            if result.status is WriteStatus.OK:
-                drift.repaired += 1
-            elif result.status is WriteStatus.STALE and op.id in (missing or ()):
-                refused.append(op.id)
-            elif result.status is WriteStatus.STALE:
-                drift.repair_lost_to_newer += 1
-            elif result.status is WriteStatus.RETRY:
-                busy += 1
-            else:
-                drift.repair_failed += 1
-                if len(drift.errors) < SAMPLES:
-                    drift.errors.append(f"{op.id}: {result.reason}")
-        drift.repair_failed += busy
-        if busy:
-            drift.errors.append(f"{busy} repairs not written: engine busy")
+        with self._writing(drift):
+            written = write_retrying(
+                self._send, ops, what, backoff=self.backoff, stopped=self._stop.is_set
+            )
+        refused = drift.tally(written, missing or set())
         # A live write that created the document meanwhile also answers STALE.
         created = self._stored(refused)
         drift.repair_lost_to_newer += len(created)
@@ -382,6 +378,9 @@ class Verifier:
                 drift.repair_refused += 1
                 if len(drift.errors) < SAMPLES:
                     drift.errors.append(f"{uuid}: recreation refused (deleted under a minute ago?)")
+
+    def _writing(self, drift: CellDrift) -> contextlib.AbstractContextManager[None]:
+        return self._gate.writing(lambda: VerifyStopped(drift.name))
 
     def _stored(
         self, uuids: list[str], fields: list[str] | None = None

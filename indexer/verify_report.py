@@ -9,6 +9,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from cellsight.indexer.engines.base import WriteOp, WriteResult, WriteStatus
+
 MISSING, STALE, ORPHANED, AHEAD = "missing", "stale", "orphaned", "ahead"
 MISFILED = "misfiled"
 HIDDEN = "hidden"  # a live row under a tombstone of a higher version (a restored cell)
@@ -17,7 +19,10 @@ SAMPLES = 5
 
 
 class VerifyStopped(Exception):
-    """The run was interrupted while this cell was compared."""
+    """The run was interrupted, or its lock lost, while this cell was compared."""
+
+    def __init__(self, cell: str) -> None:
+        super().__init__(f"{cell} stopped before its end: the run was interrupted or lost its lock")
 
 
 def brief(exc: BaseException) -> str:
@@ -95,6 +100,29 @@ class CellDrift:
         sample = self.samples.setdefault(kind, [])
         if len(sample) < SAMPLES:
             sample.append(uuid)
+
+    def tally(self, written: list[tuple[WriteOp, WriteResult]], missing: set[str]) -> list[str]:
+        """Counts a repair's results; returns the ids of documents that were ``missing``
+        and answered STALE (a recreation refused, or a live write that made them)."""
+        refused: list[str] = []
+        busy = 0
+        for op, result in written:
+            if result.status is WriteStatus.OK:
+                self.repaired += 1
+            elif result.status is WriteStatus.STALE and op.id in missing:
+                refused.append(op.id)
+            elif result.status is WriteStatus.STALE:
+                self.repair_lost_to_newer += 1
+            elif result.status is WriteStatus.RETRY:
+                busy += 1
+            else:
+                self.repair_failed += 1
+                if len(self.errors) < SAMPLES:
+                    self.errors.append(f"{op.id}: {result.reason}")
+        self.repair_failed += busy
+        if busy:
+            self.errors.append(f"{busy} repairs not written: engine busy")
+        return refused
 
 
 @dataclass

@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
+import threading
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -15,7 +18,10 @@ import pytest
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.clients import build_engine
-from cellsight.indexer.lock import is_free, lock_key
+from cellsight.indexer import daemon_map
+from cellsight.indexer.engines.base import WriteOp, WriteResult
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.lock import LockLost, is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
 from cellsight.settings import Settings
@@ -61,6 +67,79 @@ def test_an_interrupted_verify_stops_its_cells_at_once(drifted: Settings) -> Non
     # second, already queued, did not start comparing (each would report its progress).
     assert seen == [100]
     assert engine.count("instance") < PER_CELL
+    engine.close()
+    registry.close()
+
+
+def test_an_interrupted_verify_leaves_no_write_under_way(
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync probe: SIGTERM to ``verify --repair --workers 60`` left threads queued for
+    the embedded engine's write lock inside SQLite, where no stop is seen; the caller
+    released its lock and closed the engine under them (SIGSEGV), and they wrote after
+    the lock read as released. Here another connection holds the write lock when the
+    run is interrupted, and lets go only after the run's grace for its threads."""
+    monkeypatch.setattr(daemon_map, "GRACE", 0.5)
+    registry = CellRegistry.from_settings(drifted)
+    path = build_engine(drifted).path  # type: ignore[attr-defined]
+    engine = EmbeddedEngine(path, timeout=30)  # SQLite's busy wait outlasts the grace
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    writing, entered = [0], threading.Event()
+    count = threading.Lock()
+    bulk = engine.bulk
+
+    def watched(ops: Sequence[WriteOp]) -> Sequence[WriteResult]:
+        with count:
+            writing[0] += 1
+        entered.set()
+        try:
+            return bulk(ops)
+        finally:
+            with count:
+                writing[0] -= 1
+
+    monkeypatch.setattr(engine, "bulk", watched)
+
+    def interrupt_when_a_write_waits() -> None:
+        assert entered.wait(60)
+        os.kill(os.getpid(), signal.SIGINT)
+        assert verifier._stop.wait(30)
+        # Past the run's grace: before the fix, the run had returned by now.
+        threading.Event().wait(daemon_map.GRACE + 1.0)
+        blocker.rollback()
+
+    verifier = Verifier(engine, registry, "instance", repair=True, workers=2)
+    interrupter = threading.Thread(target=interrupt_when_a_write_waits)
+    interrupter.start()
+    with pytest.raises(KeyboardInterrupt):
+        verifier.run(registry.list_cells())
+    with count:
+        assert writing[0] == 0, "the run returned with a repair write still under way"
+    interrupter.join(30)
+    blocker.close()
+    engine.close()
+    registry.close()
+
+
+def test_a_verify_that_lost_its_lock_repairs_no_more(drifted: Settings) -> None:
+    """A sync probe: verify never looked at its lock between repairs, as sync and purge
+    do, so one paused past the lock's expiry went on repairing beside the new holder."""
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+    checks: list[int] = []
+
+    def taken_over() -> None:
+        checks.append(1)
+        raise LockLost("the instance lock was lost (taken over: pid 1)")
+
+    verifier = Verifier(engine, registry, "instance", repair=True, check=taken_over)
+    report = verifier.run(registry.list_cells())
+    assert engine.count("instance") == 0  # not one repair written
+    assert checks and all(cell.failed for cell in report.cells)
+    failed = sorted(cell.failed or "" for cell in report.cells)
+    assert failed[0].startswith("LockLost: the instance lock was lost"), failed
+    assert all("stopped before its end" in f for f in failed[1:]), failed
     engine.close()
     registry.close()
 
