@@ -45,6 +45,15 @@ class LockHeld(Exception):
 class LockLost(Exception):
     """This process's lock expired and was taken over; it must stop."""
 
+    aliases = "as the one that took it over left them"  # a sync's failure says so
+
+
+class LockRecordLost(LockLost):
+    """The engine no longer holds the lock's record (restarted without its data): lost,
+    but taken over by nobody."""
+
+    aliases = "as the engine holds them"
+
 
 def lock_key(resource: str) -> str:
     return f"lock:{resource}"
@@ -158,7 +167,11 @@ class MaintenanceLock:
                 f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
             )
         if current and not current.get("released"):
-            log.warning("took over a stale %s lock: %s", self.resource, describe(current))
+            # Its process gone, a lock is taken before its expiry: "stale after" a time
+            # still to come read as not stale (a sync probe).
+            expired = datetime.fromisoformat(str(current.get("expires_at"))) <= now
+            why = "" if expired else "; its process is gone"
+            log.warning("took over a stale %s lock: %s%s", self.resource, describe(current), why)
         self._value = mine
         self._thread = threading.Thread(target=self._beat, name=f"lock-{self.key}", daemon=True)
         self._thread.start()
@@ -242,7 +255,7 @@ class MaintenanceLock:
             except EngineError as exc:
                 current, holder = {}, f"the engine could not say ({exc})"
             if current is None:  # a probe: "taken over: nobody" after osmem restarted empty
-                raise LockLost(
+                raise LockRecordLost(
                     f"the {self.resource} lock was lost: the engine no longer holds its "
                     "record (restarted without its data, or its meta index deleted?)"
                 )

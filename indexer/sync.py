@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from cellsight.cells.database import connect
 from cellsight.cells.errors import UnknownCell
@@ -127,8 +127,13 @@ class _Run:
         if self.lock is not None:
             self.lock.check(fresh=fresh)
 
-    def _holds(self) -> bool:
-        return self.lock is None or self.lock.holds(fresh=True)
+    def _lost(self, exc: BaseException) -> LockLost | None:
+        """Why the lock is no longer this run's, asked now, or None: it still is."""
+        try:
+            self.check(fresh=True)
+        except LockLost as lost:
+            return type(lost)(f"{_said(exc)} ({lost})")
+        return None
 
     def _retrying(self, fn: Callable[[], T], what: str) -> T:
         """``fn`` retried like the load's writes: a step after the load must not throw
@@ -268,14 +273,14 @@ class _Run:
             # Lost, the lock's aliases are another sync's: only ours dropped. (Asked, not
             # read from the error: a sync paused past its expiry failed.) A second
             with signals_held():  # interrupt waits for the clean-up (a review).
-                why = exc if isinstance(exc, LockLost) or self._holds() else LockLost(_said(exc))
+                why = exc if isinstance(exc, LockLost) else self._lost(exc) or exc
                 held = not isinstance(why, LockLost)
                 problems = restore(engine, resource, new, (old_read, old_write) if held else None)
             raise self._failure(why, new, old_read, problems) from exc
         report.cells = [t.as_dict() for t in tallies.values()]
         try:
             report.documents = engine.count(resource, index=new)
-            engine.put_meta(marker_key(resource), self._marker(new, report))
+            engine.put_meta(marker_key(resource), report.marker(new, engine.distribution))
         except Exception as exc:
             raise SyncFailed(
                 f"{new} serves now, but the synced marker could not be written ({exc}): the "
@@ -299,8 +304,8 @@ class _Run:
 
     def _failure(self, exc: BaseException, new: str, old_read: str, errs: list[str]) -> SyncFailed:
         what = "was interrupted" if isinstance(exc, INTERRUPTS) else f"failed: {_said(exc)}"
-        if isinstance(exc, LockLost):  # whoever took the lock over owns the aliases now
-            serving = "its lock was lost: the aliases are as the one that took it over left them"
+        if isinstance(exc, LockLost):  # not this run's aliases to restore now
+            serving = f"its lock was lost: the aliases are {exc.aliases}"
             left = f"{serving}; {'; '.join(errs) or f'{new} was deleted'}"
         elif errs:
             serves = [] if restored_failed(errs) else [f"{old_read} still serves"]
@@ -350,22 +355,6 @@ class _Run:
         )
         return tally.rows_now == tally.documents
 
-    def _marker(self, new: str, report: SyncReport) -> dict[str, Any]:
-        cells = {
-            c["uuid"]: {"name": c["name"], "rows": c["rows_now"], "documents": c["documents"]}
-            for c in report.cells
-        }
-        return {
-            "resource": self.resource,
-            "index": new,
-            "sync_id": report.sync_id,
-            "started_at": report.started_at,
-            "finished_at": datetime.now(UTC).isoformat(),
-            "documents": report.documents,
-            "cells": cells,
-            "engine": self.engine.distribution,
-        }
-
     # Partial sync -------------------------------------------------------------------------
     def partial(self) -> SyncReport:
         engine, resource, report = self.engine, self.resource, self.report
@@ -396,5 +385,5 @@ class _Run:
 
 def _said(exc: BaseException) -> str:
     """A failure in one line: the sync's own errors as they say it, a database error in
-    the driver's words without SQLAlchemy's statement and parameters."""
+    the driver's words (``brief``)."""
     return str(exc) if isinstance(exc, SyncFailed | LockLost) else brief(exc)

@@ -74,6 +74,23 @@ class SyncReport:
     kept: list[str] = field(default_factory=list)
     cells: list[dict[str, Any]] = field(default_factory=list)
 
+    def marker(self, index: str, distribution: str) -> dict[str, Any]:
+        """The synced marker (``layout.marker_key``) of this report's completed sync."""
+        cells = {
+            c["uuid"]: {"name": c["name"], "rows": c["rows_now"], "documents": c["documents"]}
+            for c in self.cells
+        }
+        return {
+            "resource": self.resource,
+            "index": index,
+            "sync_id": self.sync_id,
+            "started_at": self.started_at,
+            "finished_at": datetime.now(UTC).isoformat(),
+            "documents": self.documents,
+            "cells": cells,
+            "engine": distribution,
+        }
+
     def as_dict(self) -> dict[str, Any]:
         data = dict(self.__dict__)
         data["docs_per_s"] = round(self.rows / self.seconds) if self.seconds else 0

@@ -231,7 +231,9 @@ def _print_report(report: Any) -> None:
     compared = [c for c in report.cells if c.failed is None]  # a failed cell's is unknown
     drift = sum(c.drift for c in compared)
     verdict = "no drift" if not drift else f"drift {drift}"
-    if repaired := sum(c.repaired for c in report.cells):
+    # A failed cell's repairs are not in the drift counted: said apart (a sync probe:
+    # "drift 1149, 1,161 repaired").
+    if repaired := sum(c.repaired for c in compared):
         # With --repair: what it rewrote (an operator probe: "drift 3" alone, as a plain
         # verify says it, left only the exit code to tell).
         verdict += f", {repaired:,} repaired"
@@ -241,5 +243,7 @@ def _print_report(report: Any) -> None:
     if report.failed_cells:
         failed = ", ".join(c.name for c in report.failed_cells)
         verdict += f" in {len(compared)} of {plural(len(report.cells), 'cell')}; failed: {failed}"
+        if partly := sum(c.repaired for c in report.failed_cells):
+            verdict += f" ({partly:,} repaired there before failing)"
     console.print(f"{report.resource}: {verdict}", highlight=False)
     sys.stdout.flush()

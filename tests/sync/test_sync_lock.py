@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -80,15 +81,22 @@ def _foreign(engine: SearchEngine, *, pid: int, expires_in: float) -> None:
     assert engine.swap_meta(lock_key("instance"), engine.get_meta(lock_key("instance")), value)
 
 
-def test_stale_locks_are_taken_over(engine: SearchEngine) -> None:
+def test_stale_locks_are_taken_over(engine: SearchEngine, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="cellsight.indexer.lock")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     _foreign(engine, pid=dead.pid, expires_in=600)  # its owner died on this host
     with MaintenanceLock(engine, "instance", "sync"):
         pass
+    # A sync probe: "stale after" a time still to come, and nothing else, read as not stale.
+    (gone,) = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+    assert gone.endswith("; its process is gone"), gone
+    caplog.clear()
     _foreign(engine, pid=os.getppid(), expires_in=-1)  # alive, but stopped renewing
     with MaintenanceLock(engine, "instance", "sync"):
         pass
+    (expired,) = [r.getMessage() for r in caplog.records if "took over" in r.getMessage()]
+    assert "process is gone" not in expired, expired
     _foreign(engine, pid=os.getppid(), expires_in=600)  # alive and renewing
     with pytest.raises(LockHeld), MaintenanceLock(engine, "instance", "sync"):
         pass
@@ -177,6 +185,29 @@ def test_a_sync_failing_after_its_lock_was_taken_over_leaves_the_aliases_alone(
     after = layout(engine, "instance")
     assert after.serving is not None and after.serving.name == serving.name
     assert sorted(after.writers) == sorted([serving.name, theirs])  # as the other left them
+
+
+def test_a_sync_whose_engine_lost_its_lock_record_does_not_blame_a_taker(
+    make_world: Any, engine_kind: str
+) -> None:
+    """A sync probe: osmem restarted empty under a sync, which failed saying "the
+    aliases are as the one that took it over left them": nobody had taken it over."""
+    from cellsight.indexer.engines.base import EngineUnavailable
+
+    world = make_world("sqlite", engine_kind)
+    engine = world.engine
+
+    def forgotten_then_failing(index: str) -> None:
+        _forget_meta(engine, lock_key("instance"))
+        raise EngineUnavailable("connection refused (the engine restarting)")
+
+    engine.finish_bulk_load = forgotten_then_failing
+    with pytest.raises(SyncFailed) as failed:
+        run_sync(engine, world.registry, SyncOptions())
+    said = str(failed.value)  # the failure retried, then the lock's check said why
+    assert "the engine no longer holds its record" in said, said
+    assert "the aliases are as the engine holds them" in said, said
+    assert "took it over" not in said, said
 
 
 class AnswerLost:

@@ -89,3 +89,19 @@ def test_a_cell_that_failed_after_repairs_says_what_was_repaired(
     err = err.replace("\n", "")
     assert f"cell1: compared partly (3 repaired), then failed: {failed}" in err
     assert f"cell2: not compared: {failed}" in err
+
+
+def test_the_verdict_keeps_a_failed_cells_repairs_apart(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A sync probe: "drift 1149, 1,161 repaired": the repairs counted a failed cell's,
+    the drift only the compared cells'."""
+    from cellsight.cli.index_sync_cmd import _print_report
+
+    failed = "EngineUnavailable: read timeout"
+    compared = CellDrift("u1", "cell1", rows=9, documents=9, stale=4, repaired=4)
+    partly = CellDrift("u2", "cell2", repaired=330, failed=failed, errors=[failed])
+    _print_report(VerifyReport("instance", "alias", True, "now", cells=[compared, partly]))
+    out = capsys.readouterr().out.replace("\n", " ")
+    assert "instance: drift 4, 4 repaired in 1 of 2 cells; failed: cell2" in out, out
+    assert "(330 repaired there before failing)" in out, out
