@@ -34,11 +34,6 @@ event cannot resurrect it. Tombstones whose row is gone are therefore not drift.
 Before an orphan is counted, its row is looked up once more: a row created after the
 cell stream passed its uuid is a live change in flight, not drift. Node documents have
 no tombstones: orphaned node documents are removed.
-
-Elasticsearch and OpenSearch remember a deleted document's version for
-``index.gc_deletes`` (60 s): a document deleted outright less than that ago cannot be
-recreated at its version, and its repair is reported as ``repair_refused`` (the next
-verify writes it).
 """
 
 from __future__ import annotations
@@ -76,6 +71,7 @@ from cellsight.indexer.verify_report import (
     SAMPLES,
     TWIN,
     CellDrift,
+    VerifyInterrupted,
     VerifyReport,
     VerifyStopped,
     brief,
@@ -123,6 +119,7 @@ class Verifier:
         self._stop = threading.Event()
         self._gate = WriteGate(engine.capabilities.max_in_flight, self._stop, check)
         self._everywhere: list[CellMapping] = []
+        self._seen: list[CellDrift] = []  # the cells begun: what an interrupt says
 
     def run(self, cells: Sequence[CellMapping], *, whole: bool = False) -> VerifyReport:
         """``whole``: the cells are all the registered ones, so documents outside them
@@ -144,9 +141,13 @@ class Verifier:
             report.cells = map_in_daemons(
                 self._cell, cells, self.workers, "verify", on_interrupt=self._stop.set
             )
-        except BaseException:
+        except BaseException as exc:
             if not self._gate.drain(DRAIN):
                 log.warning("interrupted: a repair write still under way after %.0fs", DRAIN)
+            if self.repair and isinstance(exc, KeyboardInterrupt):
+                done = sum(drift.repaired for drift in self._seen)
+                said = f"{self.resource} verify interrupted: {done:,} repaired before it stopped"
+                raise VerifyInterrupted(said) from exc
             raise
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
@@ -160,6 +161,7 @@ class Verifier:
 
     def _cell(self, cell: CellMapping) -> CellDrift:
         drift = CellDrift(cell.uuid, cell.name)
+        self._seen.append(drift)
         try:
             with connect(self.registry.cell_engine(cell)) as conn:
                 self._compare(conn, cell, drift)
@@ -357,11 +359,10 @@ class Verifier:
             self._write(behind, drift, {op.id for op in behind})
 
     def _write(self, ops: list[WriteOp], drift: CellDrift, missing: set[str] | None = None) -> None:
-        """Versioned writes, transient failures retried (``write_retrying``); a STALE
-        answer means a newer live write won, except for a document that was missing:
-        Elasticsearch and OpenSearch remember a deleted document's version for
-        ``index.gc_deletes`` (60 s) and refuse to recreate it below that, so it is
-        counted as refused and the next verify writes it."""
+        """Versioned writes, transient failures retried; a STALE answer means a newer
+        live write won, except for a document that was missing: Elasticsearch and
+        OpenSearch refuse to recreate it below a deleted one's version for
+        ``index.gc_deletes`` (60 s): counted ``repair_refused``, the next verify writes it."""
         if not ops:
             return
         what = f"{self.resource} repairs of {drift.name}"

@@ -18,6 +18,11 @@ TWIN = "twin"  # a row in this cell and one in another: one document, under the 
 SAMPLES = 5
 
 
+class VerifyInterrupted(KeyboardInterrupt):
+    """An interrupted ``verify --repair``, saying what it repaired before it stopped (a
+    sync probe: a bare "interrupted" said the same for none and for nearly all)."""
+
+
 class VerifyStopped(Exception):
     """The run was interrupted, or its lock lost, while this cell was compared."""
 

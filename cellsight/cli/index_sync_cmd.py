@@ -132,6 +132,7 @@ def index_verify(
     orphaned documents per cell, and with --repair rewrite exactly those."""
     from cellsight.indexer.antientropy import verify_resource
     from cellsight.indexer.lock import LockHeld
+    from cellsight.indexer.verify_report import VerifyInterrupted
 
     resources = [_resource(resource)] if resource else ["instance", "node"]
     reports = []
@@ -152,6 +153,8 @@ def index_verify(
                 reports.append(report)
         except LockHeld as exc:
             fail(str(exc), code=3)
+        except VerifyInterrupted as exc:
+            fail(str(exc), code=130)
     left = sum(_left(r) for r in reports)
     if as_json:
         _emit({"ok": left == 0, "reports": [r.as_dict() for r in reports]})

@@ -163,6 +163,9 @@ def test_sigterm_stops_a_verify_as_ctrl_c_does(drifted: Settings) -> None:
     assert verify.returncode == 130, stderr
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "interrupted" in lines[0]
+    # What it did, from a sync probe: "interrupted" alone said the same for none and all.
+    assert lines[0].startswith("error: instance verify interrupted: "), lines
+    assert lines[0].endswith(" repaired before it stopped"), lines
     # Released: the next run may go.
     assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
     engine.close()
