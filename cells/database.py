@@ -149,7 +149,9 @@ def create_engine(url: str | sa.URL, timeouts: Timeouts = Timeouts()) -> sa.Engi
             return postgresql_engine(parsed, timeouts)
         return mysql_engine(parsed, timeouts)
     except (ImportError, sa.exc.NoSuchModuleError) as exc:
-        raise BadDatabaseURL(str(url), f"its driver is not installed ({exc})") from None
+        # The drivers Cellsight supports (psycopg, PyMySQL) are its production extra.
+        how = "; pip install 'cellsight[production]'" if backend != "sqlite" else ""
+        raise BadDatabaseURL(str(url), f"its driver is not installed ({exc}){how}") from None
     except (TypeError, ValueError) as exc:  # the dialect reads some parameters itself
         raise BadDatabaseURL(str(url), f"a query parameter does not parse ({exc})") from None
 

@@ -43,7 +43,7 @@ from cellsight.cells.schema import (
     instance_mappings,
     instances,
 )
-from cellsight.cells.seed_undo import Made
+from cellsight.cells.seed_undo import Made, SeedInterrupted
 from cellsight.cells.seeddata import Generator, HostUsage
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.publisher import Publisher
@@ -132,8 +132,12 @@ def seed(
             registry, made, cells, instances_per_cell, db_urls, cells_dir, seed, name_prefix,
             chunk_size, progress, publisher, publisher_id, now, workers,
         )  # fmt: skip
+    except KeyboardInterrupt as exc:
+        # Said in the one line: a bare "interrupted" left the operator to guess whether
+        # the cells it had made were still registered (a README probe).
+        raise SeedInterrupted(f"seed interrupted: {made.undo(registry)}") from exc
     except BaseException:
-        # Failed or interrupted: what this run made is undone, so a rerun starts clean.
+        # Failed: what this run made is undone, so a rerun starts clean.
         made.undo(registry)
         raise
 

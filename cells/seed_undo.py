@@ -33,6 +33,10 @@ from cellsight.signal_events import signals_held
 log = logging.getLogger(__name__)
 
 
+class SeedInterrupted(KeyboardInterrupt):
+    """An interrupted seed, saying what became of what it had made."""
+
+
 @dataclass
 class Made:
     """What this run created, recorded as it goes."""
@@ -60,10 +64,20 @@ class Made:
             if not sa.inspect(conn).get_table_names():
                 self.schemas.append(url)
 
-    def undo(self, registry: CellRegistry) -> None:
-        """Best effort, each part on its own: one that fails is logged, the rest done."""
+    def undo(self, registry: CellRegistry) -> str:
+        """Best effort, each part on its own: one that fails is logged, the rest done.
+        Returns what was undone, for an interrupted seed to say."""
         with signals_held():
-            self._undo(registry)
+            kept = self._undo(registry)
+        names = ", ".join(c.name for c in self.cells)
+        if kept:
+            return (
+                f"the cells it made ({names}) could not be unregistered and keep their "
+                "databases: `cellsight cells disable` and `cells remove` undo each"
+            )
+        if self.cells:
+            return f"the cells it made ({names}) are unregistered and their databases removed"
+        return "it had registered no cell yet; what it had created is removed"
 
     @staticmethod
     def _registered_now(registry: CellRegistry) -> set[str] | None:
@@ -74,7 +88,7 @@ class Made:
             log.warning("seed clean-up: the registered cells cannot be read: %s", exc)
             return None
 
-    def _undo(self, registry: CellRegistry) -> None:
+    def _undo(self, registry: CellRegistry) -> set[str]:
         uuids = [c.uuid for c in self.cells]
         kept: set[str] = set()  # the URLs of cells still registered: their data stays
         if uuids:
@@ -116,6 +130,7 @@ class Made:
             for leftover in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
                 with _logged(f"remove {leftover}"):
                     leftover.unlink(missing_ok=True)
+        return kept
 
 
 @contextlib.contextmanager

@@ -15,8 +15,11 @@ Reading a node's live state is the expensive part of a node query, so:
   cell read again for a dropped entry is read by ``truth`` when given (its own
   database): the index may not hold the change yet, and an entry refilled from it
   would keep the old state for a whole TTL.
-* ``get(bypass=True)`` (``bypass_cache=true``) snapshots every cell and refills;
-  ``refresh()`` is the same, for ``cellsight nodes refresh`` and the periodic refresh.
+* ``get(bypass=True)`` (``bypass_cache=true``) reads every cell from its own database
+  (``truth``) and refills; ``refresh()`` is the same, for ``cellsight nodes refresh``.
+  A cell whose database does not answer is named as skipped even when the index
+  filled its entries in: the caller asked for the cells. ``warm()`` (the periodic
+  refresh) reads every cell again the usual way, from the index when it serves.
 * A cell that does not answer keeps its old entries, shown with status 2 (no data)
   for their live fields, and is read again by the next request.
 
@@ -105,6 +108,8 @@ class CellLoad:
     documents: dict[str, list[dict[str, Any]]]
     skipped: tuple[SkippedCell, ...] = ()
     source: str = "cells"
+    # Cells whose database did not answer but whose documents the index gave instead.
+    unanswered: tuple[SkippedCell, ...] = ()
 
 
 Loader = Callable[[Sequence[CellMapping]], CellLoad]
@@ -144,15 +149,26 @@ class NodeCache:
         self.hits = self.misses = self.invalidations = 0
 
     def get(self, *, bypass: bool = False) -> NodeSnapshot:
+        """The nodes of every cell; ``bypass``: each read now from its own database."""
+        return self._get(every=bypass, fresh=bypass)
+
+    def refresh(self) -> NodeSnapshot:
+        return self.get(bypass=True)
+
+    def warm(self) -> NodeSnapshot:
+        """Every cell read again as a miss reads it (the periodic refresh)."""
+        return self._get(every=True, fresh=False)
+
+    def _get(self, *, every: bool, fresh: bool) -> NodeSnapshot:
         cells = list(self._list_cells())
         with self._lock:  # single flight: concurrent misses share one snapshot
             now = self._clock()
-            missing = [c for c in cells if bypass or not self._answers(c.uuid, now)]
+            missing = [c for c in cells if every or not self._answers(c.uuid, now)]
             skipped: tuple[SkippedCell, ...] = ()
             if missing:
                 self.misses += 1
                 MISSES.inc()
-                skipped = self._fill(missing)
+                skipped = self._fill(missing, fresh)
             else:
                 self.hits += 1
                 HITS.inc()
@@ -174,17 +190,16 @@ class NodeCache:
             self._assembled = None if skipped else (self._generation, key, snapshot)
             return snapshot
 
-    def refresh(self) -> NodeSnapshot:
-        return self.get(bypass=True)
-
     def _answers(self, cell_uuid: str, now: float) -> bool:
         loaded = self._loaded_at.get(cell_uuid)
         return loaded is not None and cell_uuid not in self._dropped and now - loaded < self.ttl
 
-    def _fill(self, cells: list[CellMapping]) -> tuple[SkippedCell, ...]:
+    def _fill(self, cells: list[CellMapping], fresh: bool) -> tuple[SkippedCell, ...]:
         self.loads += 1
-        truth = [c for c in cells if c.uuid in self._truth] if self._truth_loader else []
-        rest = [c for c in cells if c.uuid not in self._truth] if truth else cells
+        truth: list[CellMapping] = []
+        if self._truth_loader is not None:
+            truth = cells if fresh else [c for c in cells if c.uuid in self._truth]
+        rest = [c for c in cells if c not in truth] if truth else cells
         # Both read before either is kept: an exception leaves the entries as they were.
         loads: list[CellLoad] = []
         if self._truth_loader is not None and truth:
@@ -206,11 +221,14 @@ class NodeCache:
             self._keep(load, loaded_at)
         self._generation += 1
         self._source = loads[-1].source
+        if fresh and truth and rest is not cells:  # an index that stood in is no answer
+            return tuple(s for load in loads for s in (*load.skipped, *load.unanswered))
         return tuple(s for load in loads for s in load.skipped)
 
     def _keep(self, load: CellLoad, loaded_at: float) -> None:
-        from_index = load.source == "index"
+        stood_in = {s.uuid for s in load.unanswered}
         for cell_uuid, docs in load.documents.items():
+            from_index = load.source == "index" or cell_uuid in stood_in
             held: dict[str, dict[str, Any]] = {}
             for old in self._members.get(cell_uuid, ()):
                 entry = self._entries.pop(old, None)

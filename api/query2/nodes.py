@@ -68,7 +68,7 @@ def _start_refresh(cache: NodeCache, interval: float) -> None:
     def run() -> None:
         while not stop.wait(interval):
             try:
-                cache.refresh()
+                cache.warm()
             except Exception:
                 log.warning("periodic node cache refresh failed", exc_info=True)
 
@@ -108,7 +108,8 @@ def load_cells(state: State, cells: Sequence[CellMapping]) -> CellLoad:
 def load_truth(state: State, cells: Sequence[CellMapping]) -> CellLoad:
     """Cells an event or an operation dropped entries of: read from their databases,
     since the index may not hold the change yet. A cell that does not answer is read as
-    any other (from the index, when it serves), rather than left out."""
+    any other (from the index, when it serves), rather than left out, and named in
+    ``unanswered`` (a refresh reports it)."""
     load = _from_cells(list(cells), state.fanout)
     if not load.skipped or state.safe_connect.flagged:
         return load
@@ -119,7 +120,12 @@ def load_truth(state: State, cells: Sequence[CellMapping]) -> CellLoad:
         return load
     missed = {s.uuid for s in load.skipped}
     rest = load_cells(state, [c for c in cells if c.uuid in missed])
-    return CellLoad({**load.documents, **rest.documents}, rest.skipped, rest.source)
+    neither = {s.uuid for s in rest.skipped}
+    unanswered = tuple(s for s in load.skipped if s.uuid not in neither)
+    documents = {**load.documents, **rest.documents}
+    if rest.source != "index":  # the cells again: the index was not asked after all
+        return CellLoad(documents, rest.skipped, rest.source)
+    return CellLoad(documents, rest.skipped, "cells", unanswered)
 
 
 def with_derived(doc: dict[str, Any], cell_name: str | None) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cellsight.cli.context import fail, settings_of
+from cellsight.cli.context import fail, setting_of, settings_of
 
 # Literal so that --help needs no settings import; a test checks them against Settings.
 DEFAULT_HOST = "127.0.0.1"
@@ -46,11 +46,14 @@ def serve(
     bind_host = host or settings.api_host
     bind_port = settings.api_port if port is None else port
     # Named as the operator gave it: an option, or the setting it came from.
+    defaulted = port is None and "api_port" not in settings.model_fields_set
     check_bind(
         bind_host,
         bind_port,
-        host_option="--host" if host else "api_host (CELLSIGHT_API_HOST)",
-        port_option="--port" if port is not None else "api_port (CELLSIGHT_API_PORT)",
+        host_option="--host" if host else setting_of(ctx, "api_host"),
+        port_option="--port" if port is not None else setting_of(ctx, "api_port"),
+        # A default is changed where the operator would set it, not "another default".
+        choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
     )
     app = create_app(settings, freeze_startup=True)  # a process that only serves the API
     try:

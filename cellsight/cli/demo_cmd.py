@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
-from cellsight.cli.context import console, fail, print_table, settings_of
+from cellsight.cli.context import console, fail, print_table, setting_of, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.cli.interrupts import terminate_as_interrupt
 from cellsight.notifications.errors import plural
@@ -89,11 +89,14 @@ def demo(
     # --no-serve only shows a few requests and exits: on a free port unless --port is
     # given, so it runs beside a service that holds 8774 (CI's smoke test, an API).
     bind = (settings.api_port if serve else 0) if port is None else port
+    defaulted = port is None and "api_port" not in settings.model_fields_set
     check_bind(
         settings.api_host,
         bind,
-        host_option="api_host (CELLSIGHT_API_HOST)",
-        port_option="--port" if port is not None else "api_port (CELLSIGHT_API_PORT)",
+        host_option=setting_of(ctx, "api_host"),
+        port_option="--port" if port is not None else setting_of(ctx, "api_port"),
+        # A default is changed where the operator would set it, not "another default".
+        choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
     )
     if fresh:
         _start_over(settings.data_dir)

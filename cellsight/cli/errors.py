@@ -58,7 +58,8 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
     if isinstance(exc, KeyboardInterrupt):
         # Before any import: the interrupt may have landed in one of them, and importing
         # a half-imported package again failed with a traceback (an interrupt probe).
-        return INTERRUPTED, "interrupted"
+        # An interrupt raised by a command says what it had done (SeedInterrupted).
+        return INTERRUPTED, str(exc) or "interrupted"
     # Imported here, on the failure path only, so that starting the CLI stays quick.
     import pydantic
     import sqlalchemy.exc

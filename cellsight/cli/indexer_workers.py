@@ -108,9 +108,11 @@ def consume(
     if supervisor is not None:
         watch_supervisor(supervisor, stop, name)
     if settings.metrics_port is not None:
+        from cellsight.cli.context import setting_label
         from cellsight.cli.ports import serve_metrics
 
-        serve_metrics(settings.metrics_port + worker if settings.metrics_port else 0)  # 0: any
+        port = settings.metrics_port + worker if settings.metrics_port else 0  # 0: any
+        serve_metrics(port, setting_label(settings, "metrics_port"))
     engine = ready_engine(settings, stop)
     if engine is None:
         console.print(f"{name} stopped before its engine answered", highlight=False)

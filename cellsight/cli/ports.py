@@ -20,11 +20,17 @@ _PORT_ERRORS = {errno.EADDRINUSE: "is not free", errno.EACCES: "needs a privileg
 
 
 def check_bind(
-    host: str, port: int, *, host_option: str = "--host", port_option: str = "--port"
+    host: str,
+    port: int,
+    *,
+    host_option: str = "--host",
+    port_option: str = "--port",
+    choose: str | None = None,
 ) -> None:
     """Exit with one usage line (2: the option's value is unusable here) naming
-    ``port_option`` or ``host_option`` when ``host:port`` cannot be bound. Port 0 (any
-    free port) checks the host only."""
+    ``port_option`` or ``host_option`` when ``host:port`` cannot be bound, and how to
+    ``choose`` another port (default: another ``port_option``). Port 0 (any free port)
+    checks the host only."""
     # As uvicorn binds: IPv6 for an address with a colon, SO_REUSEADDR (so a port left
     # in TIME_WAIT by a previous run counts as free, and a listening one does not).
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -39,15 +45,16 @@ def check_bind(
         if exc.errno in _PORT_ERRORS:
             fail(
                 f"{port_option} {port}: {host}:{port} {_PORT_ERRORS[exc.errno]} ({why}); "
-                f"choose another {port_option}",
+                f"choose another {choose or port_option}",
                 code=USAGE,
             )
         fail(f"{host_option} {host}: cannot listen on it ({why})", code=USAGE)
 
 
-def serve_metrics(port: int) -> None:
+def serve_metrics(port: int, label: str = "metrics_port (CELLSIGHT_METRICS_PORT)") -> None:
     """The Prometheus endpoint on ``port`` (0: any free one); a port that cannot be bound
-    is ``ConfigError`` naming the setting (one usage line, exit 2, from any process)."""
+    is ``ConfigError`` naming the setting as ``label`` (one usage line, exit 2, from any
+    process)."""
     from cellsight.indexer import metrics
     from cellsight.settings import ConfigError
 
@@ -55,7 +62,4 @@ def serve_metrics(port: int) -> None:
         metrics.serve(port)
     except OSError as exc:
         why = _PORT_ERRORS.get(exc.errno or 0, "cannot be listened on")
-        raise ConfigError(
-            f"metrics_port (CELLSIGHT_METRICS_PORT) {port} {why} ({exc.strerror or exc}); "
-            "choose another"
-        ) from None
+        raise ConfigError(f"{label} {port} {why} ({exc.strerror or exc}); choose another") from None

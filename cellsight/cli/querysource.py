@@ -44,9 +44,16 @@ class Source(Protocol):
     def refresh_nodes(self) -> dict[str, Any]: ...
 
 
+# The compute endpoint as a catalog lists it and the demo prints it: the API's root.
+_VERSION_SUFFIX = "/v2.1"
+
+
 class RemoteSource:
     def __init__(self, url: str, token: str = ADMIN_TOKEN, timeout: float = 30.0) -> None:
-        self.url, self.token, self.timeout = url.rstrip("/"), token, timeout
+        base = url.rstrip("/")
+        if base.endswith(_VERSION_SUFFIX):
+            base = base[: -len(_VERSION_SUFFIX)]
+        self.url, self.token, self.timeout = base, token, timeout
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[Any, dict[str, str]]:
         # urllib.request pulls in http.client and email: 20 ms every `--help` would pay
@@ -89,6 +96,8 @@ class RemoteSource:
             fault = _fault(exc.read(), exc.code)
             if exc.code in (401, 403):
                 fault = f"{fault} ({TOKEN_HINT})"
+            elif exc.code == 404 and urlsplit(self.url).path:
+                fault = f"{fault} (--url is the API's root, such as http://127.0.0.1:8774)"
             raise SourceError(f"{self.url}: {fault}", _code(exc.code)) from None
         except (http.client.InvalidURL, ValueError) as exc:
             # Raised before any connection, for a host urllib split but cannot send: a

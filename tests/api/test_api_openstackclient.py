@@ -1,10 +1,11 @@
 """``openstack server list`` (python-openstackclient, the OpenStack CLI itself) against
 the app served by uvicorn, as an administrator and as a member, on both paths.
 
-No Keystone: ``clouds.yaml`` uses keystoneauth's ``admin_token`` plugin (a fixed
-token, Cellsight's dev-mode ``user:project``) and ``compute_endpoint_override``. The
-CLI insists on discovering an identity v3 endpoint before listing, so a stand-in
-serves only the identity version document (the one part that cannot exist here).
+No Keystone: the README's recipe, run as written there (ports and token aside):
+``clouds.yaml`` uses keystoneauth's ``admin_token`` plugin (a fixed token, Cellsight's
+dev-mode ``user:project``) and ``compute_endpoint_override``; the CLI insists on
+discovering an identity v3 endpoint before listing, so Python's own web server serves
+the identity version document from a file (the one part that cannot exist here).
 The CLI sends its own request shape: ``deleted=False`` always, ``all_tenants``,
 ``host``… and microversion 2.96.
 """
@@ -13,14 +14,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fastapi import FastAPI, Request
 
 from cellsight.api.app import create_app
 from cellsight.indexer.engines.embedded import EmbeddedEngine
@@ -28,26 +33,55 @@ from tests.support.api_world import World, api_settings, load_index, project_tok
 from tests.support.serve import serving
 
 pytest.importorskip("openstackclient")
-IDENTITY_V3 = "application/vnd.openstack.identity-v3+json"
 OPENSTACK = Path(sys.executable).with_name("openstack")
+README = Path(__file__).resolve().parents[2] / "README.md"
+# The recipe's own addresses, replaced by the test's.
+IDENTITY, API, TOKEN = "http://127.0.0.1:5050", "http://127.0.0.1:8774", "alice:demo"
 
 
-def identity_discovery() -> FastAPI:
-    app = FastAPI()
+def recipe() -> dict[str, str]:
+    """The README's recipe: its identity document, web server command and clouds.yaml."""
+    block = next(b for b in README.read_text().split("```sh\n") if "osc-identity" in b)
+    files = dict(re.findall(r"cat > (\S+) <<'EOF'\n(.*?)\nEOF\n", block, re.S))
+    server = next(line for line in block.splitlines() if "http.server" in line)
+    return {
+        "document": files["osc-identity/identity/v3/index.html"],
+        "server": server,
+        "clouds": files["clouds.yaml"],
+    }
 
-    @app.get("/identity/v3")
-    def version(request: Request) -> dict[str, Any]:
-        return {
-            "version": {
-                "id": "v3.14",
-                "status": "stable",
-                "updated": "2020-04-07T00:00:00Z",
-                "links": [{"rel": "self", "href": f"{request.base_url}identity/v3/"}],
-                "media-types": [{"base": "application/json", "type": IDENTITY_V3}],
-            }
-        }
 
-    return app
+@contextmanager
+def identity_server(tmp: Path) -> Iterator[str]:
+    """The recipe's ``python3 -m http.server`` over the recipe's file, on a free port."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    steps = recipe()
+    (tmp / "osc-identity/identity/v3").mkdir(parents=True)
+    (tmp / "osc-identity/identity/v3/index.html").write_text(
+        steps["document"].replace(IDENTITY, url)
+    )
+    command = shlex.split(steps["server"].rstrip("& ").replace("5050", str(port)))
+    assert command[:3] == ["python3", "-m", "http.server"], command
+    served = subprocess.Popen(
+        [sys.executable, *command[1:]], cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert served.poll() is None, served.stderr and served.stderr.read()
+                assert time.monotonic() < deadline, "http.server did not start"
+                time.sleep(0.02)  # polling a subprocess's socket: no event to wait on
+        yield url
+    finally:
+        served.terminate()
+        served.wait(10)
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +95,7 @@ def urls(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Itera
     with (
         serving(index_app) as index_url,
         serving(fanout_app) as fanout_url,
-        serving(identity_discovery()) as identity_url,
+        identity_server(tmp) as identity_url,
     ):
         yield {"index": index_url, "fanout": fanout_url, "identity": identity_url}
     indexed.close()
@@ -70,16 +104,11 @@ def urls(sqlite_world: World, tmp_path_factory: pytest.TempPathFactory) -> Itera
 
 def openstack(tmp: Path, urls: dict[str, str], path: str, token: str, *args: str) -> Any:
     clouds = tmp / "clouds.yaml"
-    clouds.write_text(
-        "clouds:\n"
-        "  cellsight:\n"
-        "    auth_type: admin_token\n"
-        f"    auth: {{token: '{token}', endpoint: '{urls[path]}/v2.1'}}\n"
-        f"    compute_endpoint_override: '{urls[path]}/v2.1'\n"
-        f"    identity_endpoint_override: '{urls['identity']}/identity/v3'\n"
-        "    identity_api_version: 3\n"
-        "    region_name: local\n"
-    )
+    text = recipe()["clouds"]
+    for theirs, ours in ((IDENTITY, urls["identity"]), (API, urls[path]), (TOKEN, token)):
+        assert theirs in text, theirs
+        text = text.replace(theirs, ours)
+    clouds.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OS_")}
     env["OS_CLIENT_CONFIG_FILE"] = str(clouds)
     done = subprocess.run(

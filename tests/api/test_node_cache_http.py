@@ -88,9 +88,9 @@ def test_a_dropped_node_is_read_from_its_cell_not_the_lagging_index(
     assert cache.loads == loads + 1
     # One cell read again, from its database; the other answered from memory.
     assert cache.get().source == "cells" and cache.loads == loads + 1
-    # The cell's next read, once its entries expire or are bypassed, is the index's again;
+    # The cell's next read, once its entries expire or are warmed, is the index's again;
     # an entry newer than the index's document (its revision) stays until the index has it.
-    cache.refresh()
+    cache.warm()
     assert cache.get().source == "index"
     assert row(nodes(client).json())[3] == [0, True]
 
@@ -110,3 +110,29 @@ def test_a_dropped_node_of_a_cell_that_does_not_answer_is_read_from_the_index(
     after = nodes(client)
     assert after.status_code == 200 and SKIPPED_CELLS not in after.headers
     assert after.json()["data"] == before
+
+
+def test_bypass_reads_the_cells_when_the_index_serves_nodes(setup: tuple[World, Pair]) -> None:
+    """``bypass_cache=true`` is a snapshot of the cells, not of the index: a change the
+    indexer has not written yet is seen, and a cell whose database does not answer is
+    named though the index still lists its nodes (a probe: it was reported as answering)."""
+    world, pair = setup
+    client = pair.index
+    node = node_documents(world)[0]
+    row = lambda body: next(r for r in body["data"] if r[0][1] == node["uuid"])  # noqa: E731
+    assert row(nodes(client).json())[3] == [0, False]
+    assert state(client).node_cache.get().source == "index"
+    _set_offline(world, node, revision=True)  # in the cell; no indexer: the index lags
+    assert row(nodes(client, bypass="true").json())[3] == [0, True]
+    assert state(client).node_cache.get().source == "cells"
+    before = nodes(client).json()["data"]
+    cell2 = next(c.uuid for c in world.registry.list_cells() if c.name == "cell2")
+    dead = _break_cell(world, pair, "cell2")
+    assert dead == cell2
+    after = nodes(client, bypass="true")
+    assert after.status_code == 200 and dead in after.headers[SKIPPED_CELLS]
+    data = after.json()["data"]
+    assert [r[0] for r in data] == [r[0] for r in before]  # listed, from the index
+    assert all(r[4] == [2, None] for r in data if r[1][1] == dead)
+    summary = client.post("/v2.1/os-cellsight/nodes/refresh", headers=ADMIN).json()
+    assert summary["source"] == "cells" and summary["skipped_cells"] == ["cell2"]

@@ -33,7 +33,7 @@ def test_an_entry_read_from_its_cell_outlives_older_index_documents_for_a_ttl() 
     cache.invalidate_node("n1", "c1")  # the operation; the index lags
     assert cache.get().documents[0]["offline"] is True
     clock.now += DEFAULT_TTL - 1
-    assert cache.refresh().documents[0]["offline"] is True  # the lagging index: kept
+    assert cache.warm().documents[0]["offline"] is True  # the lagging index: kept
     loads = cache.loads
     clock.now += 1  # a TTL after the cell's read, not after the refresh that kept it
     assert cache.get().documents[0]["offline"] is False and cache.loads == loads + 1
@@ -46,7 +46,7 @@ def test_an_entry_read_from_the_index_never_outlives_a_lower_version() -> None:
     index.update(version=10)
     cache.get()
     index.update(version=3, offline=True)
-    assert cache.refresh().documents[0]["version"] == 3
+    assert cache.warm().documents[0]["version"] == 3
 
 
 def test_a_node_just_registered_outlives_an_index_that_lacks_it() -> None:
@@ -65,7 +65,7 @@ def test_a_node_just_registered_outlives_an_index_that_lacks_it() -> None:
     cache.invalidate_node("n2", "c1")  # registered through the API; the index lags
     assert [d["uuid"] for d in cache.get().documents] == ["n1", "n2"]
     clock.now += 1
-    assert [d["uuid"] for d in cache.refresh().documents] == ["n1", "n2"]
+    assert [d["uuid"] for d in cache.warm().documents] == ["n1", "n2"]
 
 
 def test_a_node_that_moved_cells_is_listed_once() -> None:

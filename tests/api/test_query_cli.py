@@ -117,6 +117,12 @@ def test_the_api_answers_as_the_data_directory(cli: Invoke, data: Path, server: 
     assert bad.exit_code == 2 and "400" in bad.output and "column 11" in bad.output
     remote = cli("nodes", "refresh", "--url", server)
     assert remote.exit_code == 0 and "a check only" not in remote.output
+    # The endpoint the demo prints and a catalog lists (a probe: a bare 404), and a path
+    # that is neither.
+    versioned = cli("query", "fields", "node", "--url", f"{server}/v2.1/")
+    assert versioned.exit_code == 0 and versioned.output == cli("query", "fields", "node").output
+    elsewhere = cli("query", "fields", "node", "--url", f"{server}/compute")
+    assert elsewhere.exit_code == 2 and "--url is the API's root" in elsewhere.output
     down = cli("query", "node", "--url", "http://127.0.0.1:9")
     assert down.exit_code == 1 and "cannot reach" in down.output  # runtime: not a usage error
 
@@ -152,3 +158,18 @@ def test_local_queries_use_a_synced_index_without_a_server(cli: Invoke, data: Pa
     assert len(answer.body["data"]) == 2
     assert not state.safe_connect.flagged
     assert state.search.choose()[0] == "index"
+
+
+def test_refresh_reads_every_cell_even_when_the_index_serves_nodes(
+    cli: Invoke, data: Path, tmp_path: Path
+) -> None:
+    """A probe: with the node index synced, 'nodes refresh' read the index alone and
+    reported a cell whose database was gone as answering ('did not answer: none')."""
+    synced = cli("index", "sync", "--type", "node")
+    assert synced.exit_code == 0, synced.output
+    (tmp_path / "west.db").rename(tmp_path / "west.gone")
+    (tmp_path / "west.db").mkdir()  # unopenable: a directory where the file was
+    refreshed = cli("nodes", "refresh")
+    assert refreshed.exit_code == 0, refreshed.output
+    assert refreshed.output.startswith("2 nodes from cells")  # west's one from the index
+    assert "cells that did not answer: west" in refreshed.output

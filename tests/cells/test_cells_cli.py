@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -247,3 +248,19 @@ def test_a_cell_whose_database_refuses_a_write_is_not_left_registered(
             conn.exec_driver_sql(f"DROP OWNED BY {role}")
             conn.exec_driver_sql(f"DROP ROLE {role}")
         engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("module", "url"),
+    [("psycopg", "postgresql://u:secret@127.0.0.1/c1"), ("pymysql", "mysql://root@127.0.0.1/c1")],
+)
+def test_a_missing_driver_names_the_extra_that_installs_it(
+    cli: Invoke, monkeypatch: pytest.MonkeyPatch, module: str, url: str
+) -> None:
+    """A README probe: the base install has no PostgreSQL or MariaDB driver, and the
+    error did not say where one comes from."""
+    monkeypatch.setitem(sys.modules, module, None)  # as if never installed
+    result = cli("cells", "add", "--name", "pg", "--db-url", url)
+    line = one_line(result.output)
+    assert result.exit_code == 2 and "its driver is not installed" in line
+    assert "pip install 'cellsight[production]'" in line and "secret" not in line

@@ -62,7 +62,7 @@ def test_an_interrupted_seed_leaves_nothing_it_made_and_a_rerun_starts_clean(
     workers: int,
 ) -> None:
     urls = [make_database(dialect), make_database(dialect)]
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match=r"the cells it made \(cell1, cell2\) are unreg"):
         seed(
             registry, cells=2, instances_per_cell=60, cells_dir=tmp_path, db_urls=urls,
             chunk_size=20, now=NOW, workers=workers, progress=interrupt_after(2),
@@ -91,7 +91,7 @@ def test_a_seed_interrupted_before_registering_drops_the_tables_it_made(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(registry, "add_cell", interrupted)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="it had registered no cell yet"):
         seed(registry, cells=1, instances_per_cell=5, cells_dir=tmp_path, db_urls=urls, now=NOW)
     monkeypatch.undo()
     made_nothing(registry, urls, dialect)

@@ -63,7 +63,9 @@ def test_sigterm_during_a_seed_undoes_it_as_ctrl_c_does(tmp_path: Path) -> None:
     seed = ("cells", "seed", "--cells", "2", "--instances", "400", "--chunk-size", "50")
     result, _ = interrupted(data, *seed, signal="TERM", after=450)  # in the second cell
     assert result.returncode == INTERRUPTED, (result.returncode, result.stderr)
-    assert "interrupted" in result.stderr
+    # What became of its cells, not a bare "interrupted" (a README probe).
+    said = "seed interrupted: the cells it made (cell1, cell2) are unregistered"
+    assert said in " ".join(result.stderr.split())
     left_nothing(data, result, INTERRUPTED)
     again = cellsight(data, *seed)
     assert again.returncode == 0, again.stderr
@@ -96,6 +98,7 @@ def test_a_demo_stopped_while_seeding_seeds_again_on_the_next_run(tmp_path: Path
     demo = ("demo", "--no-serve", "--port", "0", "--cells", "2", "--instances", "300")
     first, _ = interrupted(data, *demo, signal="TERM", after=400)
     assert first.returncode == INTERRUPTED, (first.returncode, first.stderr)
+    assert "seed interrupted: the cells it made (cell1, cell2)" in " ".join(first.stderr.split())
     assert registered(data) == (0, 0)
     again = cellsight(data, *demo)
     assert again.returncode == 0, again.stderr

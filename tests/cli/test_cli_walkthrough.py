@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cellsight.cli.context import setting_label
 from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.settings import load_settings, unknown_variables
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
@@ -45,6 +46,33 @@ def test_api_on_a_busy_port_from_the_environment_names_the_setting(
         result, USAGE, f"api_port (CELLSIGHT_API_PORT) {busy_port}", "not free"
     )
     assert "--port" not in err
+
+
+def test_api_on_a_busy_port_from_the_config_file_names_the_file(
+    tmp_path: Path, busy_port: int
+) -> None:
+    """It blamed CELLSIGHT_API_PORT, which was never set (a README probe)."""
+    config = tmp_path / "cellsight.toml"
+    config.write_text(f"api_port = {busy_port}\n")
+    result = cellsight(tmp_path / "d", "--config", str(config), "api")
+    err = assert_one_line_error(
+        result, USAGE, f"api_port (--config {config}) {busy_port}", "not free"
+    )
+    assert "CELLSIGHT_API_PORT" not in err
+
+
+def test_a_setting_is_labelled_by_where_its_value_came_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CELLSIGHT_API_PORT", raising=False)
+    config = tmp_path / "c.toml"
+    config.write_text("metrics_port = 9100\n")
+    settings = load_settings(config)
+    assert setting_label(settings, "api_port", config) == "api_port (default)"
+    assert setting_label(settings, "metrics_port", config) == f"metrics_port (--config {config})"
+    assert setting_label(settings, "metrics_port") == "metrics_port (--config)"
+    monkeypatch.setenv("cellsight_api_port", "8000")  # read case-insensitively
+    assert setting_label(load_settings(config), "api_port") == "api_port (CELLSIGHT_API_PORT)"
 
 
 def test_api_on_an_address_not_of_this_machine_names_the_host(tmp_path: Path) -> None:

@@ -63,13 +63,13 @@ def _install() -> None:
 
     undo = seed_undo.Made.undo
 
-    def recording(self: seed_undo.Made, registry: CellRegistry) -> None:
+    def recording(self: seed_undo.Made, registry: CellRegistry) -> str:
         found = {
             "workers_alive": spawned(os.getpid()),
             "rows": {str(path): _rows(path) for path in self.files},
         }
         Path(os.environ["SEED_REPORT"]).write_text(json.dumps(found))
-        undo(self, registry)
+        return undo(self, registry)
 
     seed_undo.Made.undo = recording  # type: ignore[method-assign]
 
