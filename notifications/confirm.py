@@ -22,6 +22,7 @@ from amqp.exceptions import MessageNacked
 from kombu import Connection, Exchange, Producer, Queue
 from kombu.transport import virtual
 
+from cellsight.notifications.bus import refused
 from cellsight.notifications.errors import PublishError
 from cellsight.notifications.queues import PERSISTENT
 
@@ -38,6 +39,13 @@ class Refused(PublishError):
     """The broker negatively acknowledged the message (a queue refused it)."""
 
     reason = "refused"
+
+
+class LoginRefused(Refused):
+    """The bus turned the connection away (``bus.refused``: its user, password or
+    virtual host) before any message was sent: nothing about the message is at fault."""
+
+    reason = "login_refused"
 
 
 def is_amqp(url: str) -> bool:
@@ -97,6 +105,17 @@ def publish_confirmed(
     """
     # Read before: a connection the broker closed meanwhile leaves the producer without one.
     channel_errors = producer.connection.channel_errors
+    try:
+        producer.channel  # noqa: B018 - connects and logs in now, if not yet
+    except channel_errors as exc:
+        # A refused login is one of py-amqp's channel errors: it was read as the message
+        # refused for its routing key (an operator's wrong password).
+        if refused(exc, consumed=False):
+            raise LoginRefused(
+                "the bus refused the connection (check the user, password and virtual "
+                f"host of bus_url): {type(exc).__name__}: {exc}"
+            ) from exc
+        raise
     try:
         _publish(producer, body, exchange, routing_key, timeout, declare, properties)
     except MessageNacked as exc:

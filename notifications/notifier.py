@@ -34,6 +34,7 @@ from cellsight.notifications.bus import Bus
 from cellsight.notifications.confirm import (
     AMQP_SCHEMES,
     ConfirmingProducer,
+    LoginRefused,
     Refused,
     Unroutable,
     publish_confirmed,
@@ -183,6 +184,8 @@ class Notifier:
             producer.connection.ensure(producer, attempt, **self.retry_policy)()
         except Unroutable as exc:
             raise Unroutable(f"{what} not routed to any queue by {where}: {exc}{before}") from None
+        except LoginRefused as exc:
+            raise LoginRefused(f"{what} not delivered to {where}: {exc}{before}") from None
         except Refused as exc:
             raise Refused(f"{what} refused by {where}: {exc}{before}") from None
         except Exception as exc:

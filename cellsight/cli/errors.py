@@ -77,6 +77,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         UnknownCell,
         UnknownFlavor,
     )
+    from cellsight.cells.nodeevents import ComputeNodeNotFound
     from cellsight.cells.nodes import DuplicateHost
     from cellsight.clients import BadBusURL
     from cellsight.indexer.engines import UnsupportedEngineURL
@@ -99,6 +100,7 @@ def describe(exc: BaseException, bus_url: str | None = None) -> tuple[int, str]:
         UnknownCell,
         DuplicateCell,
         DuplicateHost,
+        ComputeNodeNotFound,  # as a duplicate host is: a name the operator gave
         DuplicateInstance,  # a uuid already taken, as the exit codes' table says
         UnknownFlavor,
         InstanceNotFound,

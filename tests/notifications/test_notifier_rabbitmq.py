@@ -159,3 +159,28 @@ def test_a_connection_the_broker_closes_is_a_connection_error(
                 declare=[queue],
                 headers={"pad": "x" * 140_000},
             )
+
+
+def test_a_refused_login_is_named_as_the_connection_not_the_message(
+    rabbitmq_url: str, names: tuple[str, str], tmp_path: Path, sample_notifications: list
+) -> None:
+    """A wrong password read as 'refused by exchange … with routing key …: the bus
+    refused the message for routing key …' (a README probe)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from cellsight.notifications.confirm import LoginRefused
+
+    parts = urlsplit(rabbitmq_url)
+    wrong = parts._replace(
+        netloc=f"{parts.username}:not-the-password@{parts.hostname}:{parts.port}"
+    )
+    exchange, _ = names
+    bus = open_bus(urlunsplit(wrong), tmp_path / "bus")
+    with (
+        Notifier.on_bus(bus, exchange=exchange, timeout=5) as notifier,
+        pytest.raises(LoginRefused) as refused,
+    ):
+        notifier.publish(sample_notifications[0])
+    message = str(refused.value)
+    assert "the bus refused the connection" in message and "ACCESS_REFUSED" in message
+    assert "refused the message" not in message and "not-the-password" not in message
