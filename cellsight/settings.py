@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -26,28 +25,12 @@ from pydantic_settings import (
 )
 
 from cellsight.setting_types import MAX_PREFETCH, MAX_SECONDS, AmqpName, Seconds
+from cellsight.settings_env import ENV_PREFIX, service_link_hint, service_link_value
 
 __all__ = ["MAX_PREFETCH", "MAX_SECONDS", "ConfigError", "Settings", "load_settings"]
 
 _config_file: ContextVar[Path | None] = ContextVar("cellsight_config_file", default=None)
 log = logging.getLogger(__name__)
-ENV_PREFIX = "CELLSIGHT_"
-# What Kubernetes puts in every pod for a Service named cellsight[-...] (its "service
-# links"): SVC_SERVICE_HOST, SVC_SERVICE_PORT[_NAME], SVC_PORT[_N_PROTO[_PROTO|_PORT|_ADDR]].
-# A bare SVC_PORT is told from a typo by its value, tcp://10.0.0.1:8774.
-_SERVICE_LINK = re.compile(
-    r"CELLSIGHT(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?"
-    r"|PORT_[0-9]+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)"
-)
-_LINK_PORT = re.compile(r"CELLSIGHT(_[A-Z0-9_]+)?_PORT")
-_LINK_VALUE = re.compile(r"(tcp|udp|sctp)://\S+", re.IGNORECASE)
-# ``CELLSIGHT_*`` variables that are not settings: read by the test suite and by the
-# deployment's HAProxy example, which share the environment.
-NOT_SETTINGS = frozenset({
-    "CELLSIGHT_BACKEND", "CELLSIGHT_DIFF_EXAMPLES", "CELLSIGHT_NOVA_SAMPLES",
-    "CELLSIGHT_REQUIRE_SERVICES", "CELLSIGHT_SCHEMATHESIS_EXAMPLES", "CELLSIGHT_TEST_AMQP_URL",
-    "CELLSIGHT_TEST_MARIADB_URL", "CELLSIGHT_TEST_POSTGRES_URL",
-})  # fmt: skip
 
 
 class ConfigError(Exception):
@@ -312,34 +295,6 @@ class Settings(BaseSettings):
         return self.data_dir / "index.db"
 
 
-def unknown_variables(environ: Mapping[str, str]) -> list[str]:
-    """One line per ``CELLSIGHT_*`` variable that is no setting, naming the setting it
-    most resembles: pydantic-settings passes over such a variable in silence, so a typo
-    (``CELLSIGHT_BUS_ULR``) would leave the embedded default in place unnoticed."""
-    known = [name.upper() for name in Settings.model_fields]
-    lines = []
-    for name in sorted(environ):
-        # pydantic-settings reads the names case-insensitively: compare as it does.
-        upper = name.upper()
-        if not upper.startswith(ENV_PREFIX) or upper in NOT_SETTINGS:
-            continue
-        rest = upper[len(ENV_PREFIX) :]
-        if rest in known or _service_link(upper, environ[name]):
-            continue
-        # The rest of the name only: the prefix they all share would make anything close.
-        close = difflib.get_close_matches(rest, known, n=1, cutoff=0.75)
-        hint = f" (did you mean {ENV_PREFIX}{close[0]}?)" if close else ""
-        lines.append(f"ignoring {name}: not a setting{hint}")
-    return lines
-
-
-def _service_link(name: str, value: str) -> bool:
-    return bool(
-        _SERVICE_LINK.fullmatch(name)
-        or (_LINK_PORT.fullmatch(name) and _LINK_VALUE.fullmatch(value))
-    )
-
-
 def check_regular_file(path: Path, label: str) -> None:
     """``path`` is a file to read whole (the ``--config`` TOML, the API's token file).
     What is wrong, said as it is: "no such file" for /dev/null or a directory sent the
@@ -367,7 +322,9 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
     """Build the settings once; ``config`` is a TOML file of the same keys. An unknown
     ``CELLSIGHT_*`` variable is a warning, not an error (where an unknown TOML key is
     one): the environment is shared with other programs, the TOML file is Cellsight's."""
-    for line in unknown_variables(os.environ):
+    from cellsight.settings_env import unknown_variables
+
+    for line in unknown_variables(os.environ, list(Settings.model_fields)):
         log.warning("%s", line)
     if config is not None:
         check_regular_file(config, "--config")
@@ -383,6 +340,9 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
             close = difflib.get_close_matches(name.lower(), list(Settings.model_fields), n=1)
             why = "not a setting" + (f" (did you mean {close[0]}?)" if close else "")
         origin = _origin(name, config, overrides)
+        given = next((v for k, v in os.environ.items() if k.upper() == origin), None)
+        if given is not None and service_link_value(given):
+            why += service_link_hint(origin)
         raise ConfigError(f"invalid setting {name} ({origin}): {why}{more}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         # Only the --config file is parsed as TOML or decoded from bytes here.

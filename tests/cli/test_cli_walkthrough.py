@@ -13,12 +13,14 @@ import pytest
 
 from cellsight.cli.context import setting_label
 from cellsight.cli.errors import RUNTIME, USAGE
-from cellsight.settings import load_settings, unknown_variables
+from cellsight.settings import Settings, load_settings
+from cellsight.settings_env import unknown_variables
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # RFC 5737's TEST-NET-1: never an address of this machine.
 FOREIGN_ADDRESS = "192.0.2.1"
+SETTINGS = list(Settings.model_fields)
 
 
 @pytest.fixture
@@ -211,12 +213,22 @@ def test_kubernetes_service_links_are_not_named_and_typos_are() -> None:
         "CELLSIGHT_INDEXER_SERVICE_HOST": "10.0.0.2",
         "CELLSIGHT_INDEXER_PORT": "tcp://10.0.0.2:9100",
     }
-    assert unknown_variables(links) == []
+    assert unknown_variables(links, SETTINGS) == []
     typos = {"CELLSIGHT_METRIC_PORT": "9100", "CELLSIGHT_DEBUG": "1", "CELLSIGHT_BUS_URL": "x"}
-    assert unknown_variables({**links, **typos}) == [
+    assert unknown_variables({**links, **typos}, SETTINGS) == [
         "ignoring CELLSIGHT_DEBUG: not a setting",
         "ignoring CELLSIGHT_METRIC_PORT: not a setting (did you mean CELLSIGHT_METRICS_PORT?)",
     ]
+
+
+def test_a_setting_holding_a_service_link_says_where_it_came_from(tmp_path: Path) -> None:
+    """A Kubernetes Service named ``cellsight-api`` sets CELLSIGHT_API_PORT to
+    ``tcp://10.0.0.1:8774`` in every pod beside it: the error said only "unable to parse
+    string as an integer" (a README probe)."""
+    env = {"CELLSIGHT_API_PORT": "tcp://10.0.0.1:8774"}
+    result = cellsight(tmp_path / "d", "cells", "list", env=env)
+    err = assert_one_line_error(result, USAGE, "api_port (CELLSIGHT_API_PORT)")
+    assert "a Service named 'cellsight-api'" in err and "enableServiceLinks: false" in err
 
 
 def test_an_indexer_on_a_busy_metrics_port_names_the_setting(
