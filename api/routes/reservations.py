@@ -175,12 +175,28 @@ def _admin(principal: Principal) -> None:
         raise Forbidden("Reservations are admin-only")
 
 
+_JSON_TYPES = {
+    type(None): "null",
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+}
+
+
 def _parse(model: type[M], raw: bytes) -> M:
     body = json_body(raw or b"null")  # a probe: a 4,301-digit number was "not valid JSON", no more
     if not isinstance(body, dict) or set(body) != {"reservation"}:
         raise BadRequest('The body must be {"reservation": {...}}', parameter="body")
     inner = body["reservation"]
-    if isinstance(inner, dict) and (extra := sorted(set(inner) - set(model.model_fields))):
+    if not isinstance(inner, dict):  # pydantic's would say "reservation.reservation: ... or
+        # instance of NewReservation", a class name the client never sent (a README probe)
+        raise BadRequest(
+            f"reservation: must be an object, not {_JSON_TYPES.get(type(inner), 'that')}",
+            parameter="reservation",
+        )
+    if extra := sorted(set(inner) - set(model.model_fields)):
         # Named here: a key pydantic cannot read as a string (a lone surrogate) came back
         # without a location, as "reservation.reservation".
         raise BadRequest(

@@ -273,3 +273,21 @@ def test_a_body_that_is_no_json_says_why(client: TestClient, raw: bytes, says: s
         got = client.request(method, url, content=raw, headers=headers)
         assert got.status_code == 400, (method, got.text)
         assert says in got.json()["badRequest"]["message"], got.text
+
+
+@pytest.mark.parametrize(
+    ("inner", "named"),
+    [("null", "null"), ("[]", "an array"), ('"m1.small"', "a string"), ("7", "a number")],
+)
+def test_a_reservation_that_is_no_object_is_named_as_such(
+    client: TestClient, inner: str, named: str
+) -> None:
+    """A probe: ``{"reservation": null}`` was "reservation.reservation: Input should be a
+    valid dictionary or instance of NewReservation", a class the client never sent."""
+    headers = {**ADMIN, "Content-Type": "application/json"}
+    path = f"/v2.1/reservations/{uuidlib.uuid4()}"
+    for method, url in (("POST", "/v2.1/reservations"), ("PUT", path)):
+        got = client.request(method, url, content=f'{{"reservation": {inner}}}', headers=headers)
+        assert got.status_code == 400, (method, got.text)
+        message = got.json()["badRequest"]["message"]
+        assert message == f"reservation: must be an object, not {named}", message
