@@ -68,6 +68,7 @@ from cellsight.indexer.verify_report import (
     MISFILED,
     MISSING,
     ORPHANED,
+    RECREATION_REFUSED,
     SAMPLES,
     TWIN,
     CellDrift,
@@ -378,7 +379,7 @@ class Verifier:
             if uuid not in created:
                 drift.repair_refused += 1
                 if len(drift.errors) < SAMPLES:
-                    drift.errors.append(f"{uuid}: recreation refused (deleted under a minute ago?)")
+                    drift.errors.append(f"{uuid}: {RECREATION_REFUSED}")
 
     def _writing(self, drift: CellDrift) -> contextlib.AbstractContextManager[None]:
         return self._gate.writing(lambda: VerifyStopped(drift.name))

@@ -16,6 +16,10 @@ MISFILED = "misfiled"
 HIDDEN = "hidden"  # a live row under a tombstone of a higher version (a restored cell)
 TWIN = "twin"  # a row in this cell and one in another: one document, under the other
 SAMPLES = 5
+RECREATION_REFUSED = (
+    "recreation refused below a newer deletion the engine keeps (index.gc_deletes, 60 s "
+    "by default); the next verify writes it"
+)
 
 
 class VerifyInterrupted(KeyboardInterrupt):
