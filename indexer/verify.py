@@ -1,9 +1,8 @@
 """Anti-entropy: compare each cell's rows with the index by uuid and version, repair drift.
 
-Per cell, two streams in uuid order are merge-joined: the cell's ``(uuid, revision)``
-rows in scope (``sources``) and the index's ``(id, version)`` documents of that cell.
-Neither side is ever loaded whole; only versions are read, and documents are built only
-for what needs repairing. Drift, per cell, with exact counts:
+Per cell, the cell's ``(uuid, revision)`` rows in scope and the index's ``(id, version)``
+documents of that cell are merge-joined in uuid order, neither loaded whole; documents
+are built only for what needs repairing. Drift, per cell, with exact counts:
 
 * **missing**: a row with no document (a notification lost before the bus);
 * **stale**: a document older than its row (an update's notification lost);
@@ -26,14 +25,13 @@ orphan here (``row_elsewhere``): it is never tombstoned, since its server is liv
 another cell cannot be read, this cell's orphans are reported and not tombstoned.
 
 ``repair`` rewrites exactly those, through the versioned write path with the row's
-revision (documents built from the rows as a sync builds them), so a repair racing a
-fresher live write loses, as it should. An orphan becomes a versioned tombstone (its
-stored version + 1, ``deleted`` set), as a delete would have made it: the API then
-lists it as deleted, ``index purge`` retires it after the retention window, and a late
-event cannot resurrect it. Tombstones whose row is gone are therefore not drift.
-Before an orphan is counted, its row is looked up once more: a row created after the
-cell stream passed its uuid is a live change in flight, not drift. Node documents have
-no tombstones: orphaned node documents are removed.
+revision (documents built as a sync builds them), so a repair racing a fresher live
+write loses, as it should. An orphan becomes a versioned tombstone (its stored version
++ 1, ``deleted`` set), as a delete would have: listed as deleted, retired by ``index
+purge`` after the retention window, never resurrected by a late event; so tombstones
+whose row is gone are not drift. An orphan's row is looked up once more before it
+counts (one created after the stream passed its uuid is a live change in flight).
+Orphaned node documents are removed.
 """
 
 from __future__ import annotations
@@ -59,6 +57,7 @@ from cellsight.indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
+from cellsight.indexer.lock import LockLost
 from cellsight.indexer.retries import write_retrying
 from cellsight.indexer.row_documents import REPAIR_EVENT, tombstone
 from cellsight.indexer.sync_request import RETRY_BACKOFF
@@ -145,10 +144,11 @@ class Verifier:
         except BaseException as exc:
             if not self._gate.drain(DRAIN):
                 log.warning("interrupted: a repair write still under way after %.0fs", DRAIN)
+            done = f"{sum(drift.repaired for drift in self._seen):,} repaired before it stopped"
             if self.repair and isinstance(exc, KeyboardInterrupt):
-                done = sum(drift.repaired for drift in self._seen)
-                said = f"{self.resource} verify interrupted: {done:,} repaired before it stopped"
-                raise VerifyInterrupted(said) from exc
+                raise VerifyInterrupted(f"{self.resource} verify interrupted: {done}") from exc
+            if isinstance(exc, LockLost):  # a lost lock fails the run, as sync's and purge's
+                raise type(exc)(f"{self.resource} verify stopped: {exc}; {done}") from exc
             raise
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
@@ -166,6 +166,8 @@ class Verifier:
         try:
             with connect(self.registry.cell_engine(cell)) as conn:
                 self._compare(conn, cell, drift)
+        except LockLost:
+            raise  # the run's, not the cell's: every cell stops (the gate set the stop)
         except Exception as exc:  # one cell's failure must not hide the others' drift
             drift.failed = brief(exc)
             drift.errors.append(drift.failed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import reprlib
+from datetime import datetime
 from typing import Any
 
 # Two levels deep and a few items a level: the repr of a value nested 1,000 deep would
@@ -64,9 +65,21 @@ _LEAP_SECOND = re.compile(r"(?:^|[T ])\d{2}:\d{2}:60(?:[.,]\d+)?(?:Z|[+-]\d{2}:?
 def time_problem(value: Any, parser_says: str) -> str:
     """Why a time was refused: a leap second by name (the parsers' own words for one are
     "unexpected extra characters" or nothing at all), otherwise what the parser said."""
-    if isinstance(value, str) and _LEAP_SECOND.search(value.strip()):
+    found = _LEAP_SECOND.search(value.strip()) if isinstance(value, str) else None
+    if found is not None and _valid_but_for_second_60(found.string, found.end()):
         return "a leap second (second 60), which no Python datetime, Nova's included, holds"
     return parser_says
+
+
+def _valid_but_for_second_60(text: str, end: int) -> bool:
+    """Whether ``text`` is a valid time once its second 60 reads 59: a month 13 with
+    second 60 is refused for its month, not its second (a review)."""
+    at = text.rindex(":60", 0, end)
+    try:
+        datetime.fromisoformat(f"{text[:at]}:59{text[at + 3 :]}")
+    except ValueError:
+        return False
+    return True
 
 
 class NotificationError(Exception):

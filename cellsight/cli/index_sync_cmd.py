@@ -130,8 +130,9 @@ def index_verify(
 ) -> None:
     """Compare the cells with the index (uuid and version); report missing, stale and
     orphaned documents per cell, and with --repair rewrite exactly those."""
+    from cellsight.cli.errors import LOCKED, RUNTIME
     from cellsight.indexer.antientropy import verify_resource
-    from cellsight.indexer.lock import LockHeld
+    from cellsight.indexer.lock import LockHeld, LockLost
     from cellsight.indexer.verify_report import VerifyInterrupted
 
     resources = [_resource(resource)] if resource else ["instance", "node"]
@@ -152,7 +153,9 @@ def index_verify(
                     )
                 reports.append(report)
         except LockHeld as exc:
-            fail(str(exc), code=3)
+            fail(str(exc), code=LOCKED)
+        except LockLost as exc:  # as purge's: the run stopped, what it repaired stays
+            fail(str(exc), code=RUNTIME)
         except VerifyInterrupted as exc:
             fail(str(exc), code=130)
     left = sum(_left(r) for r in reports)

@@ -87,6 +87,15 @@ def test_a_leap_second_is_named_as_one(kind: str) -> None:
     assert "extra characters" not in outcome.reason and "not an ISO" not in outcome.reason
 
 
+def test_second_60_of_an_invalid_date_is_not_blamed_on_the_leap_second() -> None:
+    """A review: month 13 with second 60 was refused as "a leap second", its month unnamed."""
+    outcomes, planned = plan([CORPUS["updated_at_month_13_second_60"][0]])
+    (outcome,) = outcomes
+    assert planned == [] and outcome is not None and outcome.verdict is Verdict.DEAD
+    assert outcome.reason is not None and "updated_at" in outcome.reason, outcome.reason
+    assert "leap second" not in outcome.reason, outcome.reason
+
+
 class ExplodingBody(bytes):
     """A body whose length cannot be taken: an exception no contract rule names."""
 

@@ -133,6 +133,11 @@ def corpus() -> dict[str, tuple[bytes, str]]:
         ),
         # ISO 8601 allows a leap second; no Python datetime (so no Nova time) holds one.
         "updated_at_leap_second": (variant(_set(updated_at="2016-12-31T23:59:60Z")), "malformed"),
+        # Second 60 in a time that is invalid for another reason: that reason is named.
+        "updated_at_month_13_second_60": (
+            variant(_set(updated_at="2016-13-31T23:59:60Z")),
+            "malformed",
+        ),
         "envelope_timestamp_leap_second": (
             variant(_env(timestamp="2016-12-31 23:59:60.000000")),
             "invalid_envelope",
