@@ -35,7 +35,11 @@ PER_CELL = 1500
 @pytest.fixture
 def drifted(tmp_path: Path) -> Settings:
     """Two synced cells whose documents were all deleted behind the index's back."""
-    settings = seeded_settings(tmp_path / "data", instances_per_cell=PER_CELL)
+    return _drifted(tmp_path, PER_CELL)
+
+
+def _drifted(tmp_path: Path, per_cell: int) -> Settings:
+    settings = seeded_settings(tmp_path / "data", instances_per_cell=per_cell)
     registry = CellRegistry.from_settings(settings)
     engine = build_engine(settings)
     run_sync(engine, registry, SyncOptions())
@@ -148,7 +152,10 @@ def test_a_verify_that_lost_its_lock_repairs_no_more(drifted: Settings) -> None:
     registry.close()
 
 
-def test_sigterm_stops_a_verify_as_ctrl_c_does(drifted: Settings) -> None:
+def test_sigterm_stops_a_verify_as_ctrl_c_does(tmp_path: Path) -> None:
+    # Enough to repair that a loaded machine's test still finds the run under way (with
+    # PER_CELL, one run under load finished before it was seen holding its lock).
+    drifted = _drifted(tmp_path, 4 * PER_CELL)
     command = [sys.executable, "-c", "from cellsight.cli import main; main()"]
     verify = subprocess.Popen(
         [*command, "--data-dir", str(drifted.data_dir), "index", "verify", "--repair",
