@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from cellsight.indexer.engines.base import EngineError, SearchEngine
+from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +147,8 @@ class MaintenanceLock:
         for attempt in range(5):
             try:
                 return self.engine.get_meta(self.key)
+            except EngineUnavailable:
+                raise  # retried by ``acquire``, with its backoff
             except EngineError:
                 if attempt == 4:
                     raise
@@ -154,7 +156,20 @@ class MaintenanceLock:
         return None
 
     def acquire(self) -> None:
+        """Take the lock, or ``LockHeld``. A busy or unreachable engine is retried as a
+        sync's writes are (a probe: one 5 s timeout on taking it failed a whole sync
+        beside a busy indexer)."""
+        from cellsight.indexer.retries import retrying
+
+        retrying(self._acquire, f"taking the {self.resource} maintenance lock")
+        self._thread = threading.Thread(target=self._beat, name=f"lock-{self.key}", daemon=True)
+        self._thread.start()
+
+    def _acquire(self) -> None:
         current = self._read()
+        if self._is_mine(current):  # an attempt whose answer was lost had taken it
+            self._value = current
+            return
         now = datetime.now(UTC)
         if not is_free(current, now):
             raise LockHeld(
@@ -173,8 +188,6 @@ class MaintenanceLock:
             why = "" if expired else "; its process is gone"
             log.warning("took over a stale %s lock: %s%s", self.resource, describe(current), why)
         self._value = mine
-        self._thread = threading.Thread(target=self._beat, name=f"lock-{self.key}", daemon=True)
-        self._thread.start()
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):

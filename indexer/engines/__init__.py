@@ -12,6 +12,7 @@ import json
 import os
 import urllib.error
 import urllib.request
+from http.client import HTTPException  # by name: this package's own ``http`` shadows it
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote
 
@@ -97,6 +98,13 @@ def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
     except (OSError, ValueError) as exc:  # URLError, refused, timeout, bad TLS
         reason = getattr(exc, "reason", exc)
         raise EngineUnavailable(f"search engine at {shown} is unreachable: {reason}") from exc
+    except HTTPException as exc:
+        # Something listens there but does not speak HTTP (a probe: an internal error
+        # whose message was the peer's raw bytes, control characters and all).
+        raise EngineError(
+            f"search engine at {shown} answered GET /, but not in HTTP ({type(exc).__name__}): "
+            "is search_url the engine's HTTP port?"
+        ) from exc
     return _distribution(shown, status, response_headers, raw)
 
 

@@ -286,3 +286,29 @@ def test_an_index_dropped_between_listing_and_counting_is_left_out(
     monkeypatch.setattr(engine, "_send", racing)
     assert [i.name for i in engine.indexes("instance")] == [serving]
     assert dropped == [retiring]
+
+
+def test_a_port_that_answers_but_not_in_http_is_named(tmp_path: Path) -> None:
+    """A probe: a peer answering raw bytes was an internal error (BadStatusLine) whose
+    message was those bytes, control characters and all."""
+    import threading
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            peer, _ = server.accept()
+            with peer:
+                peer.recv(65536)
+                peer.sendall(b"\x00\xff garbage bytes not http\r\n\r\n")
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        with pytest.raises(EngineError) as refused:
+            detect_distribution(f"http://127.0.0.1:{port}")
+        thread.join(10)
+    message = str(refused.value)
+    assert "answered GET /, but not in HTTP (BadStatusLine)" in message
+    assert "search_url" in message and "\x00" not in message and "garbage" not in message

@@ -288,3 +288,41 @@ def _forget_meta(engine: SearchEngine, key: str) -> None:
             conn.execute("DELETE FROM _cs_meta WHERE key = ?", (key,))
         return
     engine._send("DELETE", f"/{engine.meta_alias()}/_doc/{key}")  # type: ignore[attr-defined]
+
+
+def test_taking_the_lock_rides_out_a_busy_engine(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe: one 5 s timeout taking the lock beside a busy indexer failed a whole
+    sync. A read that timed out is tried again, and a take whose answer was lost (it was
+    applied) is found to be this lock's own, not another's."""
+    from cellsight.indexer import retries
+    from cellsight.indexer.engines.base import EngineTimeout
+
+    monkeypatch.setattr(retries, "MAX_BACKOFF", 0.02)  # the waits, not the attempts
+    read, swap = engine.get_meta, engine.swap_meta
+    failures = {"read": 2, "swap": 1}
+
+    def slow_read(key: str) -> Any:
+        if failures["read"]:
+            failures["read"] -= 1
+            raise EngineTimeout("read timed out")
+        return read(key)
+
+    def lost_answer(key: str, expected: Any, new: Any) -> bool:
+        done = swap(key, expected, new)
+        if failures["swap"]:
+            failures["swap"] -= 1
+            raise EngineTimeout("read timed out (the write was applied)")
+        return done
+
+    monkeypatch.setattr(engine, "get_meta", slow_read)
+    monkeypatch.setattr(engine, "swap_meta", lost_answer)
+    lock = MaintenanceLock(engine, "instance", "sync")
+    lock.acquire()
+    assert failures == {"read": 0, "swap": 0}
+    assert (read(lock_key("instance")) or {}).get("owner") == lock.owner
+    lock.release()
+    monkeypatch.setattr(engine, "get_meta", read)
+    with MaintenanceLock(engine, "instance", "verify"):  # released: free again
+        pass
