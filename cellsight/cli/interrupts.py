@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
+
+
+def _lines_calling(function: Callable[..., object], call: str) -> list[int]:
+    try:
+        lines, first = inspect.getsourcelines(function)
+    except OSError:  # a Python installed without its sources: the plain Lock's case only
+        return []
+    return [first + n for n, text in enumerate(lines) if call in text]
+
 
 # Where an exception raised by a signal handler can break a lock: in the methods of
 # ``threading.Condition`` between taking and giving back its lock, outside the ``with``
@@ -25,6 +35,16 @@ _UNSAFE = frozenset(
         "_release_save", "_acquire_restore", "_is_owned",
     )
 )  # fmt: skip
+# Where the lock is being taken back after a wait, for which no later moment is safe:
+# the interrupt waits until it is held (a CI run: a holder descheduled past
+# PUT_OFF_AT_MOST under load saw it raised there, and the lock broken).
+_RETAKING = frozenset(
+    [(threading.Condition._acquire_restore.__code__, None)]  # type: ignore[attr-defined]
+    + [  # an RLock's: its C method is called from the wait's own line
+        (threading.Condition.wait.__code__, line)
+        for line in _lines_calling(threading.Condition.wait, "self._acquire_restore(")
+    ]
+)
 RETRY_AFTER = 0.001  # seconds: the lock's holder gives it back within microseconds
 # A wait blocks in ``Condition.wait`` where an interrupt is safe (before the lock is
 # taken back), and may block there for minutes: past this, the interrupt is raised
@@ -53,13 +73,17 @@ def raise_interrupt(signum: int, frame: FrameType | None) -> None:
     if frame is not None and (frame.f_code in _UNSAFE or _finalizing(frame)):
         if _state.put_off_since is None:
             _state.put_off_since = now
-        if now - _state.put_off_since < PUT_OFF_AT_MOST:
+        if _retaking(frame) or now - _state.put_off_since < PUT_OFF_AT_MOST:
             signal.setitimer(signal.ITIMER_REAL, RETRY_AFTER)
             return
     # Raised once: no timer left to raise it again in the clean-up it starts.
     signal.setitimer(signal.ITIMER_REAL, 0)
     _state.put_off_since = None
     raise KeyboardInterrupt
+
+
+def _retaking(frame: FrameType) -> bool:
+    return (frame.f_code, None) in _RETAKING or (frame.f_code, frame.f_lineno) in _RETAKING
 
 
 def _finalizing(frame: FrameType | None, depth: int = 32) -> bool:

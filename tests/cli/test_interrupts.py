@@ -6,10 +6,11 @@ import signal
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 
-from cellsight.cli.interrupts import terminate_as_interrupt
+from cellsight.cli.interrupts import PUT_OFF_AT_MOST, terminate_as_interrupt
 
 
 def test_a_signal_while_a_wait_takes_its_lock_back_breaks_no_lock() -> None:
@@ -51,6 +52,38 @@ def test_a_signal_while_a_wait_takes_its_lock_back_breaks_no_lock() -> None:
             assert not event._cond._lock.locked()  # type: ignore[attr-defined]
     assert not broken, broken[0]
     assert interrupted == rounds
+
+
+@pytest.mark.parametrize("lock", [threading.Lock, threading.RLock])
+def test_a_wait_taking_back_a_lock_held_long_waits_for_it(lock: Any) -> None:
+    """CI, under load: the setter above held the lock past ``PUT_OFF_AT_MOST`` and the
+    interrupt was raised while the wait took it back, breaking it ("release unlocked
+    lock" in the holder). There it now waits for the lock, however long it is held."""
+    condition = threading.Condition(lock())
+    broken: list[BaseException] = []
+    ready = threading.Event()
+
+    def holder() -> None:
+        while not condition._waiters:  # type: ignore[attr-defined]
+            time.sleep(0.0005)
+        try:
+            with condition:
+                condition.notify_all()
+                ready.set()
+                time.sleep(0.02)  # the main thread now waits to take the lock back
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+                time.sleep(3 * PUT_OFF_AT_MOST)
+        except RuntimeError as exc:
+            broken.append(exc)
+
+    thread = threading.Thread(target=holder)
+    with terminate_as_interrupt():
+        thread.start()
+        with pytest.raises(KeyboardInterrupt), condition:
+            condition.wait(10)
+            time.sleep(1)  # the interrupt, put off until the lock was held, comes by now
+    thread.join(10)
+    assert ready.is_set() and not broken, broken
 
 
 def test_a_long_wait_is_still_interrupted_at_once() -> None:
