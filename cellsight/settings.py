@@ -313,9 +313,19 @@ def _origin(name: str, config: Path | None, overrides: Mapping[str, object]) -> 
     """Where a setting's value came from, as the operator gave it: its environment
     variable (which wins over the file), else the ``--config`` file."""
     variable = f"{ENV_PREFIX}{name.upper()}"
-    if config is None or name in overrides or any(k.upper() == variable for k in os.environ):
+    if name in overrides or any(k.upper() == variable for k in os.environ):
         return variable
-    return f"--config {config}"
+    # A process given its settings, not the file's path (an indexer worker), says the file.
+    return f"--config {config}" if config is not None else "--config"
+
+
+def setting_label(settings: Settings, name: str, config: Path | None = None) -> str:
+    """``name (where its value came from)``: its environment variable, the ``--config``
+    file, or ``default`` (an error that named the variable for a default value sent the
+    operator looking for one that was never set)."""
+    if name not in settings.model_fields_set:
+        return f"{name} (default)"
+    return f"{name} ({_origin(name, config, {})})"
 
 
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:

@@ -96,6 +96,8 @@ def settings_of(ctx: typer.Context) -> Settings:
 def setting_of(ctx: typer.Context, name: str) -> str:
     """A setting as an error names it: ``api_port (CELLSIGHT_API_PORT)``, ``api_port
     (--config c.toml)`` or ``api_port (default)``."""
+    from cellsight.settings import setting_label
+
     state = ctx.find_root().obj
     assert isinstance(state, State), "root callback did not run"
     return setting_label(state.settings(), name, state.config)
@@ -196,19 +198,3 @@ def canonical_uuid(value: str | None) -> str | None:
         return str(uuid.UUID(value))
     except ValueError:
         raise typer.BadParameter(f"not a UUID: {value[:60]!r}") from None
-
-
-def setting_label(settings: Settings, name: str, config: Path | None = None) -> str:
-    """``name (where its value came from)``: its environment variable, the ``--config``
-    file, or ``default`` (an error that named the variable for a default value sent the
-    operator looking for one that was never set)."""
-    import os
-
-    from cellsight.settings import ENV_PREFIX
-
-    variable = f"{ENV_PREFIX}{name.upper()}"
-    if any(k.upper() == variable for k in os.environ):
-        return f"{name} ({variable})"
-    if name not in settings.model_fields_set:
-        return f"{name} (default)"
-    return f"{name} (--config {config})" if config is not None else f"{name} (--config)"

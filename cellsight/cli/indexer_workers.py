@@ -108,8 +108,8 @@ def consume(
     if supervisor is not None:
         watch_supervisor(supervisor, stop, name)
     if settings.metrics_port is not None:
-        from cellsight.cli.context import setting_label
         from cellsight.cli.ports import serve_metrics
+        from cellsight.settings import setting_label
 
         port = settings.metrics_port + worker if settings.metrics_port else 0  # 0: any
         serve_metrics(port, setting_label(settings, "metrics_port"))

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cellsight.cli.context import setting_label
 from cellsight.cli.errors import RUNTIME, USAGE
-from cellsight.settings import Settings, load_settings
+from cellsight.settings import Settings, load_settings, setting_label
 from cellsight.settings_env import unknown_variables
 from tests.cli.test_cli_errors import assert_one_line_error, cellsight, closed_port
 
