@@ -19,6 +19,7 @@ from cellsight.indexer.engines.base import RESOURCES, SearchEngine
 from cellsight.indexer.index_roles import LAST_VERIFY, clean_up
 from cellsight.indexer.lock import LockHeld, MaintenanceLock
 from cellsight.indexer.verify import Verifier, VerifyReport
+from cellsight.indexer.verify_report import VerifyInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +39,35 @@ def verify_resource(
     """Verify ``resource`` (those ``cells``, names or uuids; default all). Raises
     ``LockHeld`` while a sync or another verify of the resource runs."""
     with MaintenanceLock(engine, resource, "verify") as lock:
-        engine.ensure_ready(resource)
-        # What a killed sync left: its index behind the write alias would answer the
-        # document reads (an orphan missing from it reads as removed) and keep growing.
-        dropped = clean_up(engine, resource)
-        if dropped:
-            log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)
-        # A cell named twice (by name and by uuid, say) is checked once.
-        named = {c.uuid: c for c in (registry.get_cell(ref) for ref in cells)}
-        chosen = list(named.values()) if cells else registry.list_cells()
-        on_start([(c.uuid, c.name) for c in chosen])
-        verifier = Verifier(
-            engine,
-            registry,
-            resource,
-            repair=repair,
-            workers=workers,
-            batch_size=batch_size,
-            on_progress=on_progress,
-            check=lock.check,
-        )
-        report = verifier.run(chosen, whole=not cells)
+        verifier: Verifier | None = None
+        try:
+            engine.ensure_ready(resource)
+            # What a killed sync left: its index behind the write alias would answer the
+            # document reads (an orphan missing from it reads as removed) and keep growing.
+            dropped = clean_up(engine, resource)
+            if dropped:
+                log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)
+            # A cell named twice (by name and by uuid, say) is checked once.
+            named = {c.uuid: c for c in (registry.get_cell(ref) for ref in cells)}
+            chosen = list(named.values()) if cells else registry.list_cells()
+            on_start([(c.uuid, c.name) for c in chosen])
+            verifier = Verifier(
+                engine,
+                registry,
+                resource,
+                repair=repair,
+                workers=workers,
+                batch_size=batch_size,
+                on_progress=on_progress,
+                check=lock.check,
+            )
+            report = verifier.run(chosen, whole=not cells)
+        except KeyboardInterrupt as exc:
+            # Before the cells' comparison or after it, an interrupt still says what was
+            # repaired (CI: a SIGTERM just after the lock was taken said "interrupted").
+            if not repair or isinstance(exc, VerifyInterrupted):
+                raise
+            raise VerifyInterrupted(resource, verifier.repaired if verifier else 0) from exc
     with contextlib.suppress(Exception):  # the figures are for `index status`
         engine.put_meta(LAST_VERIFY.format(resource=resource), summary(report))
     return report

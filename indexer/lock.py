@@ -181,13 +181,13 @@ class MaintenanceLock:
             raise LockHeld(
                 f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
             )
+        self._value = mine  # first: an interrupt from here on releases what was taken
         if current and not current.get("released"):
             # Its process gone, a lock is taken before its expiry: "stale after" a time
             # still to come read as not stale (a sync probe).
             expired = datetime.fromisoformat(str(current.get("expires_at"))) <= now
             why = "" if expired else "; its process is gone"
             log.warning("took over a stale %s lock: %s%s", self.resource, describe(current), why)
-        self._value = mine
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -299,7 +299,13 @@ class MaintenanceLock:
             self._value = None
 
     def __enter__(self) -> MaintenanceLock:
-        self.acquire()
+        try:
+            self.acquire()
+        except BaseException:
+            # An interrupt after the take (its heartbeat starting, say) would leave the
+            # lock held until its expiry: ``__exit__`` is not called for this.
+            self.release()
+            raise
         return self
 
     def __exit__(

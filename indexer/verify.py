@@ -51,12 +51,7 @@ from cellsight.cells.errors import CellsError
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.indexer.cell_streams import IN_CHUNK, CellDocs, Scope, iter_versions, scope_of
 from cellsight.indexer.daemon_map import map_in_daemons
-from cellsight.indexer.engines.base import (
-    SearchEngine,
-    StoredDocument,
-    WriteOp,
-    WriteResult,
-)
+from cellsight.indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteResult
 from cellsight.indexer.lock import LockLost
 from cellsight.indexer.retries import write_retrying
 from cellsight.indexer.row_documents import REPAIR_EVENT, tombstone
@@ -144,16 +139,20 @@ class Verifier:
         except BaseException as exc:
             if not self._gate.drain(DRAIN):
                 log.warning("interrupted: a repair write still under way after %.0fs", DRAIN)
-            done = f"{sum(drift.repaired for drift in self._seen):,} repaired before it stopped"
             if self.repair and isinstance(exc, KeyboardInterrupt):
-                raise VerifyInterrupted(f"{self.resource} verify interrupted: {done}") from exc
+                raise VerifyInterrupted(self.resource, self.repaired) from exc
             if isinstance(exc, LockLost):  # a lost lock fails the run, as sync's and purge's
+                done = f"{self.repaired:,} repaired before it stopped"
                 raise type(exc)(f"{self.resource} verify stopped: {exc}; {done}") from exc
             raise
         if total is not None and not report.failed_cells:  # a failed cell's documents: uncounted
             report.unattributed = max(0, total - sum(c.documents for c in report.cells))
         report.seconds = round(time.perf_counter() - started, 3)
         return report
+
+    @property
+    def repaired(self) -> int:
+        return sum(drift.repaired for drift in self._seen)
 
     def _docs_stream(self, cell_uuid: str) -> Iterator[tuple[str, int]]:
         return self.engine.iter_versions(

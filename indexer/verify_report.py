@@ -26,6 +26,9 @@ class VerifyInterrupted(KeyboardInterrupt):
     """An interrupted ``verify --repair``, saying what it repaired before it stopped (a
     sync probe: a bare "interrupted" said the same for none and for nearly all)."""
 
+    def __init__(self, resource: str, repaired: int) -> None:
+        super().__init__(f"{resource} verify interrupted: {repaired:,} repaired before it stopped")
+
 
 class VerifyStopped(Exception):
     """The run was interrupted, or its lock lost, while this cell was compared."""

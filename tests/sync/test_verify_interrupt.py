@@ -19,11 +19,13 @@ import pytest
 from cellsight.cells.mappings import CellRegistry
 from cellsight.clients import build_engine
 from cellsight.indexer import daemon_map
+from cellsight.indexer.antientropy import verify_resource
 from cellsight.indexer.engines.base import WriteOp, WriteResult
 from cellsight.indexer.engines.embedded import EmbeddedEngine
-from cellsight.indexer.lock import LockLost, is_free, lock_key
+from cellsight.indexer.lock import LockLost, MaintenanceLock, is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
+from cellsight.indexer.verify_report import VerifyInterrupted
 from cellsight.settings import Settings
 from tests.support.sync_world import seeded_settings
 from tests.support.waiting import wait_for
@@ -178,5 +180,46 @@ def test_sigterm_stops_a_verify_as_ctrl_c_does(tmp_path: Path) -> None:
     assert lines[0].startswith("error: instance verify interrupted: "), lines
     assert lines[0].endswith(" repaired before it stopped"), lines
     # Released: the next run may go.
+    assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
+    engine.close()
+
+
+def test_an_interrupt_before_the_cells_are_compared_still_says_what_was_repaired(
+    drifted: Settings,
+) -> None:
+    """CI: a SIGTERM that landed just after the lock was taken, before the cells'
+    comparison began, said a bare "interrupted"."""
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+
+    def interrupted(cells: Sequence[tuple[str, str]]) -> None:
+        raise KeyboardInterrupt
+
+    # Caught as any interrupt, so a bare one fails this test rather than the session.
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        verify_resource(engine, registry, "instance", repair=True, on_start=interrupted)
+    assert isinstance(stopped.value, VerifyInterrupted), repr(stopped.value)
+    assert str(stopped.value) == "instance verify interrupted: 0 repaired before it stopped"
+    assert engine.count("instance") == 0
+    assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
+    # A verify that repairs nothing is interrupted as any command is.
+    with pytest.raises(KeyboardInterrupt) as plain:
+        verify_resource(engine, registry, "instance", on_start=interrupted)
+    assert not isinstance(plain.value, VerifyInterrupted)
+    engine.close()
+    registry.close()
+
+
+def test_an_interrupt_as_the_lock_is_taken_releases_it(drifted: Settings) -> None:
+    engine = build_engine(drifted)
+
+    class InterruptedOnceTaken(MaintenanceLock):
+        def acquire(self) -> None:
+            super().acquire()
+            raise KeyboardInterrupt  # as the heartbeat starts, say
+
+    with pytest.raises(KeyboardInterrupt), InterruptedOnceTaken(engine, "instance", "verify"):
+        pass
+    # Not held until its expiry: the next run may go at once.
     assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
     engine.close()
