@@ -41,8 +41,9 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 
 import sqlalchemy as sa
 
@@ -53,7 +54,7 @@ from cellsight.indexer.cell_streams import IN_CHUNK, CellDocs, Scope, iter_versi
 from cellsight.indexer.daemon_map import map_in_daemons
 from cellsight.indexer.engines.base import SearchEngine, StoredDocument, WriteOp, WriteResult
 from cellsight.indexer.lock import LockLost
-from cellsight.indexer.retries import write_retrying
+from cellsight.indexer.retries import retrying, write_retrying
 from cellsight.indexer.row_documents import REPAIR_EVENT, tombstone
 from cellsight.indexer.sync_request import RETRY_BACKOFF
 from cellsight.indexer.verify_report import (
@@ -129,7 +130,10 @@ class Verifier:
         )
         # Counted before the cells: repairs and live writes during the run only add to
         # what the cells' streams count, so documents of no cell are never over-counted.
-        total = self.engine.count(self.resource) if whole and self.index is None else None
+        total = None
+        if whole and self.index is None:
+            count = partial(self.engine.count, self.resource)
+            total = retrying(count, f"counting {self.resource} documents", backoff=self.backoff)
         # Ctrl-C or SIGTERM in the caller's thread: the cells stop at their next chunk,
         # and the caller releases its lock and closes the engine once no write is under way.
         try:
@@ -154,11 +158,6 @@ class Verifier:
     def repaired(self) -> int:
         return sum(drift.repaired for drift in self._seen)
 
-    def _docs_stream(self, cell_uuid: str) -> Iterator[tuple[str, int]]:
-        return self.engine.iter_versions(
-            self.resource, cell_uuid, self.batch_size, index=self.index
-        )
-
     def _cell(self, cell: CellMapping) -> CellDrift:
         drift = CellDrift(cell.uuid, cell.name)
         self._seen.append(drift)
@@ -181,9 +180,11 @@ class Verifier:
         # often the wrong database than a cell all archived: its orphans are reported,
         # not tombstoned (a live server would be shown deleted, ahead of its next update).
         held = first is None
-        head: list[tuple[str, int]] = [] if first is None else [first]
-        rows = counted(itertools.chain(head, versions), rows_seen)
-        stored = counted(self._docs_stream(cell.uuid), docs_seen)
+        rows = counted(versions if first is None else itertools.chain([first], versions), rows_seen)
+        scan = self.engine.iter_versions(
+            self.resource, cell.uuid, self.batch_size, index=self.index
+        )
+        stored = counted(scan, docs_seen)
         rewrite: dict[str, tuple[str, int]] = {}  # uuid → (missing or stale, revision)
         orphans: list[str] = []
         ahead: list[str] = []
@@ -257,8 +258,7 @@ class Verifier:
             self._write(docs.fetch(conn, chosen), drift, set(missing) - set(filed))
 
     def _filed_elsewhere(self, cell_uuid: str, uuids: list[str]) -> dict[str, tuple[int, str]]:
-        """The stored version and cell of each of ``uuids`` whose document another cell
-        holds."""
+        """The stored version and cell of each of ``uuids`` filed under another cell."""
         stored = self._stored(uuids, fields=["cell_uuid"])
         return {
             uuid: (doc.version, cell)
@@ -280,8 +280,7 @@ class Verifier:
     def _orphans(
         self, conn: sa.Connection, docs: CellDocs, uuids: list[str], drift: CellDrift, held: bool
     ) -> None:
-        """Orphans are reported; with ``repair`` and not ``held``, tombstoned (nodes
-        deleted)."""
+        """Orphans are reported; with ``repair`` and not ``held``, tombstoned (nodes deleted)."""
         if not uuids:
             return
         repair = self.repair and not held
@@ -392,7 +391,8 @@ class Verifier:
         behind the same write alias (a twin filed differently there would be found)."""
         if not uuids:
             return {}
-        return self.engine.get_many(self.resource, uuids, fields=fields, index=self.index)
+        read = partial(self.engine.get_many, self.resource, uuids, fields=fields, index=self.index)
+        return retrying(read, f"reading {self.resource} documents", backoff=self.backoff)
 
     def _send(self, ops: list[WriteOp]) -> Sequence[WriteResult]:
         if self.index is None:

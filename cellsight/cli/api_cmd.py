@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from cellsight.cli.context import fail, setting_of, settings_of
+from cellsight.cli.context import fail, settings_of
 
 # Literal so that --help needs no settings import; a test checks them against Settings.
 DEFAULT_HOST = "127.0.0.1"
@@ -40,21 +40,12 @@ def serve(
 
     from cellsight.api.app import create_app
     from cellsight.cli.errors import RUNTIME
-    from cellsight.cli.ports import check_bind
+    from cellsight.cli.ports import check_api_bind
 
     settings = settings_of(ctx)
     bind_host = host or settings.api_host
     bind_port = settings.api_port if port is None else port
-    # Named as the operator gave it: an option, or the setting it came from.
-    defaulted = port is None and "api_port" not in settings.model_fields_set
-    check_bind(
-        bind_host,
-        bind_port,
-        host_option="--host" if host else setting_of(ctx, "api_host"),
-        port_option="--port" if port is not None else setting_of(ctx, "api_port"),
-        # A default is changed where the operator would set it, not "another default".
-        choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
-    )
+    check_api_bind(ctx, host, port, bind_port)
     app = create_app(settings, freeze_startup=True)  # a process that only serves the API
     try:
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=settings.log_level.lower())

@@ -21,7 +21,7 @@ import typer
 from rich.markup import escape
 
 from cellsight.cli.bounds import MAX_CELLS, MAX_INSTANCES, MAX_SECONDS
-from cellsight.cli.context import console, fail, print_table, setting_of, settings_of
+from cellsight.cli.context import console, fail, print_table, settings_of
 from cellsight.cli.errors import RUNTIME, USAGE
 from cellsight.cli.interrupts import terminate_as_interrupt
 from cellsight.notifications.errors import plural
@@ -80,7 +80,7 @@ def demo(
     stream of cluster operations on the embedded defaults. Serves on 127.0.0.1:8774."""
     from cellsight.cells.mappings import CellRegistry
     from cellsight.cli.cells_cmd import seed
-    from cellsight.cli.ports import check_bind
+    from cellsight.cli.ports import check_api_bind
     from cellsight.cli.progress import progress_for
     from cellsight.clients import build_engine
     from cellsight.indexer.sync import SyncOptions, run_sync
@@ -89,15 +89,7 @@ def demo(
     # --no-serve only shows a few requests and exits: on a free port unless --port is
     # given, so it runs beside a service that holds 8774 (CI's smoke test, an API).
     bind = (settings.api_port if serve else 0) if port is None else port
-    defaulted = port is None and "api_port" not in settings.model_fields_set
-    check_bind(
-        settings.api_host,
-        bind,
-        host_option=setting_of(ctx, "api_host"),
-        port_option="--port" if port is not None else setting_of(ctx, "api_port"),
-        # A default is changed where the operator would set it, not "another default".
-        choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
-    )
+    check_api_bind(ctx, None, port, bind)
     if fresh:
         _start_over(settings.data_dir)
     settings.data_dir.mkdir(parents=True, exist_ok=True)

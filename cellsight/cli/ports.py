@@ -1,6 +1,6 @@
 """Whether the API can listen where it is told to, checked before anything starts.
 
-``cellsight api`` and ``cellsight demo`` call ``check_bind`` first: uvicorn only finds
+``cellsight api`` and ``cellsight demo`` call ``check_api_bind`` first: uvicorn only finds
 out once the app has started, logs several lines and exits 3, which is this CLI's
 lock-held code.
 """
@@ -10,7 +10,9 @@ from __future__ import annotations
 import errno
 import socket
 
-from cellsight.cli.context import fail
+import typer
+
+from cellsight.cli.context import fail, setting_of, settings_of
 from cellsight.cli.errors import USAGE
 
 # A port another process holds, or one below 1024 without the privilege: the port is at
@@ -63,3 +65,19 @@ def serve_metrics(port: int, label: str = "metrics_port (CELLSIGHT_METRICS_PORT)
     except OSError as exc:
         why = _PORT_ERRORS.get(exc.errno or 0, "cannot be listened on")
         raise ConfigError(f"{label} {port} {why} ({exc.strerror or exc}); choose another") from None
+
+
+def check_api_bind(ctx: typer.Context, host: str | None, port: int | None, bind: int) -> None:
+    """``check_bind`` for the API's address, each part named as the operator gave it:
+    ``host`` and ``port`` the options given (None: from the settings), ``bind`` the port
+    to check."""
+    settings = settings_of(ctx)
+    defaulted = port is None and "api_port" not in settings.model_fields_set
+    check_bind(
+        host or settings.api_host,
+        bind,
+        host_option="--host" if host else setting_of(ctx, "api_host"),
+        port_option="--port" if port is not None else setting_of(ctx, "api_port"),
+        # A default is changed where the operator would set it, not "another default".
+        choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
+    )

@@ -30,6 +30,7 @@ from cellsight.indexer.engines.base import (
     WriteOp,
     WriteResult,
 )
+from cellsight.indexer.retries import retrying
 from cellsight.urls import redact_url
 
 if TYPE_CHECKING:
@@ -250,13 +251,16 @@ class HttpCore(Names):
             "version": True,
             "track_total_hits": False,
         }
-        pit = self._pit_or_none(target)
+        pit = retrying(partial(self._pit_or_none, target), f"opening a scan of {target}")
         path = f"/{target}/_search" if pit is None else "/_search"
         try:
             while True:
                 if pit is not None:
                     body["pit"] = {"id": pit, "keep_alive": PIT_KEEP_ALIVE}
-                answer = self._send("POST", path, body=body)
+                # A page is a read: one the engine was too busy to answer is asked again,
+                # not the whole scan failed (a probe: a verify beside a busy indexer
+                # left cells "not compared: EngineTimeout").
+                answer = retrying(partial(self._send, "POST", path, body=body), f"reading {target}")
                 pit = answer.get("pit_id", pit)  # a cluster may hand out a newer id
                 hits = answer["hits"]["hits"]
                 yield from hits
