@@ -26,6 +26,7 @@ from cellsight.indexer.lock import LockLost, MaintenanceLock, is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
 from cellsight.indexer.verify_report import VerifyInterrupted
+from cellsight.indexer.write_gate import WriteGate
 from cellsight.settings import Settings
 from tests.support.sync_world import seeded_settings
 from tests.support.waiting import wait_for
@@ -223,3 +224,37 @@ def test_an_interrupt_as_the_lock_is_taken_releases_it(drifted: Settings) -> Non
     # Not held until its expiry: the next run may go at once.
     assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
     engine.close()
+
+
+def test_a_second_interrupt_while_the_writes_drain_still_says_what_was_repaired(
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: Ctrl-C again while the run waited (up to a minute) for a repair write
+    under way lost the "N repaired" line to a bare "interrupted"."""
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+    seen: list[int] = []
+
+    def progress(cell_uuid: str, n: int) -> None:
+        seen.append(n)
+        if len(seen) == 7:  # a first chunk of 500 repaired, then Ctrl-C
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def impatient(self: WriteGate, seconds: float) -> bool:
+        raise KeyboardInterrupt  # the second Ctrl-C, while the first one's drain waits
+
+    monkeypatch.setattr(WriteGate, "drain", impatient)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        verify_resource(
+            engine, registry, "instance", repair=True, batch_size=100, workers=1,
+            on_progress=progress,
+        )  # fmt: skip
+    assert isinstance(stopped.value, VerifyInterrupted), repr(stopped.value)
+    repaired = engine.count("instance")
+    assert repaired > 0
+    assert str(stopped.value) == (
+        f"instance verify interrupted: {repaired:,} repaired before it stopped"
+    )
+    assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
+    engine.close()
+    registry.close()
