@@ -76,7 +76,9 @@ class Made:
                 "databases: `cellsight cells disable` and `cells remove` undo each"
             )
         if self.cells:
-            return f"the cells it made ({names}) are unregistered and their databases removed"
+            # Its tables dropped on a server's database, not the database itself.
+            made = "what it created for them removed (SQLite files, tables)"
+            return f"the cells it made ({names}) are unregistered and {made}"
         return "it had registered no cell yet; what it had created is removed"
 
     @staticmethod

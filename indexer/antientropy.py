@@ -38,9 +38,9 @@ def verify_resource(
 ) -> VerifyReport:
     """Verify ``resource`` (those ``cells``, names or uuids; default all). Raises
     ``LockHeld`` while a sync or another verify of the resource runs."""
-    with MaintenanceLock(engine, resource, "verify") as lock:
-        verifier: Verifier | None = None
-        try:
+    verifier: Verifier | None = None
+    try:
+        with MaintenanceLock(engine, resource, "verify") as lock:
             engine.ensure_ready(resource)
             # What a killed sync left: its index behind the write alias would answer the
             # document reads (an orphan missing from it reads as removed) and keep growing.
@@ -62,14 +62,15 @@ def verify_resource(
                 check=lock.check,
             )
             report = verifier.run(chosen, whole=not cells)
-        except KeyboardInterrupt as exc:
-            # Before the cells' comparison or after it, an interrupt still says what was
-            # repaired (CI: a SIGTERM just after the lock was taken said "interrupted").
-            if not repair or isinstance(exc, VerifyInterrupted):
-                raise
-            raise VerifyInterrupted(resource, verifier.repaired if verifier else 0) from exc
-    with contextlib.suppress(Exception):  # the figures are for `index status`
-        engine.put_meta(LAST_VERIFY.format(resource=resource), summary(report))
+        with contextlib.suppress(Exception):  # the figures are for `index status`
+            engine.put_meta(LAST_VERIFY.format(resource=resource), summary(report))
+    except KeyboardInterrupt as exc:
+        # Before the cells' comparison or after it (the lock given back, the figures
+        # kept), an interrupt still says what was repaired (CI: a SIGTERM just after the
+        # lock was taken said "interrupted").
+        if not repair or isinstance(exc, VerifyInterrupted):
+            raise
+        raise VerifyInterrupted(resource, verifier.repaired if verifier else 0) from exc
     return report
 
 

@@ -167,8 +167,8 @@ class MaintenanceLock:
 
     def _acquire(self) -> None:
         current = self._read()
-        if self._is_mine(current):  # an attempt whose answer was lost had taken it
-            self._value = current
+        if current is not None and self._is_mine(current):  # a take whose answer was lost
+            self._adopt(current)
             return
         now = datetime.now(UTC)
         if not is_free(current, now):
@@ -178,6 +178,10 @@ class MaintenanceLock:
         mine = self._stamp(now)
         if not self.engine.swap_meta(self.key, current, mine):
             theirs = self._read()
+            if theirs is not None and self._is_mine(theirs):
+                # A lost take applied late, after this attempt's read (a review).
+                self._adopt(theirs)
+                return
             raise LockHeld(
                 f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
             )
@@ -188,6 +192,14 @@ class MaintenanceLock:
             expired = datetime.fromisoformat(str(current.get("expires_at"))) <= now
             why = "" if expired else "; its process is gone"
             log.warning("took over a stale %s lock: %s%s", self.resource, describe(current), why)
+
+    def _adopt(self, value: dict[str, Any]) -> None:
+        """Take ``value``, this owner's stored lock, as ours, stamped anew: after the
+        retries' backoff it may be close to its expiry (a review)."""
+        self._value = value
+        renewed = self._stamp(datetime.now(UTC))
+        if self._swap_own(renewed):
+            self._value = renewed
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -282,6 +294,8 @@ class MaintenanceLock:
         if self._thread is not None:
             self._thread.join(timeout=self.heartbeat + 5)
         with self._guard:
+            if self._value is None and not self._lost.is_set():
+                self._value = self._taken_unknowingly()
             if self._value is None or self._lost.is_set():
                 return
             released = {
@@ -297,6 +311,15 @@ class MaintenanceLock:
             except EngineError as exc:  # it goes stale on its own
                 log.warning("could not release the %s lock: %s", self.resource, exc)
             self._value = None
+
+    def _taken_unknowingly(self) -> dict[str, Any] | None:
+        """The stored lock, when a take that failed as far as this process knows (its
+        answer lost, the retries spent) was applied after all: released too."""
+        try:
+            current = self.engine.get_meta(self.key)
+        except EngineError:
+            return None  # it expires by itself
+        return current if current is not None and self._is_mine(current) else None
 
     def __enter__(self) -> MaintenanceLock:
         try:

@@ -218,17 +218,21 @@ class NodeCache:
             loads.append(self._loader(rest))
         loaded_at = self._clock()
         for load in loads:
-            self._keep(load, loaded_at)
+            self._keep(load, loaded_at, fresh)
         self._generation += 1
         self._source = loads[-1].source
         if fresh and truth and rest is not cells:  # an index that stood in is no answer
             return tuple(s for load in loads for s in (*load.skipped, *load.unanswered))
         return tuple(s for load in loads for s in load.skipped)
 
-    def _keep(self, load: CellLoad, loaded_at: float) -> None:
+    def _keep(self, load: CellLoad, loaded_at: float, fresh: bool) -> None:
         stood_in = {s.uuid for s in load.unanswered}
         for cell_uuid, docs in load.documents.items():
             from_index = load.source == "index" or cell_uuid in stood_in
+            # A bypass reads every node: only what is news to the cache (a node new to a
+            # cell read before, a newer document) may stand over the index a while, or a
+            # node deleted since stayed listed a TTL after it (a review).
+            known = cell_uuid in self._loaded_at
             held: dict[str, dict[str, Any]] = {}
             for old in self._members.get(cell_uuid, ()):
                 entry = self._entries.pop(old, None)
@@ -246,7 +250,8 @@ class NodeCache:
                 self._entries[key] = doc
                 self._cell_of[key] = cell_uuid
                 if not from_index:
-                    self._read_from_cell[key] = loaded_at
+                    if not fresh or (known and _newer(doc, held.get(key))):
+                        self._read_from_cell[key] = loaded_at
                 elif key not in kept:
                     self._read_from_cell.pop(key, None)
             self._members[cell_uuid] = list(incoming)
@@ -329,6 +334,10 @@ class NodeCache:
     def _count(self, scope: str) -> None:
         self.invalidations += 1
         INVALIDATIONS.labels(scope).inc()
+
+
+def _newer(doc: Mapping[str, Any], before: Mapping[str, Any] | None) -> bool:
+    return before is None or _version(before) < _version(doc)
 
 
 def _version(doc: Mapping[str, Any]) -> float:

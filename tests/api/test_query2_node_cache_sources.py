@@ -79,3 +79,45 @@ def test_a_node_that_moved_cells_is_listed_once() -> None:
     where.update(a=[], b=[{"uuid": "n1", "cell_uuid": "b", "version": 2}])
     cache.invalidate_node("n1", "b")  # only cell b is read again
     assert [(d["uuid"], d["cell_uuid"]) for d in cache.get().documents] == [("n1", "b")]
+
+
+def _two_nodes(clock: ManualClock) -> tuple[NodeCache, dict[str, Any], dict[str, Any]]:
+    """A cache over one cell of two nodes, n1 and n2, in its index and its database."""
+    cell = CellMapping("c1", "c1", "sqlite://")
+    nodes = {n: {"uuid": n, "cell_uuid": "c1", "version": 5} for n in ("n1", "n2")}
+    index, db = dict(nodes), dict(nodes)
+    cache = NodeCache(
+        lambda: [cell],
+        lambda cells: CellLoad({"c1": [dict(d) for d in index.values()]}, (), "index"),
+        truth=lambda cells: CellLoad({"c1": [dict(d) for d in db.values()]}, (), "cells"),
+        clock=clock,
+    )
+    return cache, index, db
+
+
+def test_a_node_deleted_after_a_bypass_is_not_kept_over_the_index() -> None:
+    """A review: a bypass (or ``nodes refresh``) read every node from its cell, and each
+    then stood over the index for a TTL, so a node deleted since stayed listed ten
+    minutes where the index no longer had it; before the bypass read the cells, it went
+    at the next read."""
+    for first_read_bypasses in (True, False):
+        clock = ManualClock()
+        cache, index, db = _two_nodes(clock)
+        if not first_read_bypasses:
+            cache.get()  # read from the index first, then bypassed
+        cache.get(bypass=True)
+        del db["n2"], index["n2"]  # deleted; its document removed (no listener here)
+        clock.now += 60
+        assert [d["uuid"] for d in cache.warm().documents] == ["n1"], first_read_bypasses
+
+
+def test_what_a_bypass_finds_newer_than_the_cache_still_outlives_a_lagging_index() -> None:
+    clock = ManualClock()
+    cache, _index, db = _two_nodes(clock)
+    cache.get()
+    db["n2"] = {**db["n2"], "version": 6}  # changed; the index lags
+    db["n3"] = {"uuid": "n3", "cell_uuid": "c1", "version": 1}  # registered; not indexed
+    cache.get(bypass=True)
+    clock.now += 60
+    warmed = {d["uuid"]: d["version"] for d in cache.warm().documents}
+    assert warmed == {"n1": 5, "n2": 6, "n3": 1}

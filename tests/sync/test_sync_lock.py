@@ -326,3 +326,76 @@ def test_taking_the_lock_rides_out_a_busy_engine(
     monkeypatch.setattr(engine, "get_meta", read)
     with MaintenanceLock(engine, "instance", "verify"):  # released: free again
         pass
+
+
+def test_a_take_applied_after_its_retry_read_is_found_to_be_ours(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: a take that timed out and was applied late, just after the retry's read
+    answered, made the retry's swap fail; the lock was then called another's ("another
+    verify just started: <this process>") and left held to its expiry."""
+    from cellsight.indexer import retries
+    from cellsight.indexer.engines.base import EngineTimeout
+
+    monkeypatch.setattr(retries, "MAX_BACKOFF", 0.02)
+    read, swap = engine.get_meta, engine.swap_meta
+    queued: list[tuple[str, Any]] = []
+
+    def late(key: str) -> Any:
+        answer = read(key)
+        for held in queued:  # the queued take lands once this read has answered
+            swap(held[0], None, held[1])
+        queued.clear()
+        return answer
+
+    def queued_take(key: str, expected: Any, new: Any) -> bool:
+        if not queued and expected is None and read(key) is None:
+            queued.append((key, new))
+            raise EngineTimeout("read timed out (the engine applies it later)")
+        return swap(key, expected, new)
+
+    monkeypatch.setattr(engine, "get_meta", late)
+    monkeypatch.setattr(engine, "swap_meta", queued_take)
+    lock = MaintenanceLock(engine, "instance", "verify")
+    lock.acquire()
+    stored = read(lock_key("instance")) or {}
+    assert stored.get("owner") == lock.owner and not stored.get("released")
+    lock.release()
+    monkeypatch.setattr(engine, "get_meta", read)
+    monkeypatch.setattr(engine, "swap_meta", swap)
+    with MaintenanceLock(engine, "instance", "sync"):  # released: free again
+        pass
+
+
+def test_a_take_applied_whose_retries_all_failed_is_released(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: the take applied, its answer lost and the engine busy for every retry,
+    the run failed and its lock stayed held to its expiry: the release did not know it
+    had been taken."""
+    from cellsight.indexer import retries
+    from cellsight.indexer.engines.base import EngineTimeout
+
+    monkeypatch.setattr(retries, "MAX_BACKOFF", 0.02)
+    read, swap = engine.get_meta, engine.swap_meta
+    busy = {"reads": 0}
+
+    def busy_read(key: str) -> Any:
+        if busy["reads"]:
+            busy["reads"] -= 1
+            raise EngineTimeout("read timed out")
+        return read(key)
+
+    def applied_then_busy(key: str, expected: Any, new: Any) -> bool:
+        done = swap(key, expected, new)
+        if not busy["reads"] and not (new or {}).get("released"):
+            busy["reads"] = retries.RETRY_ROUNDS  # every retry's read, then it answers
+            raise EngineTimeout("read timed out (the write was applied)")
+        return done
+
+    monkeypatch.setattr(engine, "get_meta", busy_read)
+    monkeypatch.setattr(engine, "swap_meta", applied_then_busy)
+    with pytest.raises(EngineTimeout), MaintenanceLock(engine, "instance", "sync"):
+        pass
+    stored = read(lock_key("instance")) or {}
+    assert stored.get("released") is True  # not held to its expiry

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from cellsight.indexer import daemon_map
 from cellsight.indexer.antientropy import verify_resource
 from cellsight.indexer.engines.base import WriteOp, WriteResult
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.index_roles import LAST_VERIFY
 from cellsight.indexer.lock import LockLost, MaintenanceLock, is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
@@ -258,3 +260,57 @@ def test_a_second_interrupt_while_the_writes_drain_still_says_what_was_repaired(
     assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
     engine.close()
     registry.close()
+
+
+def test_an_interrupt_after_the_comparison_still_says_what_was_repaired(
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: an interrupt as the run's figures are kept for ``index status``, after
+    its lock was given back, said a bare "interrupted" about all it had repaired."""
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+    put = engine.put_meta
+
+    def interrupted(key: str, value: Any) -> None:
+        if key == LAST_VERIFY.format(resource="instance"):
+            raise KeyboardInterrupt
+        put(key, value)
+
+    monkeypatch.setattr(engine, "put_meta", interrupted)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        verify_resource(engine, registry, "instance", repair=True)
+    assert isinstance(stopped.value, VerifyInterrupted), repr(stopped.value)
+    assert engine.count("instance") == 2 * PER_CELL  # all of it repaired
+    assert str(stopped.value) == (
+        f"instance verify interrupted: {2 * PER_CELL:,} repaired before it stopped"
+    )
+    engine.close()
+    registry.close()
+
+
+def test_an_interrupted_run_of_both_types_says_what_the_first_repaired(
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: interrupted in its node pass, ``index verify --repair`` said "node verify
+    interrupted: 0 repaired" of a run whose instance pass had repaired every document,
+    and never printed that pass's report."""
+    from typer.testing import CliRunner
+
+    from cellsight.cli import app
+
+    run = Verifier.run
+
+    def node_interrupted(self: Verifier, cells: Any, **options: Any) -> Any:
+        if self.resource == "node":
+            raise KeyboardInterrupt  # Ctrl-C as the node pass begins
+        return run(self, cells, **options)
+
+    monkeypatch.setattr(Verifier, "run", node_interrupted)
+    result = CliRunner().invoke(
+        app, ["--data-dir", str(drifted.data_dir), "index", "verify", "--repair"]
+    )
+    assert result.exit_code == 130, result.output
+    assert (
+        "node verify interrupted: 0 repaired before it stopped; "
+        f"instance verify had ended: {2 * PER_CELL:,} repaired"
+    ) in " ".join(result.output.split()), result.output
