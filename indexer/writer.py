@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_when_event_set,
@@ -27,6 +28,7 @@ from tenacity import (
 from cellsight.cells.errors import DatabaseUnavailable
 from cellsight.indexer import metrics, retag
 from cellsight.indexer.engines.base import (
+    EngineTimeout,
     EngineUnavailable,
     IndexMissing,
     SearchEngine,
@@ -73,6 +75,25 @@ TRANSIENT = (EngineUnavailable, DatabaseUnavailable)
 # indexes made again as at start-up, which is what a restart would do; an index missing
 # again this many times over one batch is something else, and stops the indexer.
 RECREATIONS = 3
+# Seconds at least between a request that timed out and its retry: an engine too busy to
+# answer in time is not asked again at once (a probe: with writes in flight, each one sent
+# again at once kept a busy peer past the timeout; the jitter alone often waited 0.0 s).
+TIMEOUT_PAUSE = 1.0
+
+
+def retry_wait(max_backoff: float) -> Callable[[RetryCallState], float]:
+    """Jittered exponential backoff from 0.1 s up to ``max_backoff``; after a timeout,
+    ``TIMEOUT_PAUSE`` at least (``max_backoff`` at most)."""
+    jittered = wait_random_exponential(multiplier=0.1, max=max_backoff)
+
+    def wait(state: RetryCallState) -> float:
+        pause = float(jittered(state))
+        failed = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(failed, EngineTimeout):
+            return max(pause, min(TIMEOUT_PAUSE, max_backoff))
+        return pause
+
+    return wait
 
 
 class BatchWriter:
@@ -98,6 +119,8 @@ class BatchWriter:
         self.floor_ttl = floor_ttl
         self._floor: tuple[float, datetime | None] = (0.0, None)
         self._ready: set[str] = set()
+        self._making_ready = threading.Lock()
+        self._wait = retry_wait(max_backoff)
 
     def purge_floor(self) -> datetime | None:
         fetched_at, floor = self._floor
@@ -154,14 +177,20 @@ class BatchWriter:
 
     def _ensure_ready(self, resources: set[str]) -> None:
         # Node notifications may be the first a fresh index sees of its node alias.
-        for resource in sorted(resources - self._ready):
-            self.engine.ensure_ready(resource)
-            self._ready.add(resource)
+        if resources <= self._ready:
+            return
+        # One commit at a time makes them: after a wipe, the commits in flight each made
+        # their own, all but the oldest were dropped, and a bulk already under way to one
+        # dropped made the engine create it again, unaliased (a probe).
+        with self._making_ready:
+            for resource in sorted(resources - self._ready):
+                self.engine.ensure_ready(resource)
+                self._ready.add(resource)
 
     def _retrying(self, fn: Callable[[], None], what: str) -> None:
         for attempt in Retrying(
             retry=retry_if_exception_type(TRANSIENT),
-            wait=wait_random_exponential(multiplier=0.1, max=self.max_backoff),
+            wait=self._wait,
             stop=stop_when_event_set(self.stop),
             before_sleep=warn_before_retry(log, what),
             reraise=True,
