@@ -198,8 +198,13 @@ class MaintenanceLock:
         retries' backoff it may be close to its expiry (a review)."""
         self._value = value
         renewed = self._stamp(datetime.now(UTC))
-        if self._swap_own(renewed):
-            self._value = renewed
+        if not self._swap_own(renewed):  # expired meanwhile, and taken over
+            self._value = None
+            raise LockHeld(
+                f"another {self.resource} sync, verify or purge just started: "
+                f"{describe(self._read())}"
+            )
+        self._value = renewed
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):

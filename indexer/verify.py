@@ -392,7 +392,7 @@ class Verifier:
         if not uuids:
             return {}
         read = partial(self.engine.get_many, self.resource, uuids, fields=fields, index=self.index)
-        return retrying(read, f"reading {self.resource} documents", backoff=self.backoff)
+        return retrying(read, "reading documents", backoff=self.backoff, stopped=self._stop.is_set)
 
     def _send(self, ops: list[WriteOp]) -> Sequence[WriteResult]:
         if self.index is None:

@@ -230,9 +230,11 @@ class NodeCache:
         for cell_uuid, docs in load.documents.items():
             from_index = load.source == "index" or cell_uuid in stood_in
             # A bypass reads every node: only what is news to the cache (a node new to a
-            # cell read before, a newer document) may stand over the index a while, or a
-            # node deleted since stayed listed a TTL after it (a review).
+            # cell read before, a newer document, anything of a cell an event dropped) may
+            # stand over the index a while, or a node deleted since stayed listed a TTL
+            # after it (a review).
             known = cell_uuid in self._loaded_at
+            dropped = not fresh or cell_uuid in self._truth
             held: dict[str, dict[str, Any]] = {}
             for old in self._members.get(cell_uuid, ()):
                 entry = self._entries.pop(old, None)
@@ -250,7 +252,7 @@ class NodeCache:
                 self._entries[key] = doc
                 self._cell_of[key] = cell_uuid
                 if not from_index:
-                    if not fresh or (known and _newer(doc, held.get(key))):
+                    if dropped or (known and _newer(doc, held.get(key))):
                         self._read_from_cell[key] = loaded_at
                 elif key not in kept:
                     self._read_from_cell.pop(key, None)

@@ -155,14 +155,9 @@ def index_verify(
         except LockHeld as exc:
             fail(str(exc), code=LOCKED)
         except LockLost as exc:  # as purge's: the run stopped, what it repaired stays
-            fail(str(exc), code=RUNTIME)
+            fail(f"{exc}{_ended(reports)}", code=RUNTIME)
         except VerifyInterrupted as exc:
-            # A run of both types: what the type verified before says what it repaired
-            # too (a review: "node verify interrupted: 0 repaired" hid 400 of instance's).
-            ended = "".join(
-                f"; {r.resource} verify had ended: {_repaired(r):,} repaired" for r in reports
-            )
-            fail(f"{exc}{ended}", code=130)
+            fail(f"{exc}{_ended(reports)}", code=130)
     left = sum(_left(r) for r in reports)
     if as_json:
         _emit({"ok": left == 0, "reports": [r.as_dict() for r in reports]})
@@ -173,8 +168,11 @@ def index_verify(
         raise typer.Exit(1)
 
 
-def _repaired(report: Any) -> int:
-    return sum(cell.repaired for cell in report.cells)
+def _ended(reports: Sequence[Any]) -> str:
+    """What the types verified before the one that stopped repaired (a review: "node
+    verify interrupted: 0 repaired" hid the instance pass's 400)."""
+    done = ((r.resource, sum(c.repaired for c in r.cells)) for r in reports)
+    return "".join(f"; {name} verify had ended: {n:,} repaired" for name, n in done)
 
 
 def _starter(

@@ -121,3 +121,17 @@ def test_what_a_bypass_finds_newer_than_the_cache_still_outlives_a_lagging_index
     clock.now += 60
     warmed = {d["uuid"]: d["version"] for d in cache.warm().documents}
     assert warmed == {"n1": 5, "n2": 6, "n3": 1}
+
+
+def test_a_bypass_after_an_event_dropped_the_cache_outlives_a_lagging_index() -> None:
+    """A review: a bypass stamped only what was news against the cache, and a live
+    migration had emptied it, so the lagging index's older figures came back at the next
+    refresh and stayed a TTL."""
+    clock = ManualClock()
+    cache, _index, db = _two_nodes(clock)
+    cache.get()
+    cache.observe("instance.live_migration.post.end", None)  # the whole cache dropped
+    db["n1"] = {**db["n1"], "version": 6}  # the migration's new figures; the index lags
+    assert {d["uuid"]: d["version"] for d in cache.get(bypass=True).documents}["n1"] == 6
+    clock.now += 30
+    assert {d["uuid"]: d["version"] for d in cache.warm().documents} == {"n1": 6, "n2": 5}

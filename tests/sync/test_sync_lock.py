@@ -399,3 +399,32 @@ def test_a_take_applied_whose_retries_all_failed_is_released(
         pass
     stored = read(lock_key("instance")) or {}
     assert stored.get("released") is True  # not held to its expiry
+
+
+def test_a_lost_take_found_taken_over_meanwhile_is_not_held(
+    engine: SearchEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: a take whose answer was lost, found this process's own after retries
+    that outlasted its expiry and taken over just then, was adopted anyway: the run went
+    on beside the new holder (its clean-up before the first check included)."""
+    from cellsight.indexer import retries
+    from cellsight.indexer.engines.base import EngineTimeout
+
+    monkeypatch.setattr(retries, "MAX_BACKOFF", 0.02)
+    swap = engine.swap_meta
+    theirs = {"owner": "another", "purpose": "sync", "host": "elsewhere", "pid": 1}
+    calls = {"n": 0}
+
+    def racing(key: str, expected: Any, new: Any) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 1:  # the take: applied, its answer lost
+            swap(key, expected, new)
+            raise EngineTimeout("read timed out (the write was applied)")
+        if calls["n"] == 2:  # the adoption's re-stamp: another took it over just before
+            swap(key, expected, {**theirs, "expires_at": new["expires_at"]})
+        return swap(key, expected, new)
+
+    monkeypatch.setattr(engine, "swap_meta", racing)
+    with pytest.raises(LockHeld), MaintenanceLock(engine, "instance", "verify"):
+        pytest.fail("the run went on beside the lock's new holder")
+    assert (engine.get_meta(lock_key("instance")) or {}).get("owner") == "another"

@@ -288,8 +288,16 @@ def test_an_interrupt_after_the_comparison_still_says_what_was_repaired(
     registry.close()
 
 
+@pytest.mark.parametrize(
+    ("stop", "code", "said"),
+    [
+        (KeyboardInterrupt, 130, "node verify interrupted: 0 repaired before it stopped"),
+        (lambda: LockLost("the node lock was lost"), 1, "the node lock was lost"),
+    ],
+    ids=["interrupted", "lock-lost"],
+)
 def test_an_interrupted_run_of_both_types_says_what_the_first_repaired(
-    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch, stop: Any, code: int, said: str
 ) -> None:
     """A review: interrupted in its node pass, ``index verify --repair`` said "node verify
     interrupted: 0 repaired" of a run whose instance pass had repaired every document,
@@ -302,15 +310,14 @@ def test_an_interrupted_run_of_both_types_says_what_the_first_repaired(
 
     def node_interrupted(self: Verifier, cells: Any, **options: Any) -> Any:
         if self.resource == "node":
-            raise KeyboardInterrupt  # Ctrl-C as the node pass begins
+            raise stop()  # Ctrl-C, or its lock lost, as the node pass begins
         return run(self, cells, **options)
 
     monkeypatch.setattr(Verifier, "run", node_interrupted)
     result = CliRunner().invoke(
         app, ["--data-dir", str(drifted.data_dir), "index", "verify", "--repair"]
     )
-    assert result.exit_code == 130, result.output
-    assert (
-        "node verify interrupted: 0 repaired before it stopped; "
-        f"instance verify had ended: {2 * PER_CELL:,} repaired"
-    ) in " ".join(result.output.split()), result.output
+    assert result.exit_code == code, result.output
+    assert f"{said}; instance verify had ended: {2 * PER_CELL:,} repaired" in " ".join(
+        result.output.split()
+    ), result.output
