@@ -18,6 +18,10 @@ from cellsight.indexer.engines.base import EngineError, SearchEngine
 from cellsight.query.tree import MatchAll, SearchRequest
 
 YARDSTICK = SearchRequest(MatchAll(), DEFAULT_ORDER, 1)
+# Seconds the engine's ping may take here: an engine that answers at all answers it at
+# once, and a frozen one cost the request that found it twice its search timeout (a probe:
+# 10 s at the default 5 s).
+PING_TIMEOUT = 1.0
 
 
 class Yardstick:
@@ -40,7 +44,7 @@ class Yardstick:
 
     def _measure(self) -> bool | None:
         try:
-            self.engine.ping()
+            self.engine.ping(timeout=PING_TIMEOUT)
         except EngineError:
             return None
         try:

@@ -304,8 +304,9 @@ class SearchEngine(Names, DocumentStore, Search, IndexAdmin, MetaStore):
     capabilities: Capabilities = Capabilities()
 
     @abc.abstractmethod
-    def ping(self) -> None:
-        """Raise ``EngineUnavailable`` unless the engine answers."""
+    def ping(self, timeout: float | None = None) -> None:
+        """Raise ``EngineUnavailable`` unless the engine answers (within ``timeout``
+        seconds where it waits on a peer; default: its own request timeout)."""
 
     @abc.abstractmethod
     def close(self) -> None: ...

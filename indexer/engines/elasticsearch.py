@@ -91,12 +91,14 @@ class ElasticsearchEngine(HttpEngine):
         *,
         params: dict[str, str] | None = None,
         body: Any = None,
+        timeout: float | None = None,
     ) -> Any:
         headers = {"accept": "application/json"}
         if body is not None:
             headers["content-type"] = "application/json"
+        client = self.client if timeout is None else self.client.options(request_timeout=timeout)
         with self._errors(f"{method} {path}"):
-            response = self.client.perform_request(
+            response = client.perform_request(
                 method, path, params=params, headers=headers, body=body
             )
         return response.body

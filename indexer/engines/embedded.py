@@ -105,7 +105,7 @@ class EmbeddedEngine(SearchEngine):
     def store_identity(self) -> Hashable:
         return self._connections.identity_now()
 
-    def ping(self) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         try:
             self._conn().execute("SELECT count(*) FROM _cs_indexes").fetchone()
         except sqlite3.Error as exc:

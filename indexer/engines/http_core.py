@@ -130,8 +130,10 @@ class HttpCore(Names):
         *,
         params: dict[str, str] | None = None,
         body: Any = None,
+        timeout: float | None = None,
     ) -> Any:
-        """The decoded body of a 2xx answer; a classified ``EngineError`` otherwise."""
+        """The decoded body of a 2xx answer; a classified ``EngineError`` otherwise.
+        ``timeout``: seconds for this request (default: the engine's)."""
 
     @abc.abstractmethod
     def _stream_bulk(
@@ -156,9 +158,9 @@ class HttpCore(Names):
     def drop_index(self, name: str) -> None: ...
 
     # Lifecycle --------------------------------------------------------------
-    def ping(self) -> None:
+    def ping(self, timeout: float | None = None) -> None:
         try:
-            self._send("GET", "/")
+            self._send("GET", "/", timeout=timeout)
         except EngineError as exc:
             if exc.status is None:
                 raise

@@ -111,9 +111,12 @@ class OpenSearchEngine(HttpEngine):
         *,
         params: dict[str, str] | None = None,
         body: Any = None,
+        timeout: float | None = None,
     ) -> Any:
         with self._errors(f"{method} {path}"):
-            return self.client.transport.perform_request(method, path, params=params, body=body)
+            return self.client.transport.perform_request(
+                method, path, params=params, body=body, timeout=timeout
+            )
 
     def _stream_bulk(
         self, actions: Iterable[BulkAction], *, chunk_size: int, timeout: float

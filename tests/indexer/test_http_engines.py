@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -312,3 +313,27 @@ def test_a_port_that_answers_but_not_in_http_is_named(tmp_path: Path) -> None:
     message = str(refused.value)
     assert "answered GET /, but not in HTTP (BadStatusLine)" in message
     assert "search_url" in message and "\x00" not in message and "garbage" not in message
+
+
+def test_a_ping_given_a_timeout_waits_no_longer(kind: str) -> None:
+    """A probe: the API's yardstick pinged a frozen engine with the engine's whole request
+    timeout, so the request that found it took twice its search timeout (10 s)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # connections complete in the backlog and are never answered
+        eng = make_engine(kind, f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=60.0)
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def ping() -> None:
+            try:
+                eng.ping(timeout=0.3)
+            except BaseException as exc:
+                failed.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=ping, daemon=True).start()
+        assert done.wait(10), "the ping waited on past its own timeout"
+        eng.close()
+    assert len(failed) == 1 and isinstance(failed[0], EngineUnavailable), failed
