@@ -13,11 +13,13 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.base import RESOURCES, SearchEngine
 from cellsight.indexer.index_roles import LAST_VERIFY, clean_up
 from cellsight.indexer.lock import LockHeld, MaintenanceLock
+from cellsight.indexer.retries import retrying
 from cellsight.indexer.verify import Verifier, VerifyReport
 from cellsight.indexer.verify_report import VerifyInterrupted
 
@@ -41,10 +43,13 @@ def verify_resource(
     verifier: Verifier | None = None
     try:
         with MaintenanceLock(engine, resource, "verify") as lock:
-            engine.ensure_ready(resource)
+            ready = partial(engine.ensure_ready, resource)
+            retrying(ready, f"{resource} verify: making the indexes ready")
             # What a killed sync left: its index behind the write alias would answer the
             # document reads (an orphan missing from it reads as removed) and keep growing.
-            dropped = clean_up(engine, resource)
+            dropped = retrying(
+                partial(clean_up, engine, resource), f"{resource} verify: cleaning up"
+            )
             if dropped:
                 log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)
             # A cell named twice (by name and by uuid, say) is checked once.

@@ -147,6 +147,13 @@ class _Run:
         what = f"{self.resource} sync: {what}"
         return retrying(attempt, what, backoff=self.options.retry_backoff)
 
+    def _prepare(self) -> list[str]:
+        """The indexes made ready and what an unfinished sync left cleaned up, each step
+        retried (a probe: a busy engine failed a sync or verify at its first request)."""
+        engine, resource = self.engine, self.resource
+        self._retrying(lambda: engine.ensure_ready(resource), "making the indexes ready")
+        return self._retrying(lambda: clean_up(engine, resource), "cleaning up")
+
     def _cells(self) -> list[CellMapping]:
         if not self.options.cells:
             cells = self.registry.list_cells()
@@ -239,9 +246,8 @@ class _Run:
         floor = raise_floor(engine, self.registry) if resource == "instance" else None
         scope = Scope(resource, floor)
         cells = self._cells()
-        engine.ensure_ready(resource)
-        report.cleaned_up = clean_up(engine, resource)
-        current = layout(engine, resource)
+        report.cleaned_up = self._prepare()
+        current = self._retrying(lambda: layout(engine, resource), "reading the indexes")
         if current.serving is None:
             raise SyncFailed(f"the {engine.read_alias(resource)} alias does not name one index")
         old_read, old_write = current.serving.name, list(current.writers)
@@ -360,9 +366,8 @@ class _Run:
         engine, resource, report = self.engine, self.resource, self.report
         scope = scope_of(engine, resource, self.registry)
         cells = self._cells()
-        engine.ensure_ready(resource)
-        report.cleaned_up = clean_up(engine, resource)
-        serving = layout(engine, resource).serving
+        report.cleaned_up = self._prepare()
+        serving = self._retrying(lambda: layout(engine, resource), "reading the indexes").serving
         report.index = serving.name if serving else None
         try:
             tallies = self._load(scope, cells, None)

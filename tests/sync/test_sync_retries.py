@@ -221,6 +221,38 @@ def test_a_busy_engine_s_reads_are_retried_by_verify(
     world.assert_index_equals_cells()
 
 
+@pytest.fixture
+def proxied_aliases(
+    request: pytest.FixtureRequest, make_database: DatabaseFactory, tmp_path: Path
+) -> Iterator[tuple[World, BulkFaults]]:
+    """As ``proxied``, spoiling the alias reads every first step makes."""
+    yield from _proxied(request, make_database, tmp_path, "/_alias")
+
+
+@pytest.mark.services
+@pytest.mark.parametrize("command", ["sync", "sync --cell", "verify"])
+def test_a_busy_engine_at_the_first_steps_is_ridden_out(
+    proxied_aliases: tuple[World, BulkFaults], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """A probe (osmem frozen as a verify began): the first steps, the indexes made ready
+    and what an unfinished sync left cleaned up, were not retried as the rest is."""
+    from cellsight.indexer import retries
+    from cellsight.indexer.antientropy import verify_resource
+
+    world, proxy = proxied_aliases
+    run_sync(world.engine, world.registry, fast())
+    monkeypatch.setattr(retries, "MAX_BACKOFF", 0.02)
+    proxy.arm(503, first=1, times=2)
+    if command == "verify":
+        report = verify_resource(world.engine, world.registry, "instance", repair=True)
+        assert [c.failed for c in report.cells] == [None, None]
+    else:
+        cells = [world.cells[0].name] if command == "sync --cell" else []
+        run_sync(world.engine, world.registry, fast(cells=cells))
+    assert len(proxy.spoiled) == 2  # both faults met, and ridden out
+    world.assert_index_equals_cells()
+
+
 class _Holder(logging.Handler):
     """Takes SQLite's write lock on the index file from another connection when asked,
     and gives it back at the first retry the sync logs: a real busy database, once."""
