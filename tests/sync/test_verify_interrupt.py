@@ -321,3 +321,29 @@ def test_an_interrupted_run_of_both_types_says_what_the_first_repaired(
     assert f"{said}; instance verify had ended: {2 * PER_CELL:,} repaired" in " ".join(
         result.output.split()
     ), result.output
+
+
+def test_a_stopping_verify_stops_retrying_its_reads(
+    drifted: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A review: a cell's document read went on through its retries (about 24 s of
+    backoff and the timeouts) after the run was interrupted or lost its lock."""
+    from cellsight.indexer.engines.base import EngineUnavailable
+    from cellsight.indexer.retries import RetryStopped
+
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+    reads: list[int] = []
+
+    def busy(*args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        raise EngineUnavailable("busy")
+
+    monkeypatch.setattr(engine, "get_many", busy)
+    verifier = Verifier(engine, registry, "instance", repair=True, backoff=0.5)
+    verifier._stop.set()  # as an interrupt or a lost lock sets it
+    with pytest.raises(RetryStopped):
+        verifier._stored(["2f4b0f6c-0d7a-4a43-9d0e-5c2a51a0b8a1"])
+    assert reads == [1]  # not one retry after the stop
+    engine.close()
+    registry.close()
