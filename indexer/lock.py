@@ -25,7 +25,7 @@ import uuid as uuidlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeGuard
 
 from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
 
@@ -167,7 +167,7 @@ class MaintenanceLock:
 
     def _acquire(self) -> None:
         current = self._read()
-        if current is not None and self._is_mine(current):  # a take whose answer was lost
+        if self._is_mine(current):  # a take whose answer was lost
             self._adopt(current)
             return
         now = datetime.now(UTC)
@@ -178,13 +178,11 @@ class MaintenanceLock:
         mine = self._stamp(now)
         if not self.engine.swap_meta(self.key, current, mine):
             theirs = self._read()
-            if theirs is not None and self._is_mine(theirs):
+            if self._is_mine(theirs):
                 # A lost take applied late, after this attempt's read (a review).
                 self._adopt(theirs)
                 return
-            raise LockHeld(
-                f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
-            )
+            raise self._just_started(theirs)
         self._value = mine  # first: an interrupt from here on releases what was taken
         if current and not current.get("released"):
             # Its process gone, a lock is taken before its expiry: "stale after" a time
@@ -200,11 +198,13 @@ class MaintenanceLock:
         renewed = self._stamp(datetime.now(UTC))
         if not self._swap_own(renewed):  # expired meanwhile, and taken over
             self._value = None
-            raise LockHeld(
-                f"another {self.resource} sync, verify or purge just started: "
-                f"{describe(self._read())}"
-            )
+            raise self._just_started(self._read())
         self._value = renewed
+
+    def _just_started(self, theirs: dict[str, Any] | None) -> LockHeld:
+        return LockHeld(
+            f"another {self.resource} sync, verify or purge just started: {describe(theirs)}"
+        )
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -246,7 +246,7 @@ class MaintenanceLock:
         current = self.engine.get_meta(self.key)
         return self._is_mine(current) and self.engine.swap_meta(self.key, current, new)
 
-    def _is_mine(self, value: dict[str, Any] | None) -> bool:
+    def _is_mine(self, value: dict[str, Any] | None) -> TypeGuard[dict[str, Any]]:
         """A stored lock this owner holds (not released, not another owner's)."""
         return value is not None and value.get("owner") == self.owner and not value.get("released")
 
@@ -265,7 +265,7 @@ class MaintenanceLock:
                 current = self.engine.get_meta(self.key)
             except EngineError:
                 current = self._value  # the engine cannot say: ours until it expires
-            if current is None or not self._is_mine(current):  # None: narrowed for mypy
+            if not self._is_mine(current):
                 self._lost.set()
                 return False
             expires = datetime.fromisoformat(str(current["expires_at"]))
@@ -324,7 +324,7 @@ class MaintenanceLock:
             current = self.engine.get_meta(self.key)
         except EngineError:
             return None  # it expires by itself
-        return current if current is not None and self._is_mine(current) else None
+        return current if self._is_mine(current) else None
 
     def __enter__(self) -> MaintenanceLock:
         try:
