@@ -88,6 +88,37 @@ def routable(channel: Any, exchange: str, key: str) -> bool:
     return bool(channel.typeof(exchange).lookup(table, exchange, key, None))
 
 
+def log_in(producer: ConfirmingProducer) -> tuple[type[BaseException], ...]:
+    """Connect and log in now, if not yet; returns the connection's channel errors.
+    Raises ``LoginRefused`` when the bus turns the login away."""
+    # Read before: a connection the broker closed meanwhile leaves the producer without one.
+    channel_errors: tuple[type[BaseException], ...] = producer.connection.channel_errors
+    try:
+        producer.channel  # noqa: B018 - connects and logs in now, if not yet
+    except channel_errors as exc:
+        # A refused login is one of py-amqp's channel errors: it was read as the message
+        # refused for its routing key (an operator's wrong password).
+        refusal = login_refused(exc)
+        if refusal is not None:
+            raise refusal from exc
+        raise
+    return channel_errors
+
+
+def login_refused(exc: BaseException) -> LoginRefused | None:
+    """``LoginRefused`` if ``exc``, or what it was raised from (kombu wraps Redis's
+    refusal in its ``OperationalError``), is the bus turning the login away."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if refused(seen, consumed=False):
+            return LoginRefused(
+                "the bus refused the connection (check the user, password and virtual "
+                f"host of bus_url): {type(seen).__name__}: {seen}"
+            )
+        seen = seen.__cause__
+    return None
+
+
 def publish_confirmed(
     producer: ConfirmingProducer,
     body: Any,
@@ -103,19 +134,7 @@ def publish_confirmed(
     Raises ``Unroutable`` or ``Refused``; connection errors propagate unchanged, for the
     caller's retry (kombu's ``ensure``) or its own reconnect.
     """
-    # Read before: a connection the broker closed meanwhile leaves the producer without one.
-    channel_errors = producer.connection.channel_errors
-    try:
-        producer.channel  # noqa: B018 - connects and logs in now, if not yet
-    except channel_errors as exc:
-        # A refused login is one of py-amqp's channel errors: it was read as the message
-        # refused for its routing key (an operator's wrong password).
-        if refused(exc, consumed=False):
-            raise LoginRefused(
-                "the bus refused the connection (check the user, password and virtual "
-                f"host of bus_url): {type(exc).__name__}: {exc}"
-            ) from exc
-        raise
+    channel_errors = log_in(producer)
     try:
         _publish(producer, body, exchange, routing_key, timeout, declare, properties)
     except MessageNacked as exc:

@@ -37,6 +37,8 @@ from cellsight.notifications.confirm import (
     LoginRefused,
     Refused,
     Unroutable,
+    log_in,
+    login_refused,
     publish_confirmed,
 )
 from cellsight.notifications.envelope import Notification
@@ -154,6 +156,47 @@ class Notifier:
             if not healthy:
                 # A confirm or reply may still be in flight; a fresh connection cannot
                 # mistake it for the answer to the next message.
+                with contextlib.suppress(Exception):
+                    producer.connection.collect()
+            self._producers.release(producer)
+
+    def check(self) -> None:
+        """Connect, log in and declare the exchange and queues now, as the first publish
+        would: a relay with nothing to publish finds a wrong URL, password or permission
+        at its start, not hours later with its first notification. Raises
+        ``LoginRefused``, ``Refused`` (a declaration turned away) or ``PublishError``."""
+        if self._closed:
+            raise PublishError("the notifier is closed")
+        try:
+            producer = self._producers.acquire(block=True, timeout=self.timeout)
+        except Exception as exc:
+            raise PublishError(f"no connection to {self.target}: {exc}") from exc
+        channel_errors: tuple[type[BaseException], ...] = producer.connection.channel_errors
+
+        def attempt() -> None:
+            log_in(producer)
+            for entity in self._declare:
+                producer.maybe_declare(entity)
+
+        healthy = False
+        try:
+            producer.connection.ensure(producer, attempt, **self.retry_policy)()
+            healthy = True
+        except LoginRefused as exc:
+            raise LoginRefused(f"cannot publish to {self.target}: {exc}") from None
+        except channel_errors as exc:
+            raise Refused(
+                f"{self.target} refused its declarations: {type(exc).__name__}: {exc}"
+            ) from None
+        except Exception as exc:
+            refusal = login_refused(exc)
+            if refusal is not None:
+                raise LoginRefused(f"cannot publish to {self.target}: {refusal}") from None
+            raise PublishError(
+                f"no connection to {self.target}: {type(exc).__name__}: {exc}"
+            ) from exc
+        finally:
+            if not healthy:
                 with contextlib.suppress(Exception):
                     producer.connection.collect()
             self._producers.release(producer)

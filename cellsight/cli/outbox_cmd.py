@@ -77,9 +77,10 @@ def relay(
 ) -> None:
     """Publish every cell's waiting notifications in order, with publisher confirms.
 
-    Exits 1 when a cell could not be relayed completely (its rows stay for next time).
-    With ``--every`` it keeps relaying (a failed pass is logged and retried) and exits 0
-    on SIGTERM/SIGINT.
+    Exits 1 when a cell could not be relayed completely (its rows stay for next time),
+    or, with nothing waiting, when the bus cannot be reached or refuses the login.
+    With ``--every`` it keeps relaying (a failed pass is logged and retried; the bus is
+    checked once, at the start) and exits 0 on SIGTERM/SIGINT.
     """
     from cellsight.cells.outbox import Outbox
     from cellsight.cells.relay_loop import relay_cells
@@ -104,6 +105,9 @@ def relay(
                 break
             time.sleep(0.5)
             reports.update(relay_cells(registry, relay, busy))
+        if not any(r.published or r.error for r in reports.values()):
+            # Nothing was waiting, so nothing tried the bus: a wrong bus_url would pass.
+            notifier.check()
     failed = []
     for name, report in reports.items():
         if as_json:
@@ -137,6 +141,9 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
     EventOnSignal(stop, previous)  # never Event.set in a handler (``signal_events``)
     try:
         with open_registry(ctx, make=True) as registry, build_notifier(settings) as notifier:
+            # Refused at the start: a service manager's restart loop tells the operator,
+            # where the periodic passes would only log it when a row first waits.
+            notifier.check()
             relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
             console.print(f"relaying every {every:g} s until SIGTERM/SIGINT", highlight=False)
             worker = start_periodic_relay(
