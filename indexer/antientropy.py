@@ -65,6 +65,7 @@ def verify_resource(
                 batch_size=batch_size,
                 on_progress=on_progress,
                 check=lock.check,
+                abandon=lock.abandon,
             )
             report = verifier.run(chosen, whole=not cells)
         with contextlib.suppress(Exception):  # the figures are for `index status`

@@ -125,6 +125,7 @@ class MaintenanceLock:
         self._guard = threading.Lock()  # renewals and release never interleave
         self._stop = threading.Event()
         self._lost = threading.Event()
+        self._abandoned = False
         self._confirmed = -CONFIRMED_FOR  # when the engine last said the lock is ours
         self._thread: threading.Thread | None = None
 
@@ -294,11 +295,26 @@ class MaintenanceLock:
                 f"taken over: {holder})"
             )
 
+    def abandon(self) -> None:
+        """Stop renewing, and let the release leave the record to expire (``ttl``): a
+        run that gave up waiting for a write under way must not hand the lock to the
+        next run while that write may still land."""
+        with self._guard:
+            self._abandoned = True
+        self._stop.set()
+        log.warning(
+            "the %s lock is left to expire within %.0fs: a write may still be under way",
+            self.resource,
+            self.ttl,
+        )
+
     def release(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=self.heartbeat + 5)
         with self._guard:
+            if self._abandoned:
+                return
             if self._value is None and not self._lost.is_set():
                 self._value = self._taken_unknowingly()
             if self._value is None or self._lost.is_set():

@@ -127,6 +127,10 @@ class _Run:
         if self.lock is not None:
             self.lock.check(fresh=fresh)
 
+    def abandon(self) -> None:
+        if self.lock is not None:
+            self.lock.abandon()
+
     def _lost(self, exc: BaseException) -> LockLost | None:
         """Why the lock is no longer this run's, asked now, or None: it still is."""
         try:
@@ -339,6 +343,7 @@ class _Run:
             index=new,
             backoff=self.options.retry_backoff,
             check=self.check,
+            abandon=self.abandon,
         )
         result = verifier.run(off)
         self.report.caught_up += sum(c.repaired for c in result.cells)

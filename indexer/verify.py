@@ -78,7 +78,6 @@ from cellsight.indexer.verify_report import (
 from cellsight.indexer.write_gate import WriteGate
 
 log = logging.getLogger(__name__)
-DRAIN = 60.0  # seconds an interrupted run waits for its writes under way (SQLite's busy wait)
 
 
 class Verifier:
@@ -98,8 +97,10 @@ class Verifier:
         on_progress: Callable[[str, int], None] = lambda cell, n: None,
         backoff: float = RETRY_BACKOFF,
         check: Callable[[], None] = lambda: None,
+        abandon: Callable[[], None] = lambda: None,
     ) -> None:
-        """``check`` runs before each repair write: the maintenance lock's (``LockLost``)."""
+        """``check`` runs before each repair write (the maintenance lock's: ``LockLost``),
+        ``abandon`` if an interrupted run gives up waiting for one (``WriteGate.drain``)."""
         self.engine = engine
         self.registry = registry
         self.resource = resource
@@ -113,7 +114,7 @@ class Verifier:
         # Set when the run is interrupted: the cells' threads stop at their next chunk
         # instead of finishing their comparison and repairs first.
         self._stop = threading.Event()
-        self._gate = WriteGate(engine.capabilities.max_in_flight, self._stop, check)
+        self._gate = WriteGate(engine.capabilities.max_in_flight, self._stop, check, abandon)
         self._everywhere: list[CellMapping] = []
         self._seen: list[CellDrift] = []  # the cells begun: what an interrupt says
 
@@ -141,8 +142,7 @@ class Verifier:
                 self._cell, cells, self.workers, "verify", on_interrupt=self._stop.set
             )
         except BaseException as exc:
-            if not self._gate.drain(DRAIN):
-                log.warning("interrupted: a repair write still under way after %.0fs", DRAIN)
+            self._gate.drain()
             if self.repair and isinstance(exc, KeyboardInterrupt):
                 raise VerifyInterrupted(self.resource, self.repaired) from exc
             if isinstance(exc, LockLost):  # a lost lock fails the run, as sync's and purge's

@@ -11,25 +11,36 @@ caller waits for the writes under way (``drain``) before it releases anything.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 POLL = 0.1  # seconds between looks at the stop while a slot is waited for
+DRAIN = 60.0  # seconds an interrupted run waits for its writes under way (SQLite's busy wait)
+log = logging.getLogger(__name__)
 
 
 class WriteGate:
     def __init__(
-        self, slots: int, stop: threading.Event, check: Callable[[], None] = lambda: None
+        self,
+        slots: int,
+        stop: threading.Event,
+        check: Callable[[], None] = lambda: None,
+        abandon: Callable[[], None] = lambda: None,
     ) -> None:
         """``slots``: the engine's own bound (one on the embedded engine, whose writes are
         serialised on its write lock anyway). ``check`` runs before each write, in the
-        slot: a lock no longer held raises there (``MaintenanceLock.check``)."""
+        slot: a lock no longer held raises there (``MaintenanceLock.check``). ``abandon``
+        runs when ``drain`` gives up on a write still under way
+        (``MaintenanceLock.abandon``: the lock is left to expire, not handed to the next
+        run while that write may land)."""
         self.slots = max(1, slots)
         self._free = threading.Semaphore(self.slots)
         self._stop = stop
         self._check = check
+        self._abandon = abandon
 
     @contextmanager
     def writing(self, stopped: Callable[[], BaseException]) -> Iterator[None]:
@@ -49,13 +60,23 @@ class WriteGate:
         finally:
             self._free.release()
 
-    def drain(self, timeout: float) -> bool:
-        """Whether every write under way ended within ``timeout`` (seconds); call it once
-        the stop is set, so that none starts after. The slots stay taken."""
+    def drain(self, timeout: float | None = None) -> bool:
+        """Whether every write under way ended within ``timeout`` (seconds, ``DRAIN`` by
+        default); call it once the stop is set, so that none starts after. The slots stay
+        taken."""
+        timeout = DRAIN if timeout is None else timeout
         deadline = time.monotonic() + timeout
         taken = 0
-        while taken < self.slots and self._free.acquire(
-            timeout=max(0.0, deadline - time.monotonic())
-        ):
-            taken += 1
-        return taken == self.slots
+        try:
+            while taken < self.slots and self._free.acquire(
+                timeout=max(0.0, deadline - time.monotonic())
+            ):
+                taken += 1
+        except BaseException:  # a second Ctrl-C: the writes may still be under way
+            self._abandon()
+            raise
+        if taken < self.slots:
+            log.warning("interrupted: a write still under way after %.0fs", timeout)
+            self._abandon()
+            return False
+        return True
