@@ -298,6 +298,11 @@ class NodeCache:
                 self._dropped.update(cells)
                 self._truth.update(cells)
             else:
+                if cell_uuid is not None and cell_uuid not in self._loaded_at:
+                    # Never read yet (an API just started, a cell added since): its first
+                    # read goes to its database too, or the lagging index's figures stood
+                    # a TTL after this API's own reservation (a probe).
+                    self._truth.add(cell_uuid)
                 # Cells never read, or dropped already, are read on their next request.
                 cells = {cell_uuid} if cell_uuid is not None else set(self._loaded_at)
                 fresh = {c for c in cells if c in self._loaded_at and c not in self._dropped}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cellsight.api.headers import SKIPPED_CELLS
+from cellsight.api.query2.nodes import node_cache
 from tests.api.test_query2_situations import _break_cell, _set_offline
 from tests.support.api_world import World, build_world
 from tests.support.query2_world import ADMIN, Pair, make_pair, node_documents, state
@@ -93,6 +94,25 @@ def test_a_dropped_node_is_read_from_its_cell_not_the_lagging_index(
     cache.warm()
     assert cache.get().source == "index"
     assert row(nodes(client).json())[3] == [0, True]
+
+
+def test_a_node_changed_before_its_cell_was_first_read_is_read_from_the_cell(
+    setup: tuple[World, Pair],
+) -> None:
+    """A probe: an API just started (its cache cold) reserved on a node, and its first node
+    query read that cell from the lagging index and kept the old figures for a TTL."""
+    world, pair = setup
+    client = pair.index
+    node = node_documents(world)[0]
+    cache = node_cache(state(client))  # made as an operation makes it: no query yet
+    _set_offline(world, node, revision=True)  # in the cell; no indexer runs: the index lags
+    cache.invalidate_node(node["uuid"], node["cell_uuid"])  # what the operation does
+    row = next(r for r in nodes(client).json()["data"] if r[0][1] == node["uuid"])
+    assert row[3] == [0, True]
+    cache.warm()  # the cell's next read is the index's again; the newer entry stands
+    assert cache.get().source == "index"
+    row = next(r for r in nodes(client).json()["data"] if r[0][1] == node["uuid"])
+    assert row[3] == [0, True]
 
 
 def test_a_dropped_node_of_a_cell_that_does_not_answer_is_read_from_the_index(
