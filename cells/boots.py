@@ -37,7 +37,7 @@ from cellsight.cells.node_locks import lock_nodes
 from cellsight.cells.nodeevents import Place, node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.rows import InstanceRow, create_payload
-from cellsight.cells.scheduler import Resources, claim
+from cellsight.cells.scheduler import Resources, claim, from_claimed
 from cellsight.cells.schema import instances
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -83,6 +83,8 @@ def boot(ops: Operations, request: BootRequest, actor: Actor) -> BootResult:
                 return insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor)
 
         rows = mapped(ops, cell, request, uuids, lambda: retry_conflicts(attempt))
+        picked = zip(selections, rows, strict=True)
+        selections = [from_claimed(choices, row["host"], row["node"]) for choices, row in picked]
     ops.deliver(cell)
     return BootResult(cell, selections, [create_payload(row, cell.uuid) for row in rows])
 

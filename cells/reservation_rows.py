@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from cellsight.cells.errors import CellsError
 from cellsight.cells.instances import host_name_of
+from cellsight.cells.node_locks import locked_ids
 from cellsight.cells.rows import InstanceRow, flavor_columns, payload_to_row
 from cellsight.cells.schema import compute_nodes
 from cellsight.notifications.payloads import FlavorPayload, InstanceActionPayload
@@ -68,3 +69,22 @@ def new_row(
         forthcoming=True,
     )
     return payload_to_row(payload)
+
+
+def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta: int) -> None:
+    """Add ``delta`` to the reservation count of the node at (host, node)."""
+    if host is None:
+        return
+    c = compute_nodes.c
+    # Not a deleted node's: its resources are not given back either (``release``).
+    where = [c.host == host, c.deleted.is_(False)]
+    where += [c.hypervisor_hostname == node] if node else []
+    total = c.forthcoming_reservations + delta
+    conn.execute(
+        compute_nodes.update()
+        .where(c.id.in_(locked_ids(conn, *where)))
+        .values(
+            forthcoming_reservations=sa.case((total < 0, 0), else_=total),
+            revision=c.revision + 1,
+        )
+    )

@@ -37,13 +37,26 @@ from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor, host_name_of
 from cellsight.cells.leftovers import place_reclaiming
 from cellsight.cells.mappings import CellMapping
-from cellsight.cells.node_locks import lock_hosts, lock_nodes, locked_ids
+from cellsight.cells.node_locks import lock_hosts, lock_nodes
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
-from cellsight.cells.reservation_rows import flavor_fields, host_row, new_row, reservation_uuid
+from cellsight.cells.reservation_rows import (
+    count_on_node,
+    flavor_fields,
+    host_row,
+    new_row,
+    reservation_uuid,
+)
 from cellsight.cells.rows import InstanceRow, action_payload
-from cellsight.cells.scheduler import HostState, Resources, claim, read_answering, release
-from cellsight.cells.schema import compute_nodes, instance_mappings, instances
+from cellsight.cells.scheduler import (
+    HostState,
+    Resources,
+    claim,
+    from_claimed,
+    read_answering,
+    release,
+)
+from cellsight.cells.schema import instance_mappings, instances
 from cellsight.cells.text_rules import check_given
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -91,23 +104,6 @@ class ReserveResult:
 
 # Node rows read in the transaction, for their compute_node.update events.
 Nodes = list[dict[str, Any]]
-
-
-def count_on_node(conn: sa.Connection, host: str | None, node: str | None, delta: int) -> None:
-    """Add ``delta`` to the reservation count of the node at (host, node)."""
-    if host is None:
-        return
-    c = compute_nodes.c
-    where = [c.host == host] + ([c.hypervisor_hostname == node] if node else [])
-    total = c.forthcoming_reservations + delta
-    conn.execute(
-        compute_nodes.update()
-        .where(c.id.in_(locked_ids(conn, *where)))
-        .values(
-            forthcoming_reservations=sa.case((total < 0, 0), else_=total),
-            revision=c.revision + 1,
-        )
-    )
 
 
 def _host_name(row: InstanceRow, name: str | None) -> dict[str, Any]:
@@ -191,7 +187,9 @@ class Reservations:
             raise
         self.touched.update((str(n["uuid"]), target.uuid) for n in nodes)
         self.ops.deliver(target)
-        chosen = selections or forced[-1:]
+        chosen = (
+            from_claimed(selections, after["host"], after["node"]) if selections else forced[-1:]
+        )
         return ReserveResult(uuid, target, chosen, action_payload(after, target.uuid))
 
     def _place(

@@ -23,7 +23,8 @@ from cellsight.cells.mappings import CellMapping
 from cellsight.cells.node_locks import lock_hosts
 from cellsight.cells.nodeevents import Place
 from cellsight.cells.reads import get_instance
-from cellsight.cells.reservations import MOVE, count_on_node, reservation_event
+from cellsight.cells.reservation_rows import count_on_node
+from cellsight.cells.reservations import MOVE, reservation_event
 from cellsight.cells.scheduler import HostState, Resources, claim, release
 from cellsight.cells.schema import compute_nodes, instances
 from cellsight.notifications.envelope import Notification

@@ -14,7 +14,7 @@ whose database cannot be read is skipped (``read_answering``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -252,6 +252,19 @@ def read_answering(
     for cell, failure in down:
         log.warning("scheduler: skipping cell %s: %s", cell.name, failure)
     return out
+
+
+def from_claimed(
+    choices: Sequence[Selection], host: str | None, node: str | None
+) -> list[Selection]:
+    """``choices`` from the one on ``host``/``node``, the one claimed: it first, as Nova's
+    first Selection is where the instance goes, then the alternates after it (those
+    before it filled up meanwhile). A probe: racing reservations on h2 and h3 were
+    answered with h1 first."""
+    for i, s in enumerate(choices):
+        if (s.service_host, s.nodename) == (host, node):
+            return list(choices[i:])
+    return list(choices)
 
 
 def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:

@@ -219,6 +219,20 @@ def test_cancel_gives_everything_back(world: Any) -> None:
         res.cancel("0b3e7c4c-0000-4000-8000-00000000dead")
 
 
+def test_a_cancel_on_a_deleted_node_leaves_its_figures_alike(world: Any) -> None:
+    """A probe: the node's row soft-deleted behind Cellsight's back (by hand, or by Nova),
+    a cancel gave its reservation count back but not its resources, which the claim's
+    release leaves on a deleted node."""
+    registry, cell, _, res, _ = world
+    made = res.reserve(flavor="m1.medium", host="h1")
+    with registry.cell_engine(cell).begin() as conn:
+        conn.execute(
+            compute_nodes.update().where(compute_nodes.c.host == "h1").values(deleted=True)
+        )
+    res.cancel(made.uuid)
+    assert nodes(registry, cell)["h1"] == (2, 1)  # neither given back
+
+
 def test_a_tight_cell_moves_a_reservation_rather_than_refuse(world: Any) -> None:
     registry, cell, ops, res, publisher = world
     a = res.reserve(flavor="m1.medium", host="h1").uuid
