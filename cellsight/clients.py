@@ -217,18 +217,29 @@ def build_notifier(
         raise
 
 
-def build_engine(settings: Settings) -> SearchEngine:
+def build_engine(settings: Settings, *, patient: bool = False) -> SearchEngine:
     """The configured search engine: embedded in the data directory unless
-    ``search_url`` names an Elasticsearch/OpenSearch cluster."""
+    ``search_url`` names an Elasticsearch/OpenSearch cluster. ``patient``: asking the
+    cluster what it is, when it does not answer in ``search_timeout`` (too busy, or
+    frozen a moment), is tried again as a maintenance run's steps are (``retrying``), for
+    the commands that run long anyway; a refused connection still fails at once."""
+    from functools import partial
+
     from cellsight.indexer.engines import build_engine as build
+    from cellsight.indexer.engines.base import EngineTimeout
+    from cellsight.indexer.retries import retrying
 
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    return build(
+    made = partial(
+        build,
         settings.search_url,
         embedded_path=settings.index_path,
         prefix=settings.index_prefix,
         timeout=settings.search_timeout,
     )
+    if not patient or not settings.search_url:
+        return made()
+    return retrying(made, "asking the search engine what it is", transient=EngineTimeout)
 
 
 def build_cell_resolver(settings: Settings) -> CellLookup:

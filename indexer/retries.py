@@ -52,6 +52,7 @@ def retrying(
     *,
     backoff: float = RETRY_BACKOFF,
     stopped: Callable[[], bool] = lambda: False,
+    transient: type[EngineUnavailable] = EngineUnavailable,
 ) -> T:
     """``fn()``, called again after a transient engine failure (``EngineUnavailable``,
     ``ItemsToRetry`` among them) up to ``RETRY_ROUNDS`` times, ``backoff`` seconds
@@ -59,9 +60,10 @@ def retrying(
     error is raised at once: a refusal, a conflict or a missing index fails again.
     Callers pass only what may run twice (versioned writes, reads, alias changes
     computed from the current aliases): a request that timed out may have been applied.
-    ``stopped`` ends a backoff early, with ``RetryStopped``, when the sync is stopping."""
+    ``stopped`` ends a backoff early, with ``RetryStopped``, when the sync is stopping;
+    ``transient`` narrows what is retried (``EngineTimeout``: not a refused connection)."""
     return Retrying(
-        retry=retry_if_exception_type(EngineUnavailable),
+        retry=retry_if_exception_type(transient),
         stop=stop_after_attempt(RETRY_ROUNDS + 1),
         # The jitter keeps workers that failed together from coming back together.
         wait=wait_exponential(multiplier=backoff, max=MAX_BACKOFF) + wait_random(0, backoff),

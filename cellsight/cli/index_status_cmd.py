@@ -71,12 +71,15 @@ def collect(engine: Any, registry: Any, resource: str) -> dict[str, Any]:
 
 
 @contextmanager
-def clients(settings: Settings) -> Iterator[tuple[SearchEngine, CellRegistry]]:
-    """The engine and the cells, closed afterwards (their errors reach the CLI boundary)."""
+def clients(
+    settings: Settings, *, patient: bool = False
+) -> Iterator[tuple[SearchEngine, CellRegistry]]:
+    """The engine and the cells, closed afterwards (their errors reach the CLI boundary);
+    ``patient``: see ``cellsight.clients.build_engine``."""
     from cellsight.cells.mappings import CellRegistry
     from cellsight.clients import build_engine
 
-    engine = build_engine(settings)
+    engine = build_engine(settings, patient=patient)
     try:
         registry = CellRegistry.from_settings(settings)
     except BaseException:

@@ -77,7 +77,7 @@ def index_sync(
     settings = require_data_dir(ctx, registry=True)
     options = SyncOptions(_resource(resource), cell or (), workers, batch_size, keep_old)
     code, report = 0, None
-    with clients(settings) as (engine, registry):
+    with clients(settings, patient=True) as (engine, registry):
         try:
             with terminate_as_interrupt(), _progress(as_json) as progress:
                 report = run_sync(engine, registry, options, progress=progress)
@@ -137,7 +137,8 @@ def index_verify(
 
     resources = [_resource(resource)] if resource else ["instance", "node"]
     reports = []
-    with clients(require_data_dir(ctx, registry=True, engine=True)) as (engine, registry):
+    settings = require_data_dir(ctx, registry=True, engine=True)
+    with clients(settings, patient=True) as (engine, registry):
         try:
             for name in resources:
                 with terminate_as_interrupt(), _progress(as_json) as progress:

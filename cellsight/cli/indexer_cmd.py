@@ -200,7 +200,7 @@ def index_purge(
         fail(f"--older-than: {exc}")
     from cellsight.cli.interrupts import terminate_as_interrupt
 
-    engine = build_engine(require_data_dir(ctx, registry=True, engine=True))
+    engine = build_engine(require_data_dir(ctx, registry=True, engine=True), patient=True)
     try:
         # SIGTERM as Ctrl-C: the lock released, exit 130 (an interrupt probe: 143).
         with terminate_as_interrupt(), open_registry(ctx) as registry:

@@ -16,7 +16,12 @@ from http.client import HTTPException  # by name: this package's own ``http`` sh
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote
 
-from cellsight.indexer.engines.base import EngineError, EngineUnavailable, SearchEngine
+from cellsight.indexer.engines.base import (
+    EngineError,
+    EngineTimeout,
+    EngineUnavailable,
+    SearchEngine,
+)
 from cellsight.urls import redact_url, split_url
 
 if TYPE_CHECKING:
@@ -76,8 +81,9 @@ def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
     """``"elasticsearch"`` or ``"opensearch"``, from the cluster's root endpoint.
 
     Raises ``UnsupportedEngineURL`` for a scheme other than http(s),
-    ``EngineUnavailable`` when nothing answers there, and ``EngineError`` when what
-    answers is neither (or refuses to say).
+    ``EngineUnavailable`` when nothing answers there (``EngineTimeout`` when nothing
+    answers in ``timeout``), and ``EngineError`` when what answers is neither (or refuses
+    to say).
     """
     shown = redact_url(url)
     parts = check_url(url)
@@ -97,7 +103,10 @@ def detect_distribution(url: str, *, timeout: float = 5.0) -> str:
         status, response_headers, raw = exc.code, exc.headers, exc.read()
     except (OSError, ValueError) as exc:  # URLError, refused, timeout, bad TLS
         reason = getattr(exc, "reason", exc)
-        raise EngineUnavailable(f"search engine at {shown} is unreachable: {reason}") from exc
+        # No answer in time (connecting, or reading): a busy engine, which a maintenance
+        # command waits out (``cellsight.clients.build_engine``); a refusal fails at once.
+        kind = EngineTimeout if isinstance(reason, TimeoutError) else EngineUnavailable
+        raise kind(f"search engine at {shown} is unreachable: {reason}") from exc
     except HTTPException as exc:
         # Something listens there but does not speak HTTP (a probe: an internal error
         # whose message was the peer's raw bytes, control characters and all).
