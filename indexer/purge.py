@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
+from functools import partial
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.lock import TTL, MaintenanceLock
+from cellsight.indexer.retries import retrying
 
 if TYPE_CHECKING:
     from cellsight.cells.mappings import CellRegistry
@@ -108,6 +110,8 @@ def purge_tombstones(
     documents exist) keep their normal versioned writes.
     """
     with MaintenanceLock(engine, "instance", "purge", ttl=lock_ttl) as lock:
+        # Before any sync there is nothing to purge, not "alias does not exist" (exit 1).
+        retrying(partial(engine.ensure_ready, "instance"), "instance purge: making it ready")
         floor = raise_floor(engine, registry, deleted_before) or deleted_before
         removed = 0
         tombstones = engine.iter_tombstones("instance", floor)

@@ -52,3 +52,15 @@ def test_a_refused_connection_still_fails_at_once(tmp_path: Path, command: str) 
     assert_one_line_error(result, RUNTIME, f"127.0.0.1:{port}", "unreachable")
     assert "retry" not in result.stderr
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("engine", ["embedded", pytest.param("osmem", marks=pytest.mark.services)])
+def test_a_purge_before_any_sync_purges_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path, engine: str
+) -> None:
+    """Found beside the above: before a first sync a purge failed (exit 1), "alias
+    cellsight-instance does not exist" on the embedded engine, osmem's raw 404 on HTTP."""
+    env = {"CELLSIGHT_SEARCH_URL": osmem_clone_url(request)} if engine == "osmem" else {}
+    result = cellsight(tmp_path / "d", "index", "purge", env=env)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert result.stdout.startswith("purged 0 tombstone(s)"), result.stdout
