@@ -37,7 +37,7 @@ from cellsight.cells.node_locks import lock_nodes
 from cellsight.cells.nodeevents import Place, node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.rows import InstanceRow, create_payload
-from cellsight.cells.scheduler import Resources, claim, from_claimed
+from cellsight.cells.scheduler import Resources, claim, claim_first
 from cellsight.cells.schema import instances
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -77,14 +77,14 @@ def boot(ops: Operations, request: BootRequest, actor: Actor) -> BootResult:
         cell = ops.registry.get_cell(selections[0][0].cell_uuid)
         want = Resources.of_flavor(flavor)
 
-        def attempt() -> list[InstanceRow]:
+        def attempt() -> tuple[list[list[Selection]], list[InstanceRow]]:
             with write_transaction(ops.cell_engine_ready(cell)) as conn:
-                chosen = _claim_choices(conn, uuids, selections, want)
-                return insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor)
+                answers = _claim_choices(conn, uuids, selections, want)
+                chosen = [answer[0] for answer in answers]
+                rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor)
+            return answers, rows
 
-        rows = mapped(ops, cell, request, uuids, lambda: retry_conflicts(attempt))
-        picked = zip(selections, rows, strict=True)
-        selections = [from_claimed(choices, row["host"], row["node"]) for choices, row in picked]
+        selections, rows = mapped(ops, cell, request, uuids, lambda: retry_conflicts(attempt))
     ops.deliver(cell)
     return BootResult(cell, selections, [create_payload(row, cell.uuid) for row in rows])
 
@@ -209,15 +209,16 @@ def unmap(ops: Operations, uuids: list[str]) -> None:
 
 def _claim_choices(
     conn: sa.Connection, uuids: list[str], selections: list[list[Selection]], want: Resources
-) -> list[Selection]:
+) -> list[list[Selection]]:
+    """Each instance's answer from the host claimed on (``claim_first``)."""
     lock_nodes(conn, (s.compute_node_uuid for choices in selections for s in choices))
-    chosen = []
+    answers = []
     for uuid, choices in zip(uuids, selections, strict=True):
-        pick = next((s for s in choices if claim(conn, s.compute_node_uuid, want)), None)
-        if pick is None:
+        answer = claim_first(conn, choices, want)
+        if answer is None:
             raise NoValidHost(f"every host picked for {uuid} filled up meanwhile")
-        chosen.append(pick)
-    return chosen
+        answers.append(answer)
+    return answers
 
 
 def insert_booted(

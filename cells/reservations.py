@@ -52,7 +52,7 @@ from cellsight.cells.scheduler import (
     HostState,
     Resources,
     claim,
-    from_claimed,
+    claim_first,
     read_answering,
     release,
 )
@@ -151,7 +151,7 @@ class Reservations:
         )
         spec = get_flavor(flavor) if flavor else None
         target, selections = self._place(spec, cell, host)
-        forced: list[Selection] = []  # the named host's, once claimed
+        answered: list[Selection] = []  # the last attempt's
         try:
             place_reclaiming(self.registry, target.uuid, [(uuid, project_id or "", user_id)])
         except sa.exc.IntegrityError:
@@ -159,13 +159,12 @@ class Reservations:
 
         def insert() -> tuple[InstanceRow, Nodes]:
             with self.ops.transaction(target) as conn:
-                chosen, node = self._claim(conn, spec, selections, host)
+                chosen, node, answer = self._claim(conn, spec, selections, host)
                 if spec is not None and node is not None:
                     # Nova's scheduler answers a forced host with its one Selection.
                     zone = self.ops.scheduler.default_availability_zone
-                    forced.append(
-                        HostState(target, node).selection(Resources.of_flavor(spec), zone)
-                    )
+                    answer = [HostState(target, node).selection(Resources.of_flavor(spec), zone)]
+                answered[:] = answer
                 row = new_row(uuid, name, project_id, user_id, spec, chosen, self.ops.clock())
                 try:
                     conn.execute(instances.insert().values(**row))
@@ -187,10 +186,7 @@ class Reservations:
             raise
         self.touched.update((str(n["uuid"]), target.uuid) for n in nodes)
         self.ops.deliver(target)
-        chosen = (
-            from_claimed(selections, after["host"], after["node"]) if selections else forced[-1:]
-        )
-        return ReserveResult(uuid, target, chosen, action_payload(after, target.uuid))
+        return ReserveResult(uuid, target, answered, action_payload(after, target.uuid))
 
     def _place(
         self, spec: dict[str, Any] | None, cell: str | None, host: str | None
@@ -214,26 +210,27 @@ class Reservations:
         spec: dict[str, Any] | None,
         selections: list[Selection],
         host: str | None,
-    ) -> tuple[tuple[str | None, str | None, str | None], dict[str, Any] | None]:
+    ) -> tuple[tuple[str | None, str | None, str | None], dict[str, Any] | None, list[Selection]]:
         """(host, node, availability zone) of the node that now holds the reservation,
-        and that node's row when it was named by its host (not a scheduler's pick)."""
+        that node's row when it was named by its host (not a scheduler's pick), and the
+        scheduler's answer from the host claimed (``claim_first``)."""
         if selections:
-            want = Resources.of_flavor(spec or {})
             # A claim that finds a node full still holds its row: lock them in id order first.
             lock_nodes(conn, (s.compute_node_uuid for s in selections))
-            for s in selections:
-                if claim(conn, s.compute_node_uuid, want):
-                    return (s.service_host, s.nodename, s.availability_zone), None
-            raise NoValidHost("every host picked for the reservation filled up meanwhile")
+            answer = claim_first(conn, selections, Resources.of_flavor(spec or {}))
+            if answer is None:
+                raise NoValidHost("every host picked for the reservation filled up meanwhile")
+            s = answer[0]
+            return (s.service_host, s.nodename, s.availability_zone), None, answer
         if host is None:
-            return (None, None, None), None
+            return (None, None, None), None, []
         node = host_row(conn, host)
         if node is None:
             raise NoValidHost(f"{host!r} is not a compute host of this cell")
         if spec is not None and not claim(conn, node["uuid"], Resources.of_flavor(spec)):
             raise NoValidHost(f"host {host!r} has no room for {spec['name']}")
         zone = self.ops.scheduler.zone_of(node)
-        return (node["host"], node["hypervisor_hostname"], zone), node
+        return (node["host"], node["hypervisor_hostname"], zone), node, []
 
     # ------------------------------------------------------------ modify/rename
 
@@ -272,7 +269,7 @@ class Reservations:
             lock_hosts(conn, (row["host"], new_host))
             release(conn, row["host"], row["node"], Resources.of_flavor(row["flavor"] or {}))
             count_on_node(conn, row["host"], row["node"], -1)
-            chosen, _ = self._claim(conn, new_spec, [], new_host)
+            chosen, _, _ = self._claim(conn, new_spec, [], new_host)
             count_on_node(conn, chosen[0], chosen[1], 1)
             out.update(host=chosen[0], node=chosen[1], availability_zone=chosen[2])
             out.update(flavor_fields(new_spec))

@@ -254,19 +254,6 @@ def read_answering(
     return out
 
 
-def from_claimed(
-    choices: Sequence[Selection], host: str | None, node: str | None
-) -> list[Selection]:
-    """``choices`` from the one on ``host``/``node``, the one claimed: it first, as Nova's
-    first Selection is where the instance goes, then the alternates after it (those
-    before it filled up meanwhile). A probe: racing reservations on h2 and h3 were
-    answered with h1 first."""
-    for i, s in enumerate(choices):
-        if (s.service_host, s.nodename) == (host, node):
-            return list(choices[i:])
-    return list(choices)
-
-
 def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:
     """Take ``want`` on a node inside the caller's transaction; False if it no longer fits.
 
@@ -275,6 +262,19 @@ def claim(conn: sa.Connection, node_uuid: str, want: Resources) -> bool:
     c = compute_nodes.c
     ids = node_ids(conn, c.uuid == node_uuid)
     return bool(ids) and _claim_row(conn, ids[0], want)
+
+
+def claim_first(
+    conn: sa.Connection, choices: Sequence[Selection], want: Resources
+) -> list[Selection] | None:
+    """Claim ``want`` on the first of ``choices`` with room: the choices from that one on
+    (it first, as Nova's first Selection is where the instance goes; the ones before it,
+    full meanwhile, are no alternates), or None when none has room. A probe: racing
+    reservations on h2 and h3 were each answered with h1 first."""
+    for i, s in enumerate(choices):
+        if claim(conn, s.compute_node_uuid, want):
+            return list(choices[i:])
+    return None
 
 
 def _claim_row(conn: sa.Connection, node_id: int, want: Resources) -> bool:

@@ -88,7 +88,9 @@ def is_free(value: dict[str, Any] | None, now: datetime) -> bool:
     if value is None or value.get("released"):
         return True
     expires = datetime.fromisoformat(str(value.get("expires_at")))
-    return expires <= now or _process_gone(value)
+    # An abandoned lock (``MaintenanceLock.abandon``) outlives its process: the write it
+    # gave up on may land after that process is gone.
+    return expires <= now or (not value.get("abandoned") and _process_gone(value))
 
 
 def describe(value: dict[str, Any] | None) -> str:
@@ -97,10 +99,11 @@ def describe(value: dict[str, Any] | None) -> str:
     if value.get("released"):  # the holder that took it over has finished since
         who = f"{value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')}"
         return f"a {who}, which released it at {value.get('at')}"
+    left = ", left to expire over a write that may still land" if value.get("abandoned") else ""
     return (
         f"a {value.get('purpose', 'sync')} by {value.get('host')}:{value.get('pid')} "
         f"since {value.get('acquired_at')} (last heartbeat {value.get('heartbeat_at')}, "
-        f"stale after {value.get('expires_at')})"
+        f"stale after {value.get('expires_at')}{left})"
     )
 
 
@@ -215,9 +218,12 @@ class MaintenanceLock:
 
     def _renew(self) -> bool | None:
         """One renewal (the caller holds ``_guard``): True when renewed, False when the
-        lock is someone else's now (then it is lost), None when the engine could not say."""
+        lock is someone else's now (then it is lost), None when the engine could not say
+        or the lock is abandoned (held, not renewed, until it expires)."""
         if self._value is None or self._lost.is_set():
             return False
+        if self._abandoned:
+            return None
         renewed = self._stamp(datetime.now(UTC))
         try:
             ok = self._swap_own(renewed)
@@ -301,9 +307,20 @@ class MaintenanceLock:
         next run while that write may still land."""
         with self._guard:
             self._abandoned = True
-        self._stop.set()
+            self._stop.set()  # in the guard: a heartbeat under way renews no more
+            if self._value is None or self._lost.is_set():
+                return
+            # Marked, and stamped once more: ``is_free`` then waits for the expiry even
+            # once this process is gone (the CLI exits at once), and the expiry is a
+            # whole ``ttl`` from now.
+            abandoned = {**self._stamp(datetime.now(UTC)), "abandoned": True}
+            try:
+                if self._swap_own(abandoned):
+                    self._value = abandoned
+            except EngineError as exc:  # unmarked, it still expires on its own
+                log.warning("could not mark the %s lock abandoned: %s", self.resource, exc)
         log.warning(
-            "the %s lock is left to expire within %.0fs: a write may still be under way",
+            "the %s lock is left to expire in %.0fs: a write may still be under way",
             self.resource,
             self.ttl,
         )

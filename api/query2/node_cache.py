@@ -162,6 +162,8 @@ class NodeCache:
     def _get(self, *, every: bool, fresh: bool) -> NodeSnapshot:
         cells = list(self._list_cells())
         with self._lock:  # single flight: concurrent misses share one snapshot
+            # Only registered cells: node events name any uuid, kept until read (a review).
+            self._truth.intersection_update(c.uuid for c in cells)
             now = self._clock()
             missing = [c for c in cells if every or not self._answers(c.uuid, now)]
             skipped: tuple[SkippedCell, ...] = ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -18,6 +19,8 @@ if TYPE_CHECKING:  # the bus and the notifier import kombu: only the command tha
     from cellsight.notifications.bus import Bus
     from cellsight.notifications.notifier import Notifier
     from cellsight.settings import Settings
+
+log = logging.getLogger(__name__)
 
 app = typer.Typer(
     name="outbox",
@@ -79,13 +82,15 @@ def relay(
 
     Exits 1 when a cell could not be relayed completely (its rows stay for next time),
     or, with nothing waiting, when the bus cannot be reached or refuses the login.
-    With ``--every`` it keeps relaying (a failed pass is logged and retried; the bus is
-    checked once, at the start) and exits 0 on SIGTERM/SIGINT.
+    With ``--every`` it keeps relaying (a failed pass is logged and retried; at the start
+    a bus that refuses the login exits 1, one not reachable yet is logged) and exits 0 on
+    SIGTERM/SIGINT.
     """
     from cellsight.cells.outbox import Outbox
     from cellsight.cells.relay_loop import relay_cells
     from cellsight.cli.interrupts import terminate_as_interrupt
     from cellsight.clients import build_notifier
+    from cellsight.notifications.errors import PublishError
 
     settings = settings_of(ctx)
     if every is not None:
@@ -105,9 +110,13 @@ def relay(
                 break
             time.sleep(0.5)
             reports.update(relay_cells(registry, relay, busy))
+        unchecked: PublishError | None = None
         if not any(r.published or r.error for r in reports.values()):
             # Nothing was waiting, so nothing tried the bus: a wrong bus_url would pass.
-            notifier.check()
+            try:
+                notifier.check()
+            except PublishError as exc:
+                unchecked = exc  # raised once each cell's line is out
     failed = []
     for name, report in reports.items():
         if as_json:
@@ -127,6 +136,8 @@ def relay(
             )
         if report.error:
             failed.append(name)
+    if unchecked is not None:
+        raise unchecked
     if failed:
         fail(f"outbox relay incomplete for {', '.join(failed)}", code=1)
 
@@ -135,15 +146,23 @@ def _relay_forever(ctx: typer.Context, settings: Settings, every: float) -> None
     from cellsight.cells.outbox import Outbox
     from cellsight.cells.relay_loop import start_periodic_relay
     from cellsight.clients import build_notifier
+    from cellsight.notifications.confirm import Refused
+    from cellsight.notifications.errors import PublishError
 
     stop = threading.Event()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     EventOnSignal(stop, previous)  # never Event.set in a handler (``signal_events``)
     try:
         with open_registry(ctx, make=True) as registry, build_notifier(settings) as notifier:
-            # Refused at the start: a service manager's restart loop tells the operator,
-            # where the periodic passes would only log it when a row first waits.
-            notifier.check()
+            # A refusal (password, vhost, permissions) ends it at the start: a service
+            # manager's restart loop tells the operator, where the periodic passes would
+            # only log it when a row first waits. A bus not up yet is waited for.
+            try:
+                notifier.check()
+            except Refused:
+                raise
+            except PublishError as exc:
+                log.warning("outbox relay: the bus cannot be reached yet: %s", exc)
             relay = Outbox(notifier, lease_seconds=settings.outbox_lease)
             console.print(f"relaying every {every:g} s until SIGTERM/SIGINT", highlight=False)
             worker = start_periodic_relay(

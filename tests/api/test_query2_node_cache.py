@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -334,3 +335,12 @@ def test_a_filter_never_selects_a_node_by_a_figure_its_answer_withholds(rig: Rig
     assert hosts(gone, "!", equal) == []  # unknown is neither true nor false
     assert hosts(gone, "==", "cell", "cell1") == ["cell1-a", "cell1-b", "cell1-c"]
     assert hosts(gone, "?", "offline") == ["cell2-b"]
+
+
+def test_events_naming_unregistered_cells_are_not_kept(rig: Rig) -> None:
+    """A review: each event naming a cell never read was remembered until that cell was
+    read, and a cell never registered never is: one entry an event, for ever."""
+    for _ in range(100):
+        rig.cache.invalidate_node(str(uuidlib.uuid4()), str(uuidlib.uuid4()))
+    rig.cache.get()
+    assert rig.cache._truth == set()

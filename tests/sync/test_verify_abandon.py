@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -46,12 +48,34 @@ def engine(request: pytest.FixtureRequest, engine_kind: str, tmp_path: Path) -> 
     eng.close()
 
 
-def test_an_abandoned_lock_is_kept_until_it_expires(engine: SearchEngine) -> None:
-    lock = MaintenanceLock(engine, "instance", "verify", ttl=2.0, heartbeat=0.2)
-    with lock:
-        lock.abandon()
-    # Released, it would be free at once; kept, the next run is refused until the expiry.
-    with pytest.raises(LockHeld):
+# Takes the lock, abandons it and exits: what ``index verify`` does once its drain gives up.
+_ABANDONING = """
+import sys
+from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.indexer.engines.opensearch import OpenSearchEngine
+from cellsight.indexer.lock import MaintenanceLock
+kind, where, prefix = sys.argv[1:]
+engine = (EmbeddedEngine if kind == "embedded" else OpenSearchEngine)(where, prefix=prefix)
+with MaintenanceLock(engine, "instance", "verify", ttl=4.0, heartbeat=0.5) as lock:
+    lock.abandon()
+engine.close()
+sys.exit(130)
+"""
+
+
+def test_an_abandoned_lock_outlives_its_process_until_it_expires(
+    engine: SearchEngine, engine_kind: str
+) -> None:
+    """A review: left unreleased, the lock was still free at once for the next run on the
+    same host, its holder's process being gone (the CLI exits right after the drain)."""
+    where = str(getattr(engine, "path", None) or getattr(engine, "url", ""))
+    argv = [sys.executable, "-c", _ABANDONING, engine_kind, where, engine.prefix]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    held = engine.get_meta(lock_key("instance"))
+    assert held is not None and held["abandoned"] and held["pid"] != os.getpid(), held
+    assert not is_free(held, datetime.now(UTC))
+    with pytest.raises(LockHeld, match="left to expire over a write that may still land"):
         MaintenanceLock(engine, "instance", "sync").acquire()
     wait_for(
         lambda: is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC)),
@@ -60,6 +84,17 @@ def test_an_abandoned_lock_is_kept_until_it_expires(engine: SearchEngine) -> Non
     )
     with MaintenanceLock(engine, "instance", "sync"):
         pass
+
+
+def test_an_abandoned_lock_is_not_renewed(engine: SearchEngine) -> None:
+    # Its expiry within a heartbeat: a lock asked whether it holds renews itself first.
+    lock = MaintenanceLock(engine, "instance", "verify", ttl=2.0, heartbeat=5.0)
+    with lock:
+        lock.abandon()
+        stamped = engine.get_meta(lock_key("instance"))
+        assert stamped is not None and stamped["abandoned"]
+        assert lock.holds(fresh=True)
+        assert engine.get_meta(lock_key("instance")) == stamped
 
 
 def test_a_verify_interrupted_over_a_stuck_write_leaves_its_lock_to_expire(
