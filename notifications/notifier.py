@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import uuid as uuidlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypedDict
@@ -139,66 +139,59 @@ class Notifier:
         On failure the error says how many were delivered before it; those stay
         delivered (a retry publishes them again, which consumers must tolerate).
         """
-        if self._closed:
-            raise PublishError("the notifier is closed")
-        if not notifications:
+        if not notifications and not self._closed:
             return
-        try:
-            producer = self._producers.acquire(block=True, timeout=self.timeout)
-        except Exception as exc:
-            raise PublishError(f"no connection to {self.target}: {exc}") from exc
-        healthy = False
-        try:
+        with self._producer() as producer:
             for done, notification in enumerate(notifications):
                 self._publish_one(producer, notification, done, len(notifications))
-            healthy = True
-        finally:
-            if not healthy:
-                # A confirm or reply may still be in flight; a fresh connection cannot
-                # mistake it for the answer to the next message.
-                with contextlib.suppress(Exception):
-                    producer.connection.collect()
-            self._producers.release(producer)
 
     def check(self) -> None:
         """Connect, log in and declare the exchange and queues now, as the first publish
         would: a relay with nothing to publish finds a wrong URL, password or permission
         at its start, not hours later with its first notification. Raises
         ``LoginRefused``, ``Refused`` (a declaration turned away) or ``PublishError``."""
-        if self._closed:
-            raise PublishError("the notifier is closed")
-        try:
-            producer = self._producers.acquire(block=True, timeout=self.timeout)
-        except Exception as exc:
-            raise PublishError(f"no connection to {self.target}: {exc}") from exc
-        channel_errors: tuple[type[BaseException], ...] = producer.connection.channel_errors
 
         def attempt() -> None:
             log_in(producer)
             for entity in self._declare:
                 producer.maybe_declare(entity)
 
-        healthy = False
+        with self._producer() as producer:
+            channel_errors: tuple[type[BaseException], ...] = producer.connection.channel_errors
+            try:
+                producer.connection.ensure(producer, attempt, **self.retry_policy)()
+            except LoginRefused as exc:
+                raise LoginRefused(f"cannot publish to {self.target}: {exc}") from None
+            except channel_errors as exc:
+                raise Refused(
+                    f"{self.target} refused its declarations: {type(exc).__name__}: {exc}"
+                ) from None
+            except Exception as exc:
+                refusal = login_refused(exc)
+                if refusal is not None:
+                    raise LoginRefused(f"cannot publish to {self.target}: {refusal}") from None
+                raise PublishError(
+                    f"no connection to {self.target}: {type(exc).__name__}: {exc}"
+                ) from exc
+
+    @contextlib.contextmanager
+    def _producer(self) -> Iterator[ConfirmingProducer]:
+        """A producer of the pool, given back after use."""
+        if self._closed:
+            raise PublishError("the notifier is closed")
         try:
-            producer.connection.ensure(producer, attempt, **self.retry_policy)()
-            healthy = True
-        except LoginRefused as exc:
-            raise LoginRefused(f"cannot publish to {self.target}: {exc}") from None
-        except channel_errors as exc:
-            raise Refused(
-                f"{self.target} refused its declarations: {type(exc).__name__}: {exc}"
-            ) from None
+            producer = self._producers.acquire(block=True, timeout=self.timeout)
         except Exception as exc:
-            refusal = login_refused(exc)
-            if refusal is not None:
-                raise LoginRefused(f"cannot publish to {self.target}: {refusal}") from None
-            raise PublishError(
-                f"no connection to {self.target}: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise PublishError(f"no connection to {self.target}: {exc}") from exc
+        try:
+            yield producer
+        except BaseException:
+            # A confirm or reply may still be in flight; a fresh connection cannot
+            # mistake it for the answer to the next message.
+            with contextlib.suppress(Exception):
+                producer.connection.collect()
+            raise
         finally:
-            if not healthy:
-                with contextlib.suppress(Exception):
-                    producer.connection.collect()
             self._producers.release(producer)
 
     def _publish_one(
