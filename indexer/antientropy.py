@@ -13,11 +13,10 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from functools import partial
 
 from cellsight.cells.mappings import CellRegistry
 from cellsight.indexer.engines.base import RESOURCES, SearchEngine
-from cellsight.indexer.index_roles import LAST_VERIFY, clean_up
+from cellsight.indexer.index_roles import LAST_VERIFY, made_ready
 from cellsight.indexer.lock import LockHeld, MaintenanceLock
 from cellsight.indexer.retries import retrying
 from cellsight.indexer.verify import Verifier, VerifyReport
@@ -43,12 +42,10 @@ def verify_resource(
     verifier: Verifier | None = None
     try:
         with MaintenanceLock(engine, resource, "verify") as lock:
-            ready = partial(engine.ensure_ready, resource)
-            retrying(ready, f"{resource} verify: making the indexes ready")
             # What a killed sync left: its index behind the write alias would answer the
             # document reads (an orphan missing from it reads as removed) and keep growing.
-            dropped = retrying(
-                partial(clean_up, engine, resource), f"{resource} verify: cleaning up"
+            dropped = made_ready(
+                engine, resource, lambda fn, what: retrying(fn, f"{resource} verify: {what}")
             )
             if dropped:
                 log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)

@@ -31,9 +31,10 @@ between the swap and the marker. ``--cell`` syncs do not write the marker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from cellsight.indexer.engines.base import IndexInfo, IndexMissing, SearchEngine
@@ -117,6 +118,17 @@ def clean_up(engine: SearchEngine, resource: str) -> list[str]:
     for info in current.stray:
         engine.drop_index(info.name)
         dropped.append(info.name)
+    return dropped
+
+
+def made_ready(
+    engine: SearchEngine, resource: str, retry: Callable[[Callable[[], Any], str], Any]
+) -> list[str]:
+    """A sync's or verify's first steps under its lock, each through ``retry(fn, what)``
+    (a probe: a busy engine failed a run at its first request): the indexes made ready,
+    then what an unfinished sync left cleaned up. Returns the drops."""
+    retry(partial(engine.ensure_ready, resource), "making the indexes ready")
+    dropped: list[str] = retry(partial(clean_up, engine, resource), "cleaning up")
     return dropped
 
 

@@ -43,8 +43,8 @@ from cellsight.indexer.cell_streams import CellRef, Scope, count_rows, scope_of
 from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.index_roles import (
     LAST_SYNC,
-    clean_up,
     layout,
+    made_ready,
     marker_key,
     new_index_name,
     restore,
@@ -152,11 +152,7 @@ class _Run:
         return retrying(attempt, what, backoff=self.options.retry_backoff)
 
     def _prepare(self) -> list[str]:
-        """The indexes made ready and what an unfinished sync left cleaned up, each step
-        retried (a probe: a busy engine failed a sync or verify at its first request)."""
-        engine, resource = self.engine, self.resource
-        self._retrying(lambda: engine.ensure_ready(resource), "making the indexes ready")
-        return self._retrying(lambda: clean_up(engine, resource), "cleaning up")
+        return made_ready(self.engine, self.resource, self._retrying)
 
     def _cells(self) -> list[CellMapping]:
         if not self.options.cells:
