@@ -43,9 +43,8 @@ def serve(
     from cellsight.cli.ports import check_api_bind
 
     settings = settings_of(ctx)
-    bind_host = host or settings.api_host
     bind_port = settings.api_port if port is None else port
-    check_api_bind(ctx, host, port, bind_port)
+    bind_host = check_api_bind(ctx, host, port, bind_port)
     app = create_app(settings, freeze_startup=True)  # a process that only serves the API
     try:
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=settings.log_level.lower())

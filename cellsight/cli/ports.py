@@ -67,17 +67,19 @@ def serve_metrics(port: int, label: str = "metrics_port (CELLSIGHT_METRICS_PORT)
         raise ConfigError(f"{label} {port} {why} ({exc.strerror or exc}); choose another") from None
 
 
-def check_api_bind(ctx: typer.Context, host: str | None, port: int | None, bind: int) -> None:
+def check_api_bind(ctx: typer.Context, host: str | None, port: int | None, bind: int) -> str:
     """``check_bind`` for the API's address, each part named as the operator gave it:
     ``host`` and ``port`` the options given (None: from the settings), ``bind`` the port
-    to check."""
+    to check. Returns the host to bind."""
     settings = settings_of(ctx)
     defaulted = port is None and "api_port" not in settings.model_fields_set
+    bind_host = host or settings.api_host
     check_bind(
-        host or settings.api_host,
+        bind_host,
         bind,
         host_option="--host" if host else setting_of(ctx, "api_host"),
         port_option="--port" if port is not None else setting_of(ctx, "api_port"),
         # A default is changed where the operator would set it, not "another default".
         choose="with --port or CELLSIGHT_API_PORT" if defaulted else None,
     )
+    return bind_host
