@@ -50,6 +50,10 @@ class IndexMissing(EngineError):
     """The alias, index or document does not exist (not created, or deleted under us)."""
 
 
+class ScanContextLost(IndexMissing):
+    """A scan's point in time is gone (expired past its keep-alive, or closed)."""
+
+
 class EngineConflict(EngineError):
     """A compare-and-set lost: someone else wrote in between (HTTP 409)."""
 

@@ -26,6 +26,7 @@ from cellsight.indexer.engines.base import (
     EngineUnavailable,
     IndexMissing,
     Names,
+    ScanContextLost,
     SearchEngine,
     WriteOp,
     WriteResult,
@@ -51,6 +52,7 @@ MAX_CHUNK_BYTES = 10 * 1024 * 1024
 MAX_PAGE = 10_000
 # How long a scan's point in time lives between two pages.
 PIT_KEEP_ALIVE = "2m"
+PIT_REOPENS = 3  # points in time a scan opens again in a row when one expires under it
 # Bulk requests in flight by default: Kafka Connect's Elasticsearch sink default.
 MAX_IN_FLIGHT = 5
 # Connections kept per node, at least one per bulk request in flight. A concurrent
@@ -253,17 +255,29 @@ class HttpCore(Names):
             "version": True,
             "track_total_hits": False,
         }
-        pit = retrying(partial(self._pit_or_none, target), f"opening a scan of {target}")
-        path = f"/{target}/_search" if pit is None else "/_search"
+        opening = partial(retrying, partial(self._pit_or_none, target), f"opening {target}")
+        pit, reopened = opening(), 0
         try:
             while True:
+                body.pop("pit", None)
                 if pit is not None:
                     body["pit"] = {"id": pit, "keep_alive": PIT_KEEP_ALIVE}
+                path = f"/{target}/_search" if pit is None else "/_search"
                 # A page is a read: one the engine was too busy to answer is asked again,
                 # not the whole scan failed (a probe: a verify beside a busy indexer
                 # left cells "not compared: EngineTimeout").
-                answer = retrying(partial(self._send, "POST", path, body=body), f"reading {target}")
-                pit = answer.get("pit_id", pit)  # a cluster may hand out a newer id
+                try:
+                    answer = retrying(
+                        partial(self._send, "POST", path, body=body), f"reading {target}"
+                    )
+                except ScanContextLost:
+                    # Expired (a gap past the keep-alive: repairs between pages retried
+                    # through an outage): a new one, on from the last id read.
+                    if pit is None or reopened == PIT_REOPENS:
+                        raise
+                    pit, reopened = opening(), reopened + 1
+                    continue
+                pit, reopened = answer.get("pit_id", pit), 0  # a newer id may be handed out
                 hits = answer["hits"]["hits"]
                 yield from hits
                 if len(hits) < body["size"]:

@@ -13,11 +13,13 @@ from cellsight.indexer.engines.base import (
     EngineRejected,
     EngineUnavailable,
     IndexMissing,
+    ScanContextLost,
     WriteResult,
     WriteStatus,
 )
 from cellsight.notifications.errors import brief
 
+CONTEXT_MISSING = "search_context_missing_exception"
 # Document-level failures that say "this document can never be indexed as it is".
 _REJECT_TYPES = frozenset(
     {
@@ -50,7 +52,7 @@ def from_status(status: int, body: Any, where: str) -> EngineError:
     message = f"{where}: {status} {kind}: {reason}"
     cls: type[EngineError]
     if status == 404:
-        cls = IndexMissing
+        cls = ScanContextLost if _context_missing(body) else IndexMissing
     elif status == 409:
         cls = EngineConflict
     elif status in (408, 429) or status >= 500:
@@ -60,6 +62,15 @@ def from_status(status: int, body: Any, where: str) -> EngineError:
     else:
         cls = EngineError
     return cls(message, status=status, body=body)
+
+
+def _context_missing(body: Any) -> bool:
+    """A search's point in time (its search context) no longer exists."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return False
+    causes = [error, error.get("caused_by"), *(error.get("root_cause") or [])]
+    return any(isinstance(c, dict) and c.get("type") == CONTEXT_MISSING for c in causes)
 
 
 def classify_item(item: dict[str, Any]) -> WriteResult:

@@ -24,6 +24,7 @@ from cellsight.indexer.engines.base import (
     EngineRejected,
     EngineUnavailable,
     IndexMissing,
+    ScanContextLost,
     SearchEngine,
     WriteOp,
     WriteStatus,
@@ -260,6 +261,33 @@ def test_opensearch_scans_over_one_point_in_time(osmem_url: str) -> None:
     engine.close()
 
 
+def test_a_scan_whose_point_in_time_expired_goes_on_over_a_new_one(osmem_url: str) -> None:
+    """Left from a review: a page after a gap past the keep-alive (repairs between pages
+    retried through an outage) got a 404, not retried, and the cell went uncompared."""
+    engine = PitCounting(osmem_url, prefix="t")
+    engine.opened, engine.closed = [], []
+    engine.ensure_ready("instance")
+    ids = [f"id-{i:02d}" for i in range(7)]
+    engine.bulk([op(i, 3) for i in ids])
+    engine.refresh("instance")
+    given: list[str] = []
+    opening = engine._open_pit
+
+    def remembered(target: str) -> str:
+        given.append(opening(target))
+        return given[-1]
+
+    engine._open_pit = remembered  # type: ignore[method-assign]
+    scan = engine.iter_versions("instance", batch_size=2)
+    first = [next(scan), next(scan)]
+    engine._close_pit(given[0])  # expired, as the next page meets it
+    rest = list(scan)
+    assert first + rest == [(i, 3) for i in ids]
+    assert engine.opened == ["t-instance", "t-instance"] and len(given) == 2
+    assert engine.closed == [given[0], given[1]]  # the new one closed at the end
+    engine.close()
+
+
 def test_a_cluster_without_point_in_time_is_scanned_without(osmem_url: str) -> None:
     # osmem has OpenSearch's point-in-time API, not Elasticsearch's ``_pit``
     engine = ElasticsearchEngine(osmem_url, prefix="t", **ES_CLIENT_OPTIONS)
@@ -291,6 +319,13 @@ def test_answers_are_classified_by_status(status: int, error: type[Exception]) -
     assert type(exc) is error
     assert (exc.status, exc.body) == (status, body)
     assert "GET /x" in str(exc) and "some_exception" in str(exc)
+
+
+def test_a_point_in_time_gone_is_told_from_a_missing_index() -> None:
+    cause = {"type": "search_context_missing_exception", "reason": "No search context"}
+    body = {"error": {"type": "search_phase_execution_exception", "root_cause": [cause]}}
+    assert type(from_status(404, body, "POST /_search")) is ScanContextLost
+    assert type(from_status(404, {"error": cause}, "POST /_search")) is ScanContextLost
 
 
 def test_a_scan_of_an_index_dropped_under_it_is_index_missing(tmp_path: Path) -> None:
