@@ -200,3 +200,28 @@ def test_a_stale_event_whose_tags_are_older_reads_no_whole_document(
     assert commit(writer(engine), planned(doc_id, 6, ["t6"])) is Verdict.STALE
     assert whole == []
     assert tags_of(engine, doc_id) == (9, ["kept"], 7)
+
+
+def test_tags_stored_between_a_tagless_event_s_read_and_its_write_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A probe (``--workers 2``, Nova's payloads shuffled): a tag-less event's worker read
+    the stored tags (v5's), another worker then stored v7 with new tags, and the tag-less
+    v8 went on with v5's. The embedded engine decides it under its write lock."""
+    path = tmp_path / "index.db"
+    engine, other = EmbeddedEngine(path), EmbeddedEngine(path)  # two workers' engines
+    engine.ensure_ready("instance")
+    doc_id = str(uuid.uuid4())
+    commit(writer(engine), planned(doc_id, 5, ["t5"]))
+    read = engine.get_many
+
+    def read_then_other_writes(*args: Any, **kwargs: Any) -> dict[str, StoredDocument]:
+        found = read(*args, **kwargs)
+        assert commit(writer(other), planned(doc_id, 7, ["t7"])) is Verdict.INDEXED
+        return found
+
+    monkeypatch.setattr(engine, "get_many", read_then_other_writes)
+    assert commit(writer(engine), planned(doc_id, 8)) is Verdict.INDEXED
+    assert tags_of(engine, doc_id) == (8, ["t7"], 7)
+    other.close()
+    engine.close()
