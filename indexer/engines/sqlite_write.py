@@ -141,7 +141,8 @@ class Writer:
                         continue  # a correction of a document that is gone: nothing to do
                 elif op.version > current[0]:
                     if tags_version_of(op.document, op.version) < current[1]:
-                        p = self._newer_tags(conn, sql, schema, p, winners, existing)
+                        p = self._newer_tags(conn, sql, schema, p, current[1], winners, existing)
+                        op = p.op  # what ``held`` records below: the tags it now has
                 elif not (
                     # A same-version write corrects the tags; it takes the stored document
                     # only while that holds older tags (another writer may have been first).
@@ -194,6 +195,7 @@ class Writer:
         sql: Statements,
         schema: Schema,
         p: Prepared,
+        tags_version: int,
         winners: dict[str, tuple[int, Prepared]],
         existing: dict[str, tuple[int, int]],
     ) -> Prepared:
@@ -201,15 +203,16 @@ class Writer:
         it was given: a tag-less event's tags were read before another writer (``--workers
         N``) stored a newer event that carried tags, and are written after it (a probe:
         7 in 150 instances kept an older update's tags). Decided here, under the write
-        lock, where nothing can come between the read and the write."""
+        lock, where nothing can come between the read and the write. ``tags_version``:
+        the replaced document's, as ``_upsert`` holds it."""
         earlier = winners.get(p.op.id)
         if earlier is not None:  # a winner of this batch
             stored = earlier[1].op.document
         else:
             (raw,) = conn.execute(sql.select_doc, (existing[p.op.id][1],)).fetchone()
             stored = decode_json(raw)
-        held = tags_version_of(stored, earlier[1].op.version if earlier else existing[p.op.id][0])
-        document = {**p.op.document, "tags": stored.get("tags", []), "tags_version": held}
+        tags = stored.get("tags", [])
+        document = {**p.op.document, "tags": tags, "tags_version": tags_version}
         return self._builders[schema.resource].prepare(p.op._replace(document=document))
 
     def _row_changes(
