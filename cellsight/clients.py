@@ -270,6 +270,7 @@ def build_consumer_config(settings: Settings, **overrides: Any) -> ConsumerConfi
         batch_bytes=settings.batch_bytes,
         batch_age=settings.batch_age_ms / 1000,
         prefetch=settings.prefetch,
+        held_bytes=settings.held_bytes,
         max_in_flight=settings.max_in_flight,
     )
     return dataclasses.replace(config, **overrides)

@@ -136,6 +136,13 @@ class Settings(BaseSettings):
     prefetch: int = Field(
         2000, ge=1, le=MAX_PREFETCH, description="Messages the broker sends ahead of acks"
     )
+    held_bytes: int = Field(
+        128 * 1024 * 1024,
+        ge=1024 * 1024,
+        le=2**40,
+        description="Indexer: bytes of message bodies a worker holds unacked; at this many "
+        "it stops consuming (messages already sent go back to the queue), again at half",
+    )
     max_in_flight: int = Field(
         0, ge=0, le=64, description="Bulk writes in flight per indexer; 0: 1 embedded, 5 HTTP"
     )

@@ -149,6 +149,9 @@ class Delivery:
     def ack(self) -> None:
         self.channel.basic_ack(self.delivery_tag)
 
+    def requeue(self) -> None:
+        self.channel.basic_reject(self.delivery_tag, requeue=True)
+
 
 Received = Message | Delivery
 """What the indexer's consumer receives: a kombu message, or a delivery routed here."""

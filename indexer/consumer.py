@@ -16,7 +16,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kombu import Connection, Consumer
@@ -25,6 +24,7 @@ from cellsight.indexer import metrics
 from cellsight.indexer.amqp_deliveries import Received, routed_deliveries
 from cellsight.indexer.amqp_reads import FrameReader, buffered_frames
 from cellsight.indexer.collector import BatchCollector
+from cellsight.indexer.consumer_config import ConsumerConfig
 from cellsight.indexer.deadletter import (
     REASON_CODE_HEADER,
     REASON_HEADER,
@@ -33,12 +33,12 @@ from cellsight.indexer.deadletter import (
     heartbeats_meanwhile,
 )
 from cellsight.indexer.engines.base import SearchEngine
-from cellsight.indexer.inflight import Flights, Pipeline, Settled, default_in_flight
+from cellsight.indexer.inflight import Flights, Pipeline, Settled
+from cellsight.indexer.intake import Intake
 from cellsight.indexer.write_process import WriteProcess, WriterFactory
 from cellsight.indexer.writer import BatchWriter, CellLookup, Outcome, Verdict
 from cellsight.notifications import queues
 from cellsight.notifications.bus import cancelled, refused, turned_away
-from cellsight.settings import MAX_PREFETCH
 
 log = logging.getLogger(__name__)
 
@@ -65,29 +65,6 @@ class ChannelLost(Exception):
     delivery stays unacknowledged past its ``consumer_timeout`` (30 minutes by default),
     as a batch does while its write retries through an engine outage. Like a lost
     connection: the channel's unacked messages are redelivered on a new one."""
-
-
-@dataclass(frozen=True)
-class ConsumerConfig:
-    exchange: str = "nova"
-    queue: str = "cellsight.indexer"
-    dead_letter_exchange: str = "cellsight.dlx"
-    dead_letter_queue: str = "cellsight.dlq"
-    batch_count: int = 1000
-    batch_bytes: int = 10 * 1024 * 1024
-    batch_age: float = 0.2
-    prefetch: int = 2000
-    max_backoff: float = 30.0  # seconds between write retries while the engine is down
-    max_in_flight: int = 0  # bulk writes at once; 0: 1 on the embedded engine, 5 on HTTP
-
-    def in_flight_for(self, engine: SearchEngine) -> int:
-        return self.max_in_flight or default_in_flight(engine.distribution)
-
-    def prefetch_for(self, in_flight: int) -> int:
-        """Room for every batch in flight, one decoded and waiting, one being received:
-        with less, receiving stalls until a write is acked and the overlap is lost. At
-        most AMQP's 16-bit ``prefetch_count``: past it, batches end by age, not count."""
-        return min(MAX_PREFETCH, max(self.prefetch, self.batch_count * (in_flight + 2)))
 
 
 class IndexerConsumer:
@@ -137,6 +114,7 @@ class IndexerConsumer:
         )
         self._batch: list[Received] = []
         self._bytes = 0
+        self._intake = Intake(config.held_bytes)
         self._oldest = 0.0
         self._ready: Any = None  # the pipeline's prepared batch, not yet launched
         self._flights: Pipeline = (
@@ -213,6 +191,7 @@ class IndexerConsumer:
         flight finish first so they cannot race their redelivery."""
         self._batch.clear()
         self._bytes = 0
+        self._intake.reset()
         self._ready = None
         self._flights.forget(grace=self.config.max_backoff)
         log.warning("%s; reconnecting in %.1fs", what, backoff)
@@ -252,6 +231,7 @@ class IndexerConsumer:
                 try:
                     while not self.stop.is_set():
                         self._receive(frames)
+                        self._intake.steer(consumer)
                         self._beat()
                         if self._flights.any_settled():
                             self._settle()
@@ -322,6 +302,9 @@ class IndexerConsumer:
         )
 
     def _on_message(self, message: Received) -> None:
+        if not self._intake.admit(message):
+            message.requeue()
+            return
         if not self._batch:
             self._oldest = time.monotonic()
         self._batch.append(message)
@@ -375,6 +358,7 @@ class IndexerConsumer:
         for outcome in outcomes:
             self.totals[outcome.verdict.value] += 1
         self._ack(flight.messages)
+        self._intake.settled(flight.messages)
         self.acked += len(flight.messages)
         metrics.BATCH_SIZE.observe(len(flight.messages))
         metrics.BATCH_SECONDS.observe(time.perf_counter() - flight.started)

@@ -73,6 +73,16 @@ UNSETTLED_SECONDS = Gauge(
     "Age of the oldest batch written or being written and not yet acked (0: none)",
     registry=REGISTRY,
 )
+HELD_BYTES = Gauge(
+    "cellsight_indexer_held_bytes",
+    "Bytes of message bodies received and not yet settled (bound: CELLSIGHT_HELD_BYTES)",
+    registry=REGISTRY,
+)
+HANDED_BACK = Counter(
+    "cellsight_indexer_handed_back",
+    "Messages rejected with requeue because the worker held its bound of bytes",
+    registry=REGISTRY,
+)
 ENGINE_UP = Gauge(
     "cellsight_indexer_engine_up", "1 while the engine accepts writes", registry=REGISTRY
 )

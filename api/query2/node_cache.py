@@ -161,6 +161,8 @@ class NodeCache:
 
     def _get(self, *, every: bool, fresh: bool) -> NodeSnapshot:
         cells = list(self._list_cells())
+        if fresh:
+            return self._bypass(cells)
         with self._lock:  # single flight: concurrent misses share one snapshot
             # Only registered cells: node events name any uuid, kept until read (a review).
             self._truth.intersection_update(c.uuid for c in cells)
@@ -170,39 +172,65 @@ class NodeCache:
             if missing:
                 self.misses += 1
                 MISSES.inc()
-                skipped = self._fill(missing, fresh)
+                skipped = self._store(*self._read(missing, fresh=False), fresh=False)
             else:
                 self.hits += 1
                 HITS.inc()
-            key = tuple(c.uuid for c in cells)
-            if (
-                not skipped
-                and self._assembled is not None
-                and self._assembled[:2] == (self._generation, key)
-            ):
-                return self._assembled[2]
-            docs = [
-                self._entries[n]
-                for c in cells
-                for n in self._members.get(c.uuid, ())
-                if n in self._entries
-            ]
-            docs.sort(key=lambda d: str(d["uuid"]))
-            snapshot = NodeSnapshot.of(docs, self._source, skipped, now)
-            self._assembled = None if skipped else (self._generation, key, snapshot)
-            return snapshot
+            return self._assemble(cells, skipped, now)
+
+    def _bypass(self, cells: list[CellMapping]) -> NodeSnapshot:
+        """Every cell read from its own database, outside the lock: the caller asked to
+        wait for the cells, the other requests did not (under the lock, a dead cell held
+        every node query its ``cell_timeout``, 5 s; a review). What changed meanwhile (an
+        event, another read) leaves the cells to be read again: this read may predate it."""
+        with self._lock:
+            self._truth.intersection_update(c.uuid for c in cells)
+            started = self._generation
+        read = self._read(cells, fresh=True)
+        with self._lock:
+            self.misses += 1
+            MISSES.inc()
+            overtaken = self._generation != started
+            skipped = self._store(*read, fresh=True)
+            if overtaken:
+                again = {c.uuid for c in cells} & self._loaded_at.keys()
+                self._dropped.update(again)
+                self._truth.update(again)
+                self._generation += 1
+            return self._assemble(cells, skipped, self._clock())
+
+    def _assemble(
+        self, cells: list[CellMapping], skipped: tuple[SkippedCell, ...], now: float
+    ) -> NodeSnapshot:
+        key = tuple(c.uuid for c in cells)
+        if (
+            not skipped
+            and self._assembled is not None
+            and self._assembled[:2] == (self._generation, key)
+        ):
+            return self._assembled[2]
+        docs = [
+            self._entries[n]
+            for c in cells
+            for n in self._members.get(c.uuid, ())
+            if n in self._entries
+        ]
+        docs.sort(key=lambda d: str(d["uuid"]))
+        snapshot = NodeSnapshot.of(docs, self._source, skipped, now)
+        self._assembled = None if skipped else (self._generation, key, snapshot)
+        return snapshot
 
     def _answers(self, cell_uuid: str, now: float) -> bool:
         loaded = self._loaded_at.get(cell_uuid)
         return loaded is not None and cell_uuid not in self._dropped and now - loaded < self.ttl
 
-    def _fill(self, cells: list[CellMapping], fresh: bool) -> tuple[SkippedCell, ...]:
-        self.loads += 1
+    def _read(self, cells: list[CellMapping], fresh: bool) -> tuple[list[CellLoad], bool]:
+        """The cells' loads, and whether the index stood in for no cell's own database
+        where ``truth`` was asked. Keeps nothing: an exception leaves the entries as they were."""
         truth: list[CellMapping] = []
         if self._truth_loader is not None:
             truth = cells if fresh else [c for c in cells if c.uuid in self._truth]
         rest = [c for c in cells if c not in truth] if truth else cells
-        # Both read before either is kept: an exception leaves the entries as they were.
         loads: list[CellLoad] = []
         if self._truth_loader is not None and truth:
             try:
@@ -218,12 +246,18 @@ class NodeCache:
                 rest = cells
         if rest:
             loads.append(self._loader(rest))
+        return loads, bool(truth) and rest is not cells
+
+    def _store(
+        self, loads: list[CellLoad], truth_read: bool, *, fresh: bool
+    ) -> tuple[SkippedCell, ...]:
+        self.loads += 1
         loaded_at = self._clock()
         for load in loads:
             self._keep(load, loaded_at, fresh)
         self._generation += 1
         self._source = loads[-1].source
-        if fresh and truth and rest is not cells:  # an index that stood in is no answer
+        if fresh and truth_read:  # an index that stood in is no answer
             return tuple(s for load in loads for s in (*load.skipped, *load.unanswered))
         return tuple(s for load in loads for s in load.skipped)
 

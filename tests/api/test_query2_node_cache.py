@@ -344,3 +344,65 @@ def test_events_naming_unregistered_cells_are_not_kept(rig: Rig) -> None:
         rig.cache.invalidate_node(str(uuidlib.uuid4()), str(uuidlib.uuid4()))
     rig.cache.get()
     assert rig.cache._truth == set()
+
+
+class HeldRead:
+    """The cells' own read (``truth``), done, then held until ``release``: a bypass
+    waiting on a cell that is slow to answer, its answer already read."""
+
+    def __init__(self, rig: Rig) -> None:
+        self.rig = rig
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, cells: Any) -> Any:
+        load = _from_cells(list(cells), self.rig.fanout)
+        self.entered.set()
+        assert self.release.wait(30), "never released"
+        return load
+
+
+def _cache_with_held_truth(rig: Rig) -> tuple[NodeCache, HeldRead]:
+    held = HeldRead(rig)
+    cache = NodeCache(
+        rig.registry.list_cells,
+        lambda cells: _from_cells(list(cells), rig.fanout),
+        truth=held,
+        clock=rig.clock,
+    )
+    rig.feed.cache = cache
+    return cache, held
+
+
+def test_a_bypass_waiting_on_its_cells_holds_up_no_cached_answer(rig: Rig) -> None:
+    """A bypass read the cells under the cache's lock: a dead cell held every other node
+    query for its cell_timeout (a review)."""
+    cache, held = _cache_with_held_truth(rig)
+    expected = docs(cache.get())
+    bypass = threading.Thread(target=cache.get, kwargs={"bypass": True})
+    bypass.start()
+    assert held.entered.wait(30)
+    hits = cache.hits
+    assert docs(cache.get()) == expected  # answered while the bypass still waits
+    assert cache.hits == hits + 1 and bypass.is_alive() and not held.release.is_set()
+    held.release.set()
+    bypass.join(30)
+    assert not bypass.is_alive()
+
+
+def test_an_event_during_a_bypass_leaves_its_cell_to_be_read_again(rig: Rig) -> None:
+    """A bypass's answer read before a node event is kept, but does not vouch for the
+    cell: the next request reads it again and sees the change."""
+    cache, held = _cache_with_held_truth(rig)
+    cache.get()
+    answers: list[NodeSnapshot] = []
+    bypass = threading.Thread(target=lambda: answers.append(cache.get(bypass=True)))
+    bypass.start()
+    assert held.entered.wait(30)
+    set_node_state(rig.ops, "cell1", "cell1-a", offline=True)  # observed by the cache
+    held.release.set()
+    bypass.join(30)
+    assert [d["offline"] for d in answers[0].documents if d["host"] == "cell1-a"] == [False]
+    got = docs(cache.get())
+    assert got == rig.fresh()
+    assert [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]
