@@ -52,8 +52,7 @@ class Intake:
             self.handed_back += 1
             metrics.HANDED_BACK.inc()
             return False
-        self.held += size(message)
-        metrics.HELD_BYTES.set(self.held)
+        self.held += size(message)  # the gauge is set by ``steer``, once a burst
         return True
 
     def settled(self, messages: Iterable[Received]) -> None:
@@ -68,6 +67,7 @@ class Intake:
 
     def steer(self, consumer: Subscription) -> None:
         """Cancel ``consumer`` at the limit; consume again at half of it."""
+        metrics.HELD_BYTES.set(self.held)
         if not self.paused and self.held >= self.limit:
             # Paused first: what arrives while the cancel waits for its answer is handed
             # back (the broker sends the cancel's answer after them).
