@@ -33,11 +33,10 @@ from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import Actor, BootRequest, new_instance_row
 from cellsight.cells.leftovers import place_reclaiming
 from cellsight.cells.mappings import CellMapping
-from cellsight.cells.node_locks import lock_nodes
 from cellsight.cells.nodeevents import Place, node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.rows import InstanceRow, create_payload
-from cellsight.cells.scheduler import Resources, claim, claim_first
+from cellsight.cells.scheduler import Resources, claim, claim_choices
 from cellsight.cells.schema import instances
 from cellsight.notifications.envelope import Notification
 from cellsight.notifications.objects import Selection
@@ -79,7 +78,7 @@ def boot(ops: Operations, request: BootRequest, actor: Actor) -> BootResult:
 
         def attempt() -> tuple[list[list[Selection]], list[InstanceRow]]:
             with write_transaction(ops.cell_engine_ready(cell)) as conn:
-                answers = _claim_choices(conn, uuids, selections, want)
+                answers = claim_choices(conn, list(zip(uuids, selections, strict=True)), want)
                 chosen = [answer[0] for answer in answers]
                 rows = insert_booted(ops, conn, cell, request, flavor, uuids, chosen, actor)
             return answers, rows
@@ -205,20 +204,6 @@ def unmap(ops: Operations, uuids: list[str]) -> None:
         ops.registry.unmap_instances(uuids)
     except Exception:
         log.exception("boot of %s failed and its mappings could not be removed", ", ".join(uuids))
-
-
-def _claim_choices(
-    conn: sa.Connection, uuids: list[str], selections: list[list[Selection]], want: Resources
-) -> list[list[Selection]]:
-    """Each instance's answer from the host claimed on (``claim_first``)."""
-    lock_nodes(conn, (s.compute_node_uuid for choices in selections for s in choices))
-    answers = []
-    for uuid, choices in zip(uuids, selections, strict=True):
-        answer = claim_first(conn, choices, want)
-        if answer is None:
-            raise NoValidHost(f"every host picked for {uuid} filled up meanwhile")
-        answers.append(answer)
-    return answers
 
 
 def insert_booted(

@@ -37,7 +37,7 @@ from cellsight.cells.flavors import get_flavor
 from cellsight.cells.instances import ADMIN, Actor, host_name_of
 from cellsight.cells.leftovers import place_reclaiming
 from cellsight.cells.mappings import CellMapping
-from cellsight.cells.node_locks import lock_hosts, lock_nodes
+from cellsight.cells.node_locks import lock_hosts
 from cellsight.cells.nodeevents import node_events, places_of, read_nodes
 from cellsight.cells.reads import get_instance
 from cellsight.cells.reservation_rows import (
@@ -52,7 +52,7 @@ from cellsight.cells.scheduler import (
     HostState,
     Resources,
     claim,
-    claim_first,
+    claim_choices,
     read_answering,
     release,
 )
@@ -215,11 +215,8 @@ class Reservations:
         that node's row when it was named by its host (not a scheduler's pick), and the
         scheduler's answer from the host claimed (``claim_first``)."""
         if selections:
-            # A claim that finds a node full still holds its row: lock them in id order first.
-            lock_nodes(conn, (s.compute_node_uuid for s in selections))
-            answer = claim_first(conn, selections, Resources.of_flavor(spec or {}))
-            if answer is None:
-                raise NoValidHost("every host picked for the reservation filled up meanwhile")
+            want = Resources.of_flavor(spec or {})
+            answer = claim_choices(conn, [("the reservation", selections)], want)[0]
             s = answer[0]
             return (s.service_host, s.nodename, s.availability_zone), None, answer
         if host is None:

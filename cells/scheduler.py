@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from cellsight.cells.database import connect, first_line
 from cellsight.cells.errors import CellUnavailable, DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
-from cellsight.cells.node_locks import node_ids
+from cellsight.cells.node_locks import lock_nodes, node_ids
 from cellsight.cells.reads import list_compute_nodes
 from cellsight.cells.schema import compute_nodes, utcnow
 from cellsight.notifications.limits import LONG_MAX
@@ -275,6 +275,22 @@ def claim_first(
         if claim(conn, s.compute_node_uuid, want):
             return list(choices[i:])
     return None
+
+
+def claim_choices(
+    conn: sa.Connection, requests: Sequence[tuple[str, Sequence[Selection]]], want: Resources
+) -> list[list[Selection]]:
+    """Each request's answer from the host claimed on (``claim_first``), every node of
+    them locked first in id order (a claim that finds a node full still holds its row).
+    ``requests``: (what an error names, its choices)."""
+    lock_nodes(conn, (s.compute_node_uuid for _, choices in requests for s in choices))
+    answers = []
+    for name, choices in requests:
+        answer = claim_first(conn, choices, want)
+        if answer is None:
+            raise NoValidHost(f"every host picked for {name} filled up meanwhile")
+        answers.append(answer)
+    return answers
 
 
 def _claim_row(conn: sa.Connection, node_id: int, want: Resources) -> bool:
