@@ -32,6 +32,7 @@ from cellsight.cells.dialects import (
     postgresql_engine,
     sqlite_engine,
     sqlite_error_code,
+    sqlite_path,
 )
 from cellsight.cells.errors import (
     USERINFO,
@@ -41,6 +42,7 @@ from cellsight.cells.errors import (
     TransactionConflict,
     safe_url,
 )
+from cellsight.sqlite_storage import explained
 
 T = TypeVar("T")
 
@@ -191,7 +193,7 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
     try:
         conn = engine.connect()
     except sa.exc.DBAPIError as exc:
-        raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
+        raise DatabaseUnavailable(engine.url, unavailable_why(engine.url, exc.orig)) from None
     try:
         # Closing is inside: a server lost after the last statement fails the rollback
         # that ends the connection's implicit transaction.
@@ -202,7 +204,7 @@ def connect(engine: sa.Engine) -> Iterator[sa.Connection]:
             raise LockWaitTimeout(engine.url, first_line(exc.orig)) from None
         if not exc.connection_invalidated:
             raise
-        raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
+        raise DatabaseUnavailable(engine.url, unavailable_why(engine.url, exc.orig)) from None
 
 
 @contextmanager
@@ -225,7 +227,7 @@ def write_transaction(engine: sa.Engine) -> Iterator[sa.Connection]:
                 raise LockWaitTimeout(engine.url, first_line(exc.orig)) from None
             # The server went away (or SQLite stayed locked) mid-transaction; whether a
             # failed COMMIT applied is unknown, as for any lost connection.
-            raise DatabaseUnavailable(engine.url, first_line(exc.orig)) from None
+            raise DatabaseUnavailable(engine.url, unavailable_why(engine.url, exc.orig)) from None
 
 
 # Rolled back by the server to break a deadlock, or not serializable: by SQLSTATE
@@ -318,6 +320,14 @@ def retry_conflicts(fn: Callable[[], T]) -> T:
             )
             time.sleep(random.uniform(0.0, 0.02 * attempt))
     raise AssertionError("unreachable")
+
+
+def unavailable_why(url: str | sa.URL, orig: BaseException | None) -> str:
+    """The driver's first line; for a SQLite file's storage error, what its file system
+    says after it (SQLite's "disk I/O error" was all a cell on a full disk said)."""
+    why = first_line(orig)
+    state = None if orig is None else explained(orig, sqlite_path(sa.make_url(url)))
+    return f"{why} ({state})" if state else why
 
 
 def first_line(exc: BaseException | None) -> str:

@@ -187,6 +187,14 @@ def sqlite_file_uri(filename: str, uri: bool) -> tuple[str, Path] | None:
     return filename, Path(unquote(parts.path))
 
 
+def sqlite_path(url: sa.URL) -> Path | None:
+    """The file a SQLite URL names, or None (another dialect, an in-memory database)."""
+    if url.get_backend_name() != "sqlite" or not url.database:
+        return None
+    target = sqlite_file_uri(url.database, str(url.query.get("uri", "")).lower() == "true")
+    return None if target is None else target[1]
+
+
 def sqlite_error_code(exc: sqlite3.Error) -> int | None:
     """The primary result code (``sqlite_errorcode`` is the extended one: its low byte)."""
     code = getattr(exc, "sqlite_errorcode", None)

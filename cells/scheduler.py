@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from cellsight.cells.database import connect, first_line
+from cellsight.cells.database import connect, unavailable_why
 from cellsight.cells.errors import CellUnavailable, DatabaseUnavailable, NoValidHost
 from cellsight.cells.mappings import CellMapping, CellRegistry
 from cellsight.cells.node_locks import lock_nodes, node_ids
@@ -244,7 +244,7 @@ def read_answering(
         except sa.exc.DBAPIError as exc:
             # Reached, but its query failed (a database without the cell's tables): as
             # unreadable as one that does not answer (an adversarial probe got a 500).
-            why = first_line(exc.orig if exc.orig is not None else exc)
+            why = unavailable_why(cell.database_url, exc.orig if exc.orig is not None else exc)
             down.append((cell, DatabaseUnavailable(cell.database_url, why)))
     if down and not out:
         cell, failure = down[0]

@@ -27,6 +27,7 @@ from cellsight.indexer.engines.base import EngineError, EngineUnavailable
 from cellsight.indexer.engines.sqlite_catalog import Catalog
 from cellsight.indexer.engines.sqlite_checkpoint import Checkpointer
 from cellsight.sqlite_pragmas import apply_pragma, retrying
+from cellsight.sqlite_storage import explained
 
 log = logging.getLogger(__name__)
 FileIdentity = tuple[int, int] | None  # (st_dev, st_ino); None: no file at the path
@@ -66,9 +67,11 @@ def translate(exc: sqlite3.Error, path: object) -> EngineError:
     classified here: the catalog (read in the same transaction, or asked again after the
     error) says whether an index exists, and raises ``IndexMissing``."""
     code = getattr(exc, "sqlite_errorcode", None)
+    state = explained(exc, path if isinstance(path, Path) else None)
+    said = f"{exc} ({state})" if state else str(exc)
     if code is not None and code & 0xFF in _TRANSIENT:
-        return EngineUnavailable(f"index database {path} {_TRANSIENT[code & 0xFF]}: {exc}")
-    return EngineError(f"index database {path}: {exc}")
+        return EngineUnavailable(f"index database {path} {_TRANSIENT[code & 0xFF]}: {said}")
+    return EngineError(f"index database {path}: {said}")
 
 
 class Connections:
