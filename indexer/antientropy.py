@@ -36,9 +36,12 @@ def verify_resource(
     batch_size: int = 10_000,
     on_start: Callable[[Sequence[tuple[str, str]]], None] = lambda cells: None,
     on_progress: Callable[[str, int], None] = lambda cell, n: None,
+    stop: threading.Event | None = None,
 ) -> VerifyReport:
     """Verify ``resource`` (those ``cells``, names or uuids; default all). Raises
-    ``LockHeld`` while a sync or another verify of the resource runs."""
+    ``LockHeld`` while a sync or another verify of the resource runs. ``stop``, set,
+    stops the cells' comparison (what is under way is left as an interrupt leaves it),
+    and the report of a run so cut short is not kept as the last verify's."""
     verifier: Verifier | None = None
     try:
         with MaintenanceLock(engine, resource, "verify") as lock:
@@ -63,8 +66,11 @@ def verify_resource(
                 on_progress=on_progress,
                 check=lock.check,
                 abandon=lock.abandon,
+                stop=stop,
             )
             report = verifier.run(chosen, whole=not cells)
+        if stop is not None and stop.is_set():
+            return report
         with contextlib.suppress(Exception):  # the figures are for `index status`
             engine.put_meta(LAST_VERIFY.format(resource=resource), summary(report))
     except KeyboardInterrupt as exc:
@@ -95,14 +101,15 @@ def start_periodic_verify(
     stop: threading.Event,
 ) -> threading.Thread:
     """A daemon thread that verifies and repairs every resource each ``interval``
-    seconds until ``stop`` is set."""
+    seconds until ``stop`` is set, which also stops a verify under way: join it before
+    closing ``engine``."""
 
     def loop() -> None:
         while not stop.wait(interval):
             for resource in RESOURCES:
                 if stop.is_set():
                     return
-                _one_round(engine, registry, resource)
+                _one_round(engine, registry, resource, stop)
 
     thread = threading.Thread(target=loop, name="anti-entropy", daemon=True)
     thread.start()
@@ -110,9 +117,11 @@ def start_periodic_verify(
     return thread
 
 
-def _one_round(engine: SearchEngine, registry: CellRegistry, resource: str) -> None:
+def _one_round(
+    engine: SearchEngine, registry: CellRegistry, resource: str, stop: threading.Event
+) -> None:
     try:
-        report = verify_resource(engine, registry, resource, repair=True, workers=2)
+        report = verify_resource(engine, registry, resource, repair=True, workers=2, stop=stop)
     except LockHeld as exc:
         log.info("anti-entropy: %s skipped: %s", resource, exc)
         return

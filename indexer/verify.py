@@ -31,8 +31,7 @@ write loses, as it should. An orphan becomes a versioned tombstone (its stored v
 purge`` after the retention window, never resurrected by a late event; so tombstones
 whose row is gone are not drift. An orphan's row is looked up once more before it
 counts (one created after the stream passed its uuid is a live change in flight).
-Orphaned node documents are removed.
-"""
+Orphaned node documents are removed."""
 
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ from cellsight.indexer.verify_report import (
     diff,
     unrepaired,
 )
-from cellsight.indexer.write_gate import WriteGate
+from cellsight.indexer.write_gate import LinkedStop, WriteGate
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +97,11 @@ class Verifier:
         backoff: float = RETRY_BACKOFF,
         check: Callable[[], None] = lambda: None,
         abandon: Callable[[], None] = lambda: None,
+        stop: threading.Event | None = None,
     ) -> None:
         """``check`` runs before each repair write (the maintenance lock's: ``LockLost``),
-        ``abandon`` if an interrupted run gives up waiting for one (``WriteGate.drain``)."""
+        ``abandon`` if an interrupted run gives up waiting for one (``WriteGate.drain``);
+        ``stop``, set, stops the cells' threads as an interrupt does."""
         self.engine = engine
         self.registry = registry
         self.resource = resource
@@ -111,9 +112,8 @@ class Verifier:
         self.on_progress = on_progress
         self.backoff = backoff  # before the first retry of a transient engine failure
         self.scope: Scope = scope_of(engine, resource, registry)
-        # Set when the run is interrupted: the cells' threads stop at their next chunk
-        # instead of finishing their comparison and repairs first.
-        self._stop = threading.Event()
+        # Interrupted: the cells' threads stop at their next chunk, not after their repairs.
+        self._stop = threading.Event() if stop is None else LinkedStop(stop)
         self._gate = WriteGate(engine.capabilities.max_in_flight, self._stop, check, abandon)
         self._everywhere: list[CellMapping] = []
         self._seen: list[CellDrift] = []  # the cells begun: what an interrupt says

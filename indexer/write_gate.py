@@ -22,6 +22,19 @@ DRAIN = 60.0  # seconds an interrupted run waits for its writes under way (SQLit
 log = logging.getLogger(__name__)
 
 
+class LinkedStop(threading.Event):
+    """A run's stop that its owner's stop also sets, looked at on every ``is_set``: the
+    indexer's periodic verify stops with the indexer (SIGTERM closed the engine under
+    its cell threads) while a verify's own stop (a lost lock) leaves the indexer alone."""
+
+    def __init__(self, outer: threading.Event) -> None:
+        super().__init__()
+        self._outer = outer
+
+    def is_set(self) -> bool:
+        return super().is_set() or self._outer.is_set()
+
+
 class WriteGate:
     def __init__(
         self,

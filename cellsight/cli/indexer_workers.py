@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 JOIN_POLL = 0.5  # seconds between checks that every worker is alive
 PARENT_POLL = 0.5  # seconds between a worker's checks that its supervisor is alive
+VERIFY_GRACE = 10.0  # seconds a stopping worker waits for its periodic verify to stop
 
 
 def watch_supervisor(supervisor: int, stop: threading.Event, name: str) -> threading.Thread:
@@ -117,6 +118,7 @@ def consume(
     if engine is None:
         console.print(f"{name} stopped before its engine answered", highlight=False)
         return {}
+    verifying: threading.Thread | None = None
     try:
         from cellsight.indexer import metrics
 
@@ -126,7 +128,7 @@ def consume(
             from cellsight.indexer.antientropy import start_periodic_verify
 
             registry = CellRegistry.from_settings(settings)
-            start_periodic_verify(engine, registry, settings.verify_interval, stop)
+            verifying = start_periodic_verify(engine, registry, settings.verify_interval, stop)
         config = build_consumer_config(settings)
         with build_bus(settings) as bus, bus.connection() as connection:
             consumer = IndexerConsumer(
@@ -161,6 +163,9 @@ def consume(
             console.print(f"{name} stopped: {totals_line(consumer.totals)}", highlight=False)
             return consumer.totals
     finally:
+        stop.set()
+        if verifying is not None:  # stopped with ``stop``: not closed under its threads
+            verifying.join(VERIFY_GRACE)
         engine.close()
 
 

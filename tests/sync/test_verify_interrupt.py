@@ -28,7 +28,7 @@ from cellsight.indexer.lock import LockLost, MaintenanceLock, is_free, lock_key
 from cellsight.indexer.sync import SyncOptions, run_sync
 from cellsight.indexer.verify import Verifier
 from cellsight.indexer.verify_report import VerifyInterrupted
-from cellsight.indexer.write_gate import WriteGate
+from cellsight.indexer.write_gate import LinkedStop, WriteGate
 from cellsight.settings import Settings
 from tests.support.sync_world import seeded_settings
 from tests.support.waiting import wait_for
@@ -355,3 +355,39 @@ def test_a_stopping_verify_stops_retrying_its_reads(
     assert reads == [1]  # not one retry after the stop
     engine.close()
     registry.close()
+
+
+def test_the_indexers_periodic_verify_stops_with_it(drifted: Settings) -> None:
+    """The indexer's periodic verify was not told of SIGTERM: its cells' threads went on
+    comparing and repairing while the indexer closed the engine under them. Its stop now
+    ends the comparison at the next chunk, as an interrupt does; a run so cut short is
+    not kept as the last verify's, and its lock is given back."""
+    registry = CellRegistry.from_settings(drifted)
+    engine = build_engine(drifted)
+    stop, seen = threading.Event(), []
+
+    def progress(cell_uuid: str, n: int) -> None:
+        seen.append(n)
+        stop.set()  # the indexer's SIGTERM, while a cell is compared
+
+    verify_resource(
+        engine, registry, "instance", repair=True, workers=1, batch_size=100,
+        on_progress=progress, stop=stop,
+    )  # fmt: skip
+    assert seen == [100]
+    assert engine.count("instance") < PER_CELL
+    assert engine.get_meta(LAST_VERIFY.format(resource="instance")) is None
+    assert is_free(engine.get_meta(lock_key("instance")), datetime.now(UTC))
+    engine.close()
+    registry.close()
+
+
+def test_a_verifys_own_stop_leaves_its_owners_alone() -> None:
+    outer = threading.Event()
+    linked = LinkedStop(outer)
+    linked.set()  # a lost lock stops the run, not the indexer
+    assert linked.is_set() and not outer.is_set()
+    outer2 = threading.Event()
+    linked2 = LinkedStop(outer2)
+    outer2.set()
+    assert linked2.is_set()
