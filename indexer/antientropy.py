@@ -128,6 +128,9 @@ def _one_round(
     except Exception:  # the indexer keeps consuming whatever happens here
         log.exception("anti-entropy: %s verify failed", resource)
         return
+    if stop.is_set():  # cut short: its cells' "stopped" are no drift to report
+        log.info("anti-entropy: %s verify stopped with the indexer", resource)
+        return
     for cell in report.cells:
         if cell.drift or cell.errors:
             log.warning(
