@@ -280,13 +280,7 @@ def test_a_failing_read_of_dropped_cells_falls_back_to_the_usual_one(rig: Rig) -
         tried.extend(c.name for c in cells)
         raise Saturated(retry_after=1)
 
-    cache = NodeCache(
-        rig.registry.list_cells,
-        lambda cells: _from_cells(list(cells), rig.fanout),
-        truth=busy,
-        clock=rig.clock,
-    )
-    rig.feed.cache = cache
+    cache = _cache_with_truth(rig, busy)
     cache.get()
     set_node_state(rig.ops, "cell1", "cell1-a", offline=True)
     got = docs(cache.get())
@@ -362,16 +356,21 @@ class HeldRead:
         return load
 
 
-def _cache_with_held_truth(rig: Rig) -> tuple[NodeCache, HeldRead]:
-    held = HeldRead(rig)
+def _cache_with_truth(rig: Rig, truth: Any) -> NodeCache:
+    """The rig's cache, with ``truth`` as its cells' own read; fed the rig's events."""
     cache = NodeCache(
         rig.registry.list_cells,
         lambda cells: _from_cells(list(cells), rig.fanout),
-        truth=held,
+        truth=truth,
         clock=rig.clock,
     )
     rig.feed.cache = cache
-    return cache, held
+    return cache
+
+
+def _cache_with_held_truth(rig: Rig) -> tuple[NodeCache, HeldRead]:
+    held = HeldRead(rig)
+    return _cache_with_truth(rig, held), held
 
 
 def test_a_bypass_waiting_on_its_cells_holds_up_no_cached_answer(rig: Rig) -> None:
