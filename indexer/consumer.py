@@ -114,7 +114,6 @@ class IndexerConsumer:
         )
         self._batch: list[Received] = []
         self._bytes = 0
-        self._intake = Intake(config.held_bytes)
         self._oldest = 0.0
         self._ready: Any = None  # the pipeline's prepared batch, not yet launched
         self._flights: Pipeline = (
@@ -127,6 +126,7 @@ class IndexerConsumer:
         # Room for every batch the pipeline holds (a writer process one more than it
         # writes at once), one decoded and waiting, one being received.
         self.prefetch = config.prefetch_for(self._flights.limit)
+        self._intake = Intake(config.held_bytes, self.prefetch)
         self._collector = BatchCollector() if collect_between_batches else None
         self.totals: dict[str, int] = {v.value: 0 for v in Verdict}
         self.acked = 0
@@ -158,6 +158,10 @@ class IndexerConsumer:
                 except self.connection.connection_errors as exc:
                     if refused(exc, consumed=self._ever_consumed):
                         raise  # a configuration to fix: retrying would hide it
+                    if self.stop.is_set():  # lost while stopping: no reconnect to announce
+                        log.info("bus connection lost while stopping (%s): what was not "
+                                 "acked is redelivered", exc)  # fmt: skip
+                        return
                     backoff = self._backoff(backoff)
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
                     detail = str(exc)
@@ -231,10 +235,12 @@ class IndexerConsumer:
                 try:
                     while not self.stop.is_set():
                         self._receive(frames)
-                        self._intake.steer(consumer)
                         self._beat()
                         if self._flights.any_settled():
                             self._settle()
+                        # After settling: a consumer resumed here has the next wait's
+                        # deliveries (its cancelled one ended it only by timeout, 1 s).
+                        self._intake.steer(consumer)
                         if self._ready is None and self._due():
                             self._ready = self._plan()
                         if self._ready is not None and self._flights.can_take(self._ready):

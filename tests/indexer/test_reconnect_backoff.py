@@ -17,6 +17,7 @@ from kombu.exceptions import ChannelError
 
 from cellsight.indexer import consumer as consumer_module
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from tests.indexer.test_consumer_pipeline import GatedEngine
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen
 from tests.support.indexing import bus_settings, frames_received, running_indexer, wait_for
@@ -200,3 +201,33 @@ def test_a_deleted_queue_is_said_as_such_and_declared_again(
         assert said == [f"the broker cancelled the consumer ({queue}); reconnecting in 0.5s"]
     finally:
         engine.close()
+
+
+def test_a_connection_lost_while_stopping_announces_no_reconnect(
+    tmp_path: Path, rabbitmq_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A probe: SIGTERM while a write was held, the bus lost during the shutdown's grace,
+    logged "bus connection lost (…); reconnecting in 0.5s" and then no reconnect came."""
+    caplog.set_level(logging.INFO, logger=consumer_module.__name__)
+    direct = bus_settings(tmp_path / "data", "rabbitmq")
+    proxy = Proxy(("127.0.0.1", 5672))
+    proxy.start()
+    settings = direct.model_copy(update={"bus_url": f"amqp://guest:guest@127.0.0.1:{proxy.port}//"})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    held = str(uuid.uuid4())
+    gated = GatedEngine(engine, held_id=held)
+    publish(direct, [novagen.body(novagen.notification(seed=1, uuid_=held))])
+    try:
+        with running_indexer(settings, gated) as consumer:  # type: ignore[arg-type]
+            wait_for(gated.first_started.is_set, 30, "the write, held")
+            consumer.stop.set()
+            proxy.stop()  # lost while the consumer waits out its shutdown grace
+    finally:
+        gated.release.set()
+        proxy.stop()
+        engine.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert not _waits(caplog), said
+    assert any("bus connection lost while stopping" in line for line in said), said
+    assert consumer.acked == 0  # the held message stays the broker's, for redelivery
