@@ -17,8 +17,10 @@ by py-amqp's own code, only when something asks for them (a dead letter copies t
 headers). Every other frame, on any channel (consume-ok, cancel, channel close, the
 dead-letter channel's confirms, heartbeats), goes to py-amqp's handler unchanged. The
 channel has one consumer, the indexer's, so every delivery on it is the indexer's, and
-the router leaves before that consumer is cancelled and the channel closed: py-amqp's
-checks for a closing channel and a consumer tag without a callback cannot apply.
+the router leaves before the channel is closed. A consumer the intake cancels and
+makes anew meanwhile (``UnwaitedSubscription``) is the indexer's too: the router takes
+its deliveries whatever their consumer tag, an old one's included, so py-amqp's checks
+for a closing channel and a consumer tag without a callback cannot apply.
 
 As py-amqp does, a body whose content encoding is not UTF-8 (or binary) is decoded to
 text with it when it can be; UTF-8 bodies stay bytes, which every decoder here reads.
@@ -294,6 +296,34 @@ class DeliveryRouter:
         self.delivered += 1
         self._on_message(delivery)
         return True
+
+
+class UnwaitedSubscription:
+    """kombu's ``Consumer`` cancelled, given a prefetch and consumed again (``intake``)
+    without waiting for the broker's answers: py-amqp waits for them with no timeout, its
+    socket has none, and meanwhile the consumer's loop sees neither heartbeats nor its
+    stop (a review: a connection that went silent during a pause held the worker for
+    good, deaf to SIGTERM). The router takes every delivery on the channel, whatever its
+    consumer tag, so none needs the answers: deliveries sent before the cancel are
+    handed back, and an unexpected answer is ignored by py-amqp."""
+
+    def __init__(self, consumer: Any) -> None:
+        self._consumer = consumer
+        self._channel = consumer.channel
+
+    def cancel(self) -> None:
+        for tag in self._consumer._active_tags.values():
+            self._channel.basic_cancel(tag, nowait=True)
+            self._channel.callbacks.pop(tag, None)  # py-amqp drops it on the answer only
+        self._consumer._active_tags.clear()
+        self._consumer._active_queue_no_ack.clear()
+
+    def qos(self, prefetch_size: int = 0, prefetch_count: int = 0) -> None:
+        self._channel.send_method(spec.Basic.Qos, "lBb", (prefetch_size, prefetch_count, False))
+
+    def consume(self) -> None:
+        for queue in self._consumer.queues:
+            self._consumer._basic_consume(queue, nowait=True)  # its own tag: no answer needed
 
 
 @contextlib.contextmanager

@@ -132,6 +132,16 @@ def py_amqp(connection: Connection) -> Any | None:
     return amqp_connection if isinstance(amqp_connection, AmqpConnection) else None
 
 
+def bound_closing(connection: Connection, seconds: float) -> None:
+    """Reads on ``connection``'s socket time out after ``seconds``: its closing
+    handshakes (cancel-ok, channel close-ok) waited without end on a broker gone silent,
+    the worker deaf to SIGTERM (a review). A timeout is a lost connection, let go of."""
+    amqp_connection = py_amqp(connection)
+    sock = getattr(getattr(amqp_connection, "transport", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
 def tcp_connection(connection: Connection) -> Any | None:
     """The py-amqp connection under ``connection`` if it runs over plain TCP (not TLS),
     else None."""

@@ -21,8 +21,8 @@ from typing import Any
 from kombu import Connection, Consumer
 
 from cellsight.indexer import metrics
-from cellsight.indexer.amqp_deliveries import Received, routed_deliveries
-from cellsight.indexer.amqp_reads import FrameReader, buffered_frames
+from cellsight.indexer.amqp_deliveries import Received, UnwaitedSubscription, routed_deliveries
+from cellsight.indexer.amqp_reads import FrameReader, bound_closing, buffered_frames
 from cellsight.indexer.collector import BatchCollector
 from cellsight.indexer.consumer_config import ConsumerConfig
 from cellsight.indexer.deadletter import (
@@ -161,6 +161,8 @@ class IndexerConsumer:
                     if self.stop.is_set():  # lost while stopping: no reconnect to announce
                         log.info("bus connection lost while stopping (%s): what was not "
                                  "acked is redelivered", exc)  # fmt: skip
+                        if self.connection.transport.driver_type == "amqp":
+                            self.connection.collect(socket_timeout=COLLECT_TIMEOUT)
                         return
                     backoff = self._backoff(backoff)
                     what = "bus connection lost" if self._ever_consumed else "bus unreachable"
@@ -228,7 +230,9 @@ class IndexerConsumer:
                 no_ack=False,
                 prefetch_count=self.prefetch,
             )
-            with consumer, routed_deliveries(self.connection, channel, self._on_message):
+            routed = routed_deliveries(self.connection, channel, self._on_message)
+            with consumer, routed as router:
+                steered = consumer if router is None else UnwaitedSubscription(consumer)
                 self._consuming_since = time.monotonic()
                 self._ever_consumed = True
                 frames = buffered_frames(self.connection)
@@ -240,7 +244,7 @@ class IndexerConsumer:
                             self._settle()
                         # After settling: a consumer resumed here has the next wait's
                         # deliveries (its cancelled one ended it only by timeout, 1 s).
-                        self._intake.steer(consumer)
+                        self._intake.steer(steered)
                         if self._ready is None and self._due():
                             self._ready = self._plan()
                         if self._ready is not None and self._flights.can_take(self._ready):
@@ -250,6 +254,8 @@ class IndexerConsumer:
                             if max_batches is not None and launched >= max_batches:
                                 break
                     self._finish(SHUTDOWN_GRACE if self.stop.is_set() else None)
+                    if self.stop.is_set():
+                        bound_closing(self.connection, COLLECT_TIMEOUT)
                 except self.connection.channel_errors as exc:
                     # Only once consuming: a declaration the broker refuses (arguments
                     # that differ from the queue's) is a setting to fix, not retried.
@@ -270,7 +276,11 @@ class IndexerConsumer:
         if frames is not None and frames.ready():
             wanted = max(1, min(RECEIVE_BURST, self.config.batch_count - len(self._batch)))
             target = self.received + wanted
-            frames.read_frames(FRAMES_PER_MESSAGE * wanted, lambda: self.received >= target)
+            # Ended at the bound too: the cancel goes out before the burst's rest is handed
+            # back (handed back while consuming, a message can come back at once).
+            frames.read_frames(
+                FRAMES_PER_MESSAGE * wanted, lambda: self.received >= target or self._intake.full
+            )
             return
         received = self.received
         with contextlib.suppress(TimeoutError):

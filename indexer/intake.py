@@ -11,8 +11,8 @@ this one later. Consuming resumes once half the limit is held, with a prefetch o
 many messages of the recent mean size as fit in what is left: resumed with the whole
 prefetch, the broker sent the backlog again each time and most of it was handed back
 (a probe: 18,520 hand-backs draining 600 messages of 1-3.5 MB, the broker at 35-58% of a
-core). Once the whole prefetch fits again (the messages are small again), the consumer
-is made anew with it.
+core). Once twice as many fit (the messages are smaller again), the consumer is made
+anew with what fits, up to the whole prefetch.
 
 A message handed back was never held: nothing is lost, only its order changes, which
 the versioned writes tolerate (a redelivery, as after a reconnect).
@@ -71,7 +71,7 @@ class Intake:
         back. One message is always kept when nothing is held, whatever its size."""
         n = size(message)
         self.mean += (n - self.mean) * MEAN_WEIGHT if self.mean else n
-        if self.paused or self.held >= self.limit:
+        if self.full:
             self.handed_back += 1
             metrics.HANDED_BACK.inc()
             return False
@@ -91,7 +91,7 @@ class Intake:
 
     def steer(self, consumer: Subscription) -> None:
         """Cancel ``consumer`` at the limit; consume again at half of it, with the
-        prefetch that fits; made anew with the whole prefetch once that fits again."""
+        prefetch that fits; made anew with a larger one as the messages get smaller."""
         metrics.HELD_BYTES.set(self.held)
         if self.paused:
             if self.held <= self.limit // 2:
@@ -106,9 +106,18 @@ class Intake:
             log.info("holding %d bytes of messages (limit %d): consuming paused",
                      self.held, self.limit)  # fmt: skip
             consumer.cancel()
-        elif self.granted < self.prefetch and self.fitting() == self.prefetch:
+        elif self.granted < self.prefetch and self.fitting() >= min(
+            self.prefetch, 2 * self.granted
+        ):
+            # Smaller messages now: twice as many fit, or the whole prefetch (a grant that
+            # grew only back to the whole prefetch stayed at 21 for messages of 40 KB).
             consumer.cancel()  # what it had sent arrives meanwhile, and is kept
-            self._consume(consumer, self.prefetch)
+            self._consume(consumer, self.fitting())
+
+    @property
+    def full(self) -> bool:
+        """At the limit: the next message is handed back."""
+        return self.paused or self.held >= self.limit
 
     def fitting(self) -> int:
         """Messages of the recent mean size that fit in what is left of the limit, at

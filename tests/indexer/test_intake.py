@@ -4,19 +4,23 @@ again; nothing is lost either way."""
 
 from __future__ import annotations
 
+import itertools
 import sys
+import threading
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
 from cellsight.indexer.amqp_deliveries import Received
+from cellsight.indexer.engines.base import SearchEngine
 from cellsight.indexer.engines.embedded import EmbeddedEngine
 from cellsight.indexer.intake import Intake, size
 from cellsight.settings import Settings
 from tests.indexer.test_consumer_pipeline import GatedEngine
 from tests.support import novagen
-from tests.support.indexing import publish_bodies, running_indexer, wait_for
+from tests.support.indexing import bus_settings, publish_bodies, running_indexer, wait_for
+from tests.support.proxy import Proxy
 
 
 class Body:
@@ -61,7 +65,7 @@ def test_intake_pauses_at_the_limit_and_resumes_at_half_with_what_fits() -> None
     assert intake.handed_back == 2 and intake.held == 400
 
 
-def test_the_whole_prefetch_comes_back_once_it_fits_again() -> None:
+def test_the_grant_grows_back_as_the_messages_get_smaller() -> None:
     intake, subscription = Intake(limit=100_000, prefetch=50), Subscription()
     for _ in range(3):
         assert intake.admit(message(40_000))
@@ -73,7 +77,10 @@ def test_the_whole_prefetch_comes_back_once_it_fits_again() -> None:
         assert intake.admit(message(100))
         intake.settled([message(100)])
         intake.steer(subscription)
-    assert subscription.calls[3:] == ["cancel", "qos 50", "consume"]
+    grants = [int(c.split()[1]) for c in subscription.calls if c.startswith("qos")]
+    # Each new grant twice the last or more, or the whole prefetch; each its own consumer.
+    assert all(b >= min(50, 2 * a) for a, b in itertools.pairwise(grants)) and grants[-1] == 50
+    assert subscription.calls[3:].count("cancel") == len(grants) - 1
     assert intake.granted == 50
 
 
@@ -135,3 +142,46 @@ def test_a_frozen_engine_holds_no_more_than_the_bound_and_loses_nothing(
     assert consumer.totals == {"indexed": 60, "stale": 0, "ignored": 0, "dead": 0}
     assert all(engine.get("instance", u) is not None for u in uuids)
     engine.close()
+
+
+def test_a_bus_gone_silent_during_a_pause_does_not_hold_the_worker(
+    tmp_path: Path, rabbitmq_url: str
+) -> None:
+    """A review: py-amqp waits for the answers to cancel, qos and consume with no
+    timeout, so a connection that went silent while paused held the worker for good,
+    its heartbeats unchecked and its stop unseen. Here the proxy holds every byte from
+    the pause on; the worker finds the connection dead by its heartbeats and stops."""
+    direct = bus_settings(tmp_path / "data", "rabbitmq")
+    proxy = Proxy(("127.0.0.1", 5672))
+    proxy.start()
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//?heartbeat=2"
+    settings = direct.model_copy(update={"bus_url": url})
+    notifications = [novagen.notification("instance.update", seed=i) for i in range(30)]
+    bodies = [novagen.body(n) for n in notifications]
+    held = notifications[0]["payload"]["nova_object.data"]["uuid"]
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    gated = GatedEngine(engine, held_id=held)
+    publish_bodies(direct, bodies)
+    overrides: dict[str, Any] = {
+        "batch_count": 2, "batch_age": 0.02, "held_bytes": 4 * max(map(len, bodies))
+    }  # fmt: skip
+    indexing = running_indexer(settings, cast(SearchEngine, gated), **overrides)
+    safety_net = threading.Timer(60, proxy.thaw)
+    try:
+        with indexing as consumer:
+            wait_for(lambda: consumer._intake.paused, what="consuming paused at the bound")
+            proxy.freeze()
+            # Thawed later only so that a regression fails (the worker not stopped within
+            # the 30 s the block waits) instead of hanging the suite.
+            safety_net.start()
+            gated.release.set()  # the held batches settle: the intake resumes, unanswered
+            wait_for(lambda: not consumer._intake.paused, what="resumed")
+            # Leaving the block stops the worker and waits 30 s for it.
+    finally:
+        safety_net.cancel()
+        gated.release.set()
+        proxy.thaw()
+        proxy.stop()
+        wait_for(lambda: gated.finished >= 1, what="the held write done")  # then close
+        engine.close()

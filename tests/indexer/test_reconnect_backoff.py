@@ -226,6 +226,8 @@ def test_a_connection_lost_while_stopping_announces_no_reconnect(
     finally:
         gated.release.set()
         proxy.stop()
+        # The abandoned write goes on once released: the engine is closed after it.
+        wait_for(lambda: gated.finished >= 1, 30, "the held write done")
         engine.close()
     said = [r.getMessage() for r in caplog.records]
     assert not _waits(caplog), said
