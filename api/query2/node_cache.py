@@ -256,7 +256,8 @@ class NodeCache:
         for load in loads:
             self._keep(load, loaded_at, fresh)
         self._generation += 1
-        self._source = loads[-1].source
+        if loads:  # none for no cells at all
+            self._source = loads[-1].source
         if fresh and truth_read:  # an index that stood in is no answer
             return tuple(s for load in loads for s in (*load.skipped, *load.unanswered))
         return tuple(s for load in loads for s in load.skipped)

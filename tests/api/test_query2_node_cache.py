@@ -405,3 +405,11 @@ def test_an_event_during_a_bypass_leaves_its_cell_to_be_read_again(rig: Rig) -> 
     got = docs(cache.get())
     assert got == rig.fresh()
     assert [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]
+
+
+def test_a_bypass_with_no_cells_answers_none(tmp_path: Path) -> None:
+    """``nodes refresh`` on an API without cells was a 500 (nothing read, nothing to say
+    where it came from)."""
+    cache = NodeCache(lambda: [], lambda cells: pytest.fail("nothing to read"))
+    snapshot = cache.get(bypass=True)
+    assert snapshot.documents == () and snapshot.complete
