@@ -2,29 +2,25 @@
 
 Reading a node's live state is the expensive part of a node query, so:
 
-* **Snapshots per cell**: a miss reads everything about a cell's nodes in one round
-  trip (one SELECT on the cell, or one index search for the cell) and refills every
-  entry of that cell; the cells a request misses are read in parallel.
-* **Entries per node with a TTL** (``DEFAULT_TTL``, 10 minutes; the clock is injectable).
-  A request is served from the cache only if the cache can answer it entirely: every
-  cell's node list is known and each of its nodes has a fresh entry. Otherwise the
-  cells that cannot answer are snapshotted, and only those.
+* **Snapshots per cell**: a miss reads a cell's nodes in one round trip (one SELECT on
+  the cell, or one index search) and refills its entries; missed cells in parallel.
+* **Entries per node with a TTL** (``DEFAULT_TTL``, 10 minutes; the clock injectable):
+  a request is served from the cache only if every cell's node list is known and each
+  of its nodes has a fresh entry; else the cells that cannot answer are snapshotted.
 * **Invalidation**: a node notification (``compute_node.update``) or an operation on a
   node drops that node's entry (its cell is read again on the next request); a live
   migration, evacuation or cross-host resize drops the whole cache (``observe``). A
   cell read again for a dropped entry is read by ``truth`` when given (its own
   database): the index may not hold the change yet, and an entry refilled from it
   would keep the old state for a whole TTL.
-* ``get(bypass=True)`` (``bypass_cache=true``) reads every cell from its own database
-  (``truth``) and refills; ``refresh()`` is the same, for ``cellsight nodes refresh``.
-  A cell whose database does not answer is named as skipped even when the index
-  filled its entries in: the caller asked for the cells. ``warm()`` (the periodic
-  refresh) reads every cell again the usual way, from the index when it serves.
+* ``get(bypass=True)`` (``bypass_cache=true``; ``refresh()``, for ``nodes refresh``)
+  reads every cell from its own database (``truth``), outside the lock, and refills; a
+  cell whose database does not answer is named as skipped even when the index filled
+  its entries in. ``warm()`` (the periodic refresh) reads every cell the usual way.
 * A cell that does not answer keeps its old entries, shown with status 2 (no data)
   for their live fields, and is read again by the next request.
 
-Hits, misses and invalidations are Prometheus counters (and attributes, for tests).
-"""
+Hits, misses and invalidations are Prometheus counters (and attributes, for tests)."""
 
 from __future__ import annotations
 
@@ -52,6 +48,7 @@ INVALIDATIONS = Counter(
 # Instance events that move load between nodes wholesale: drop everything.
 WHOLE_CACHE_EVENTS = ("live_migration", "evacuate", "resize_migrat", "resize_finish")
 NODE_EVENT = NODE_UPDATE
+MAX_TOUCHED = 10_000  # cells counted by the events naming them (events name any uuid)
 
 
 @dataclass(frozen=True)
@@ -143,6 +140,9 @@ class NodeCache:
         self._dropped: set[str] = set()
         self._cell_of: dict[str, str] = {}
         self._generation = 0
+        # Events per cell, and drops of everything: what a bypass's read may predate.
+        self._touched: dict[str, int] = {}
+        self._wipes = 0
         self._assembled: tuple[int, tuple[str, ...], NodeSnapshot] | None = None
         self._source = "cells"
         self.loads = 0  # snapshots taken (each of one or more cells)
@@ -181,20 +181,24 @@ class NodeCache:
     def _bypass(self, cells: list[CellMapping]) -> NodeSnapshot:
         """Every cell read from its own database, outside the lock: the caller asked to
         wait for the cells, the other requests did not (under the lock, a dead cell held
-        every node query its ``cell_timeout``, 5 s; a review). What changed meanwhile (an
-        event, another read) leaves the cells to be read again: this read may predate it."""
+        every node query its ``cell_timeout``, 5 s; a review). A cell an event named
+        meanwhile is read again by the next request: this read may predate the event."""
         with self._lock:
             self._truth.intersection_update(c.uuid for c in cells)
-            started = self._generation
+            touched, wipes = dict(self._touched), self._wipes
         read = self._read(cells, fresh=True)
         with self._lock:
             self.misses += 1
             MISSES.inc()
-            overtaken = self._generation != started
             skipped = self._store(*read, fresh=True)
-            if overtaken:
-                again = {c.uuid for c in cells} & self._loaded_at.keys()
-                self._dropped.update(again)
+            # Cells an event named meanwhile (any, after a whole drop): read again.
+            again = {
+                c.uuid
+                for c in cells
+                if self._wipes != wipes or self._touched.get(c.uuid) != touched.get(c.uuid)
+            }
+            if again:
+                self._dropped.update(again & self._loaded_at.keys())
                 self._truth.update(again)
                 self._generation += 1
             return self._assemble(cells, skipped, self._clock())
@@ -319,13 +323,17 @@ class NodeCache:
                 kept[key] = before
         return kept
 
-    # Invalidation -----------------------------------------------------------------
-
     def invalidate_node(self, node_uuid: str, cell_uuid: str | None = None) -> None:
         """Drop a node's entry. A node the cache does not hold (registered since its cell
         was read) drops its cell's freshness instead, so the next request reads it; with
         no cell to go by, every cell's."""
         with self._lock:
+            named = {c for c in (cell_uuid, self._cell_of.get(node_uuid)) if c is not None}
+            for cell in named:
+                self._touched[cell] = self._touched.get(cell, 0) + 1
+            if not named or len(self._touched) > MAX_TOUCHED:  # any uuid: bounded
+                self._touched.clear()
+                self._wipes += 1
             self._read_from_cell.pop(node_uuid, None)
             if self._entries.pop(node_uuid, None) is not None:
                 # Its cell, and the one the event names if that differs (a node moved).
@@ -352,6 +360,7 @@ class NodeCache:
 
     def invalidate(self) -> None:
         with self._lock:
+            self._wipes += 1
             self._truth.update(self._loaded_at)
             self._entries.clear()
             self._read_from_cell.clear()

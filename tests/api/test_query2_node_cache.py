@@ -413,3 +413,45 @@ def test_a_bypass_with_no_cells_answers_none(tmp_path: Path) -> None:
     cache = NodeCache(lambda: [], lambda cells: pytest.fail("nothing to read"))
     snapshot = cache.get(bypass=True)
     assert snapshot.documents == () and snapshot.complete
+
+
+def _bypass_during(cache: NodeCache, held: HeldRead, meanwhile: Any) -> NodeSnapshot:
+    """A bypass whose cells' read is done and held while ``meanwhile()`` runs."""
+    answers: list[NodeSnapshot] = []
+    bypass = threading.Thread(target=lambda: answers.append(cache.get(bypass=True)))
+    bypass.start()
+    assert held.entered.wait(30)
+    meanwhile()
+    held.release.set()
+    bypass.join(30)
+    return answers[0]
+
+
+def test_an_event_during_a_cold_caches_bypass_is_not_lost(rig: Rig) -> None:
+    """A review: the event, on a cache that had read nothing, changed nothing the bypass
+    looked at, and its answer then vouched for the cell for a whole TTL."""
+    cache, held = _cache_with_held_truth(rig)
+    _bypass_during(cache, held, lambda: set_node_state(rig.ops, "cell1", "cell1-a", offline=True))
+    got = docs(cache.get())
+    assert got == rig.fresh() and [d["offline"] for d in got if d["host"] == "cell1-a"] == [True]
+
+
+def test_a_second_event_during_a_bypass_is_not_lost(rig: Rig) -> None:
+    """The first event had dropped the cell already: the second changed nothing the
+    bypass looked at either."""
+    cache, held = _cache_with_held_truth(rig)
+    cache.get()
+    set_node_state(rig.ops, "cell1", "cell1-a", offline=True)  # drops cell1
+    _bypass_during(cache, held, lambda: set_node_state(rig.ops, "cell1", "cell1-a", offline=False))
+    got = docs(cache.get())
+    assert got == rig.fresh() and [d["offline"] for d in got if d["host"] == "cell1-a"] == [False]
+
+
+def test_a_read_during_a_bypass_leaves_the_cells_trusted(rig: Rig) -> None:
+    """A review: any other read during a bypass sent every cell to its database again."""
+    cache, held = _cache_with_held_truth(rig)
+    cache.get()
+    _bypass_during(cache, held, cache.warm)
+    rig.trips()
+    assert docs(cache.get()) == rig.fresh()
+    assert rig.trips() == {"cell1": 0, "cell2": 0}  # served from memory
