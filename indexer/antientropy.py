@@ -47,8 +47,11 @@ def verify_resource(
         with MaintenanceLock(engine, resource, "verify") as lock:
             # What a killed sync left: its index behind the write alias would answer the
             # document reads (an orphan missing from it reads as removed) and keep growing.
+            stopped = stop.is_set if stop is not None else (lambda: False)
             dropped = made_ready(
-                engine, resource, lambda fn, what: retrying(fn, f"{resource} verify: {what}")
+                engine,
+                resource,
+                lambda fn, what: retrying(fn, f"{resource} verify: {what}", stopped=stopped),
             )
             if dropped:
                 log.warning("dropped what an unfinished %s sync left: %s", resource, dropped)
@@ -126,8 +129,9 @@ def _one_round(
         log.info("anti-entropy: %s skipped: %s", resource, exc)
         return
     except Exception:  # the indexer keeps consuming whatever happens here
-        log.exception("anti-entropy: %s verify failed", resource)
-        return
+        if not stop.is_set():  # else a retry's backoff that the stop ended
+            log.exception("anti-entropy: %s verify failed", resource)
+            return
     if stop.is_set():  # cut short: its cells' "stopped" are no drift to report
         log.info("anti-entropy: %s verify stopped with the indexer", resource)
         return

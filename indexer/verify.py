@@ -122,8 +122,7 @@ class Verifier:
         """``whole``: the cells are all the registered ones, so documents outside them
         are counted too (``unattributed``)."""
         started = time.perf_counter()
-        # Where an orphan's row might live instead: every registered cell, not only those
-        # compared (``--cell``).
+        # Where an orphan's row might live: every registered cell, not only those compared.
         self._everywhere = self.registry.list_cells()
         target = self.index or self.engine.read_alias(self.resource)
         report = VerifyReport(
@@ -134,7 +133,8 @@ class Verifier:
         total = None
         if whole and self.index is None:
             count = partial(self.engine.count, self.resource)
-            total = retrying(count, f"counting {self.resource} documents", backoff=self.backoff)
+            what = f"counting {self.resource} documents"
+            total = retrying(count, what, backoff=self.backoff, stopped=self._stop.is_set)
         # Ctrl-C or SIGTERM in the caller's thread: the cells stop at their next chunk,
         # and the caller releases its lock and closes the engine once no write is under way.
         try:

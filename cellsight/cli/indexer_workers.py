@@ -166,6 +166,9 @@ def consume(
         stop.set()
         if verifying is not None:  # stopped with ``stop``: not closed under its threads
             verifying.join(VERIFY_GRACE)
+            if verifying.is_alive():
+                late = f"{name}: the periodic verify did not stop within {VERIFY_GRACE:.0f} s"
+                console.print(f"{late}; closing the engine", highlight=False)
         engine.close()
 
 

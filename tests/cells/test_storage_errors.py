@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from cellsight import sqlite_storage
+from cellsight.indexer.engines.sqlite_connections import translate
 from cellsight.sqlite_storage import LOW_FREE, described, explained
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +35,9 @@ def test_a_read_only_or_nearly_full_file_system_is_named_with_its_figure() -> No
     assert described(path, _stat(free_blocks=LOW_FREE // 4096)) is None  # 1 MiB free
 
 
-def test_only_storage_errors_ask_the_file_system(tmp_path: Path) -> None:
+def test_only_storage_errors_ask_the_file_system(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "x.db"
     sqlite3.connect(path).close()
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -44,8 +48,15 @@ def test_only_storage_errors_ask_the_file_system(tmp_path: Path) -> None:
     conn.close()
     assert readonly.value.sqlite_errorcode == sqlite3.SQLITE_READONLY
     assert explained(readonly.value, path) is None  # a healthy file system: nothing to add
-    assert explained(syntax.value, path) is None
+    said = "the file system holding it is full, 0 bytes free"
+    monkeypatch.setattr(sqlite_storage, "storage_state", lambda p: said)  # as if full
+    assert explained(readonly.value, path) == said
+    assert explained(syntax.value, path) is None  # by the error's code, not the disk's state
     assert explained(ValueError("disk I/O error"), path) is None
+    assert explained(readonly.value, None) is None
+    # The embedded index's errors say it too.
+    error = translate(readonly.value, path)
+    assert str(error) == f"index database {path}: attempt to write a readonly database ({said})"
 
 
 @pytest.fixture
