@@ -17,6 +17,7 @@ from kombu.exceptions import ChannelError
 
 from cellsight.indexer import consumer as consumer_module
 from cellsight.indexer.engines.embedded import EmbeddedEngine
+from cellsight.settings import Settings
 from tests.indexer.test_consumer_pipeline import GatedEngine
 from tests.indexer.test_poison_bus import publish
 from tests.support import novagen
@@ -41,6 +42,18 @@ def _consumers(url: str, queue: str) -> int:
             return 0
 
 
+def _through_a_proxy(tmp_path: Path) -> tuple[Settings, Proxy, Settings, EmbeddedEngine]:
+    """Settings on RabbitMQ directly, a proxy to it (started), the same settings through
+    the proxy, and an embedded engine ready for instances."""
+    direct = bus_settings(tmp_path / "data", "rabbitmq")
+    proxy = Proxy(("127.0.0.1", 5672))
+    proxy.start()
+    settings = direct.model_copy(update={"bus_url": f"amqp://guest:guest@127.0.0.1:{proxy.port}//"})
+    engine = EmbeddedEngine(tmp_path / "index.db")
+    engine.ensure_ready("instance")
+    return direct, proxy, settings, engine
+
+
 def test_the_backoff_starts_afresh_once_the_bus_was_back(
     tmp_path: Path,
     rabbitmq_url: str,
@@ -51,12 +64,7 @@ def test_the_backoff_starts_afresh_once_the_bus_was_back(
     # code before this fix had no such setting, and failed the test's last assertion).
     monkeypatch.setattr(consumer_module, "STEADY", 1.0, raising=False)
     caplog.set_level(logging.WARNING, logger=consumer_module.__name__)
-    direct = bus_settings(tmp_path / "data", "rabbitmq")
-    proxy = Proxy(("127.0.0.1", 5672))
-    proxy.start()
-    settings = direct.model_copy(update={"bus_url": f"amqp://guest:guest@127.0.0.1:{proxy.port}//"})
-    engine = EmbeddedEngine(tmp_path / "index.db")
-    engine.ensure_ready("instance")
+    direct, proxy, settings, engine = _through_a_proxy(tmp_path)
 
     def indexed(n: int) -> str:
         uuid_ = str(uuid.uuid4())
@@ -209,12 +217,7 @@ def test_a_connection_lost_while_stopping_announces_no_reconnect(
     """A probe: SIGTERM while a write was held, the bus lost during the shutdown's grace,
     logged "bus connection lost (…); reconnecting in 0.5s" and then no reconnect came."""
     caplog.set_level(logging.INFO, logger=consumer_module.__name__)
-    direct = bus_settings(tmp_path / "data", "rabbitmq")
-    proxy = Proxy(("127.0.0.1", 5672))
-    proxy.start()
-    settings = direct.model_copy(update={"bus_url": f"amqp://guest:guest@127.0.0.1:{proxy.port}//"})
-    engine = EmbeddedEngine(tmp_path / "index.db")
-    engine.ensure_ready("instance")
+    direct, proxy, settings, engine = _through_a_proxy(tmp_path)
     held = str(uuid.uuid4())
     gated = GatedEngine(engine, held_id=held)
     publish(direct, [novagen.body(novagen.notification(seed=1, uuid_=held))])
